@@ -1,0 +1,1 @@
+"""The `groupshift` command line: thin click commands over the packages."""

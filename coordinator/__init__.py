@@ -1,0 +1,1 @@
+"""Scheme three: the group coordinator (state machine, wire protocol, server, store, client)."""

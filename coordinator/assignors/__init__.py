@@ -1,0 +1,1 @@
+"""Partition assignors: range, roundrobin, sticky, cooperative-sticky, random, plug-ins."""

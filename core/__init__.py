@@ -1,0 +1,1 @@
+"""Vocabulary and shared plumbing: TopicPartition, offsets, errors, clock, ZooKeeper factory, event log."""

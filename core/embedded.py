@@ -1,0 +1,205 @@
+"""The embedded default: a single-node ZooKeeper run as a local process from Debian's jars.
+
+`groupshift zk start|stop|status` drive it; `core.zk.resolve_zk()` falls back to it. Its data,
+config, log and pid live under `$GROUPSHIFT_HOME/zk` (default `./.groupshift/zk`).
+
+    zk = EmbeddedZooKeeper(port=2181)
+    zk.start()          # returns once the server answers `ruok` with `imok`
+    zk.status()         # {"running": True, "pid": ..., "connect": "127.0.0.1:2181", "mode": "standalone"}
+    zk.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from core.errors import EmbeddedZooKeeperError
+from core.zk import four_letter
+
+ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+DEFAULT_PORT = 2181
+
+
+def groupshift_home() -> Path:
+    return Path(os.environ.get("GROUPSHIFT_HOME", ".groupshift")).resolve()
+
+
+class EmbeddedZooKeeper:
+    """One local ZooKeeper server process; state in `<home>/zk/state.json`."""
+
+    def __init__(self, home: Path | None = None, port: int | None = None, tick_ms: int = 2000):
+        self.dir = (home or groupshift_home()) / "zk"
+        self.state_file = self.dir / "state.json"
+        self.log_file = self.dir / "zookeeper.log"
+        self.tick_ms = tick_ms
+        self._port = port
+
+    @property
+    def port(self) -> int:
+        if self._port is not None:
+            return self._port
+        state = self._state()
+        return int(state["port"]) if state else DEFAULT_PORT
+
+    def connect_string(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _state(self) -> dict | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def pid(self) -> int | None:
+        """The pid of our running server, or None (a stale state file is ignored)."""
+        state = self._state()
+        if not state:
+            return None
+        pid = int(state["pid"])
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return pid if MAIN_CLASS.encode() in cmdline and str(self.dir).encode() in cmdline else None
+
+    def start(self, timeout: float = 30.0) -> str:
+        """Start the server (or reuse ours if it runs) and return its connect string."""
+        if self.pid():
+            return self.connect_string()
+        java = shutil.which("java")
+        if not java:
+            raise EmbeddedZooKeeperError(
+                "Java is missing: install a Java 17 runtime (apt-get install openjdk-17-jre-headless) "
+                "or run scripts/setup.sh"
+            )
+        missing = [j for j in ZK_JARS if not Path(j).exists()]
+        if missing:
+            raise EmbeddedZooKeeperError(
+                f"ZooKeeper jars not found ({', '.join(missing)}): apt-get install zookeeper "
+                "or run scripts/setup.sh"
+            )
+        port = self._port or DEFAULT_PORT
+        if not _port_free(port):
+            raise EmbeddedZooKeeperError(
+                f"port {port} on 127.0.0.1 is already in use: stop what listens there "
+                "or choose another with `groupshift zk start --port N`"
+            )
+        data = self.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.dir / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_ms}",
+                    f"dataDir={data}",
+                    f"clientPort={port}",
+                    "clientPortAddress=127.0.0.1",
+                    "maxClientCnxns=0",
+                    "4lw.commands.whitelist=*",
+                    "admin.enableServer=false",
+                    "autopurge.snapRetainCount=3",
+                    "autopurge.purgeInterval=1",
+                ]
+            )
+            + "\n"
+        )
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                [java, "-Xmx512m", "-cp", ":".join(ZK_JARS), MAIN_CLASS, str(cfg)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.state_file.write_text(json.dumps({"pid": proc.pid, "port": port}))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.state_file.unlink(missing_ok=True)
+                raise EmbeddedZooKeeperError(
+                    f"ZooKeeper exited with code {proc.returncode} during start-up; see {self.log_file}"
+                )
+            if _ruok("127.0.0.1", port):
+                self._port = port
+                return self.connect_string()
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait()
+        self.state_file.unlink(missing_ok=True)
+        raise EmbeddedZooKeeperError(f"ZooKeeper did not answer within {timeout:g}s; see {self.log_file}")
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop our server; returns False when it was not running."""
+        pid = self.pid()
+        if pid is None:
+            self.state_file.unlink(missing_ok=True)
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        self.state_file.unlink(missing_ok=True)
+        return True
+
+    def status(self) -> dict:
+        pid = self.pid()
+        if not pid:
+            return {"running": False, "connect": self.connect_string(), "dir": str(self.dir)}
+        try:
+            srvr = four_letter("127.0.0.1", self.port, "srvr")
+            mode = next((ln[6:].strip() for ln in srvr.splitlines() if ln.startswith("Mode:")), "unknown")
+        except OSError:
+            mode = "not answering"
+        return {
+            "running": True,
+            "pid": pid,
+            "connect": self.connect_string(),
+            "mode": mode,
+            "dir": str(self.dir),
+        }
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ruok(host: str, port: int) -> bool:
+    try:
+        return four_letter(host, port, "ruok", timeout=1.0).startswith("imok")
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"

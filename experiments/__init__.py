@@ -1,0 +1,1 @@
+"""Comparison experiments on real ZooKeeper: clusters, faults, scenarios, metrics, report."""

@@ -1,0 +1,397 @@
+"""Real ZooKeeper in Docker for tests and experiments: one server or a 3-node ensemble, and faults.
+
+Containers come from the locally built image (`scripts/zk-image.sh`); nothing is pulled and
+testcontainers' Ryuk reaper is disabled, so this module cleans up itself: every container and
+network is named `gstest-...` and labelled with the owning process id, removed when its owner
+stops it, and swept by `sweep_leftovers()` once the owner process is gone.
+
+    with ZkServer.start_single() as zk:                 # a standalone server
+        client = core.zk.connect(zk.connect_string)
+    with ZkEnsemble.start() as ens:                     # 3 servers on their own docker network
+        leader = ens.leader(); follower = ens.followers()[0]
+        ens.partition(follower)                         # iptables in its netns: cut from its peers
+        ens.heal(follower)
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+
+import logging
+import shlex
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from core.errors import GroupshiftError
+from core.zk import four_letter, mntr
+
+log = logging.getLogger(__name__)
+
+IMAGE = os.environ.get("GROUPSHIFT_ZK_IMAGE", "groupshift-zk:bookworm-1")
+PREFIX = "gstest-"
+OWNER_LABEL = "groupshift.owner-pid"
+CLIENT_PORT = 2181
+JAVA = (
+    "exec java -Xmx256m -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar "
+    "org.apache.zookeeper.server.quorum.QuorumPeerMain /data/zoo.cfg"
+)
+# `timeout 2`: ZooKeeper 3.8.0 can hold a status connection open during start-up (pitfall 1).
+RUOK = [
+    "timeout",
+    "2",
+    "bash",
+    "-c",
+    "exec 3<>/dev/tcp/127.0.0.1/2181 && printf ruok >&3 && grep -q imok <&3",
+]
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ClusterError(GroupshiftError):
+    """Docker, the image or a ZooKeeper container could not be brought up; the message names the step."""
+
+
+def ensure_image() -> None:
+    """Make sure the engine runs and the local image exists, running `scripts/zk-image.sh` if not."""
+    ok = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode == 0
+    if ok:
+        return
+    script = REPO / "scripts" / "zk-image.sh"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        raise ClusterError(lines[-1] if lines else f"{script} failed with exit code {proc.returncode}")
+
+
+def _owner_alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_leftovers(all_owners: bool = False) -> int:
+    """Remove `gstest-` containers and networks whose owning process is gone (or all of them)."""
+    removed = 0
+    out = subprocess.run(
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            f"name=^{PREFIX}",
+            "--format",
+            f'{{{{.ID}}}} {{{{.Label "{OWNER_LABEL}"}}}}',
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    for line in out.splitlines():
+        cid, _, owner = line.partition(" ")
+        if all_owners or not _owner_alive(owner.strip()):
+            subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+            removed += 1
+    out = subprocess.run(
+        [
+            "docker",
+            "network",
+            "ls",
+            "--filter",
+            f"name=^{PREFIX}",
+            "--format",
+            f'{{{{.ID}}}} {{{{.Label "{OWNER_LABEL}"}}}}',
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    for line in out.splitlines():
+        nid, _, owner = line.partition(" ")
+        if all_owners or not _owner_alive(owner.strip()):
+            subprocess.run(["docker", "network", "rm", nid], capture_output=True)
+    return removed
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def zoo_cfg(tick_ms: int, servers: tuple[int, ...] = ()) -> list[str]:
+    cfg = [
+        f"tickTime={tick_ms}",
+        "initLimit=10",
+        "syncLimit=5",
+        "dataDir=/data/zk",
+        f"clientPort={CLIENT_PORT}",
+        "maxClientCnxns=0",
+        "4lw.commands.whitelist=*",
+        "admin.enableServer=false",
+        # Tests want short sessions (1 s) and experiments long ones; don't clamp to [2, 20] x tick.
+        "minSessionTimeout=1000",
+        "maxSessionTimeout=120000",
+    ]
+    return cfg + [f"server.{i}=zk{i}:2888:3888;{CLIENT_PORT}" for i in servers]
+
+
+class ZkServer:
+    """One ZooKeeper container; its host address is read once (it cannot be read while paused)."""
+
+    def __init__(
+        self,
+        name: str,
+        tick_ms: int = 500,
+        myid: int | None = None,
+        servers: tuple[int, ...] = (),
+        network=None,
+    ):
+        from testcontainers.core.container import DockerContainer
+
+        self.name, self.myid, self.network = name, myid, network
+        wait_dns = "".join(f"until getent hosts zk{i} >/dev/null; do sleep 0.1; done; " for i in servers)
+        script = (
+            "mkdir -p /data/zk; printf '%s\\n' "
+            + " ".join(map(shlex.quote, zoo_cfg(tick_ms, servers)))
+            + " > /data/zoo.cfg; "
+            + (f"echo {myid} > /data/zk/myid; " if myid else "")
+            + wait_dns
+            + JAVA
+        )
+        self.port = free_port()  # pinned: the address survives stop/start (pitfall 4)
+        self.container = (
+            DockerContainer(IMAGE)
+            .with_name(name)
+            .with_command(["bash", "-c", script])
+            .with_bind_ports(CLIENT_PORT, self.port)
+            .with_kwargs(labels={OWNER_LABEL: str(os.getpid()), "groupshift.test": "1"})
+        )
+        if network is not None:
+            self.container.with_network(network).with_network_aliases(f"zk{myid}")
+        self.host = ""
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @classmethod
+    def start_single(cls, tick_ms: int = 500) -> ZkServer:
+        ensure_image()
+        server = cls(f"{PREFIX}zk-{uuid.uuid4().hex[:8]}", tick_ms=tick_ms)
+        server._run()
+        server.wait_until(lambda: server.ruok(), 60, "standalone ZooKeeper answering ruok")
+        return server
+
+    def _run(self) -> None:
+        try:
+            self.container.start()
+        except Exception as exc:  # docker errors come in many classes; name the step
+            raise ClusterError(f"start ZooKeeper container {self.name} from {IMAGE}: {exc}") from exc
+        self.host = self.container.get_container_host_ip()
+
+    def wait_until(self, check, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.1)
+        raise ClusterError(
+            f"timed out after {timeout:g}s waiting for {what} ({self.name}); logs: {self.logs()[-2000:]}"
+        )
+
+    def logs(self) -> str:
+        try:
+            out, err = self.container.get_logs()
+            return (out + err).decode(errors="replace")
+        except Exception:
+            return "<no logs>"
+
+    def remove(self) -> None:
+        try:
+            self.wrapped.remove(force=True)
+        except Exception:
+            pass
+
+    def __enter__(self) -> ZkServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    # -- addresses and probes --------------------------------------------------------------
+    @property
+    def wrapped(self):
+        return self.container.get_wrapped_container()
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def ruok(self) -> bool:
+        try:
+            res = self.wrapped.exec_run(RUOK)
+            return res.exit_code == 0
+        except Exception:
+            return False
+
+    def four(self, command: str) -> str:
+        return four_letter(self.host, self.port, command)
+
+    def mode(self) -> str:
+        """`leader`, `follower`, `standalone`, `not-serving` or `down`."""
+        try:
+            srvr = self.four("srvr")
+        except OSError:
+            return "down"
+        return next((ln[6:].strip() for ln in srvr.splitlines() if ln.startswith("Mode:")), "not-serving")
+
+    def mntr(self) -> dict[str, str]:
+        return mntr(self.host, self.port)
+
+    def pid(self) -> int:
+        w = self.wrapped
+        w.reload()
+        return int(w.attrs["State"]["Pid"])
+
+    def ip(self) -> str:
+        w = self.wrapped
+        w.reload()
+        return w.attrs["NetworkSettings"]["Networks"][self.network.name]["IPAddress"]
+
+    def netns(self, *cmd: str) -> None:
+        """Run a host command (iptables, ip, ss) inside the container's network namespace (root)."""
+        subprocess.run(["nsenter", "-t", str(self.pid()), "-n", *cmd], check=True, capture_output=True)
+
+    # -- faults ----------------------------------------------------------------------------
+    def pause(self) -> None:
+        self.wrapped.pause()
+
+    def unpause(self) -> None:
+        self.wrapped.unpause()
+
+    def stop(self) -> None:
+        self.wrapped.stop(timeout=1)
+
+    def kill(self) -> None:
+        self.wrapped.kill()
+
+    def start(self) -> None:
+        self.wrapped.start()
+
+    def cut_clients(self) -> None:
+        """Drop client traffic to this server from outside (loopback probes keep working)."""
+        self.netns(
+            "iptables", "-A", "INPUT", "!", "-i", "lo", "-p", "tcp", "--dport", str(CLIENT_PORT), "-j", "DROP"
+        )
+
+    def restore_clients(self) -> None:
+        self.netns(
+            "iptables", "-D", "INPUT", "!", "-i", "lo", "-p", "tcp", "--dport", str(CLIENT_PORT), "-j", "DROP"
+        )
+
+
+class ZkEnsemble:
+    """Three servers `zk1..zk3` on their own docker network, with partition faults between peers."""
+
+    def __init__(self, tick_ms: int = 1000):
+        from testcontainers.core.network import Network
+
+        tag = uuid.uuid4().hex[:8]
+        labels = {OWNER_LABEL: str(os.getpid()), "groupshift.test": "1"}
+        self.network = Network(docker_network_kw={"labels": labels})
+        self.network.name = f"{PREFIX}net-{tag}"
+        self.tick_ms = tick_ms
+        self.servers = {
+            i: ZkServer(
+                f"{PREFIX}zk{i}-{tag}", tick_ms=tick_ms, myid=i, servers=(1, 2, 3), network=self.network
+            )
+            for i in (1, 2, 3)
+        }
+        self._partitioned: set[int] = set()
+
+    @classmethod
+    def start(cls, tick_ms: int = 1000, timeout: float = 60.0) -> ZkEnsemble:
+        ensure_image()
+        ens = cls(tick_ms)
+        try:
+            ens.network.create()
+        except Exception as exc:
+            raise ClusterError(f"create docker network {ens.network.name}: {exc}") from exc
+        errors: list[Exception] = []
+
+        def run(server: ZkServer) -> None:
+            try:
+                server._run()
+            except Exception as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in ens.servers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            ens.remove()
+            raise errors[0]
+        try:
+            ens.wait_quorum(timeout)
+        except ClusterError:
+            ens.remove()
+            raise
+        return ens
+
+    def wait_quorum(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sorted(s.mode() for s in self.servers.values()) == ["follower", "follower", "leader"]:
+                return
+            time.sleep(0.1)
+        raise ClusterError(f"the ensemble {self.network.name} formed no quorum within {timeout:g}s")
+
+    @property
+    def connect_string(self) -> str:
+        return ",".join(s.connect_string for s in self.servers.values())
+
+    def leader(self) -> ZkServer:
+        for s in self.servers.values():
+            if s.mode() == "leader":
+                return s
+        raise ClusterError("the ensemble has no leader right now")
+
+    def followers(self) -> list[ZkServer]:
+        return [s for s in self.servers.values() if s.mode() == "follower"]
+
+    def partition(self, server: ZkServer) -> None:
+        """Cut `server` off from its peers (clients still reach it): it serves stale reads for
+        about syncLimit x tickTime, then stops serving."""
+        for other in self.servers.values():
+            if other is not server:
+                ip = other.ip()
+                server.netns("iptables", "-A", "INPUT", "-s", ip, "-j", "DROP")
+                server.netns("iptables", "-A", "OUTPUT", "-d", ip, "-j", "DROP")
+        self._partitioned.add(server.myid)
+
+    def heal(self, server: ZkServer | None = None) -> None:
+        """Remove every iptables rule from `server` (or every partitioned server)."""
+        targets = [server] if server else [self.servers[i] for i in self._partitioned]
+        for s in targets:
+            s.netns("iptables", "-F")
+            self._partitioned.discard(s.myid)
+
+    def remove(self) -> None:
+        for s in self.servers.values():
+            s.remove()
+        try:
+            self.network.remove()
+        except Exception:
+            subprocess.run(["docker", "network", "rm", self.network.name], capture_output=True)
+
+    def __enter__(self) -> ZkEnsemble:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()

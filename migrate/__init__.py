@@ -1,0 +1,1 @@
+"""Inspection, offset export/import/reset and migration between the two schemes."""

@@ -1,0 +1,1 @@
+"""One Consumer API over both rebalancers, and the Spark consumers built on it."""

@@ -1,0 +1,1 @@
+"""The data plane: a partitioned, offset-addressed log of Parquet segments, its producer and fetcher."""

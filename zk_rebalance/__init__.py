@@ -1,0 +1,1 @@
+"""Scheme one: the Kafka 0.8 ZooKeeper-watch consumer rebalancer (faithful, instrumented)."""
