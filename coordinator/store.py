@@ -1,0 +1,571 @@
+"""The coordinator's shared metadata in ZooKeeper: registration, shard leadership, groups and offsets.
+
+Layout (documented in `docs/coordinator.md`; every payload is UTF-8 JSON):
+
+    /groupshift/coordinators/ids/<node>            ephemeral  {"version":1,"host","port","started"}
+    /groupshift/shards/<s>/epoch                   persistent its *version* is the shard epoch
+    /groupshift/shards/<s>/leader                  ephemeral  {"version":1,"node","epoch","host","port"}
+    /groupshift/groups/<g>                         persistent group metadata (GroupRecord), or empty
+    /groupshift/groups/<g>/offsets/<t>/<p>         persistent {"offset","metadata","generation","commit_ts"}
+    /brokers/ids/<node>                            ephemeral  Kafka 0.8 broker JSON
+
+A node becomes leader of shard `s` with one transaction that creates the ephemeral `leader` znode
+and bumps `epoch` (expected version = the version it read), so the new epoch is the version after
+the bump. Every later write of the leader is a transaction that starts with
+`check(epoch, version=<its epoch>)`: once another node has taken the shard (and bumped the epoch),
+a stale leader's writes fail as a whole and it learns it was fenced (`Fenced`).
+
+Group and topic names are znode names after escaping (`znode_name`): characters outside
+`[A-Za-z0-9._-]` are %-encoded as UTF-8, `.`/`..` are encoded, and the empty group id is `%`.
+
+    store = CoordinatorStore(zk, node_id=1, shards=50)
+    await store.start()
+    await store.register("127.0.0.1", 9092)
+    epoch = await store.claim_shard(7, "127.0.0.1", 9092)   # None when another node leads it
+    snapshots = await store.load_shard(7)                    # list[GroupSnapshot]
+    await store.commit_offsets(7, epoch, "g", [OffsetRecord("t", 0, 42, "", now_ms)], generation=3)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from urllib.parse import quote, unquote
+
+import msgspec
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from coordinator.messages import GroupRecord, GroupSnapshot, OffsetRecord
+from core.errors import GroupshiftError
+from core.javahash import java_abs, java_string_hash
+from core.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+ROOT = "/groupshift"
+COORDINATORS = f"{ROOT}/coordinators/ids"
+SHARDS = f"{ROOT}/shards"
+GROUPS = f"{ROOT}/groups"
+BROKERS = "/brokers/ids"
+DEFAULT_SHARDS = 50
+
+# ZooKeeper refuses requests above jute.maxbuffer (1 MiB by default) by dropping the connection,
+# which would hurt every shard of the node: refuse such writes before sending them.
+MAX_WRITE_BYTES = 900_000
+WRITE_TIMEOUT_S = 10.0
+_SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+
+
+class StoreError(GroupshiftError):
+    """A ZooKeeper write of the coordinator failed; `kafka_error` is the storage error Kafka would see."""
+
+    kafka_error = 15  # COORDINATOR_NOT_AVAILABLE
+
+
+class Fenced(StoreError):
+    """Another node leads the shard now (its epoch moved on): this node must stop serving it."""
+
+    kafka_error = 6  # NOT_LEADER_OR_FOLLOWER -> NOT_COORDINATOR
+
+
+class StoreUnavailable(StoreError):
+    """ZooKeeper did not answer in time or the session is gone."""
+
+    kafka_error = 7  # REQUEST_TIMED_OUT
+
+
+class WriteTooLarge(StoreError):
+    """The write would exceed ZooKeeper's request size limit."""
+
+    kafka_error = 10  # MESSAGE_TOO_LARGE
+
+
+class NodeIdInUse(GroupshiftError):
+    """Another live coordinator node is registered with the same node id."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and records
+
+
+def znode_name(name: str) -> str:
+    """A group or topic name as a znode name (reversible, see the module docstring)."""
+    if name == "":
+        return "%"
+    if name in (".", ".."):
+        return name.replace(".", "%2E")
+    return quote(name, safe=_SAFE)
+
+
+def name_from_znode(znode: str) -> str:
+    return "" if znode == "%" else unquote(znode)
+
+
+def shard_of(group_id: str, shards: int) -> int:
+    """Kafka's rule: `abs(java_string_hash(group_id)) % shards`."""
+    return java_abs(java_string_hash(group_id)) % shards
+
+
+def group_path(group_id: str) -> str:
+    return f"{GROUPS}/{znode_name(group_id)}"
+
+
+def offset_path(group_id: str, topic: str, partition: int) -> str:
+    return f"{GROUPS}/{znode_name(group_id)}/offsets/{znode_name(topic)}/{partition}"
+
+
+def shard_path(shard: int) -> str:
+    return f"{SHARDS}/{shard}"
+
+
+class OffsetZnode(msgspec.Struct, frozen=True):
+    """`/groupshift/groups/<g>/offsets/<t>/<p>`: the next offset to read, as Kafka commits it."""
+
+    offset: int
+    metadata: str | None = ""
+    generation: int = -1
+    commit_ts: int = 0
+    expire_ts: int | None = None
+
+
+class _GroupZnode(GroupRecord, frozen=False):
+    """`/groupshift/groups/<g>`: the core's GroupRecord plus a format version."""
+
+    version: int = 1
+
+
+class LeaderRecord(msgspec.Struct, frozen=True):
+    node: int
+    epoch: int
+    host: str = ""
+    port: int = -1
+    version: int = 1
+
+
+class CoordinatorRecord(msgspec.Struct, frozen=True):
+    host: str
+    port: int
+    started: int
+    version: int = 1
+
+
+_json = msgspec.json.Encoder()
+_group_decoder = msgspec.json.Decoder(GroupRecord)
+_offset_decoder = msgspec.json.Decoder(OffsetZnode)
+_leader_decoder = msgspec.json.Decoder(LeaderRecord)
+
+
+def encode_group(record: GroupRecord) -> bytes:
+    """Group metadata JSON: the record's fields (bytes as base64) and `"version": 1`."""
+    return _json.encode(_GroupZnode(**msgspec.structs.asdict(record)))
+
+
+def decode_group(data: bytes) -> GroupRecord | None:
+    """The group record of a group znode, or None for a group that so far only has offsets."""
+    return _group_decoder.decode(data) if data else None
+
+
+def encode_offset(record: OffsetRecord, generation: int) -> bytes:
+    return _json.encode(
+        OffsetZnode(
+            record.offset, record.metadata, generation, record.commit_timestamp, record.expire_timestamp
+        )
+    )
+
+
+def decode_offset(topic: str, partition: int, data: bytes) -> OffsetRecord:
+    z = _offset_decoder.decode(data)
+    return OffsetRecord(topic, partition, z.offset, z.metadata or "", z.commit_ts, z.expire_ts)
+
+
+def broker_json(host: str, port: int, timestamp_ms: int) -> bytes:
+    """Kafka 0.8's `/brokers/ids/<id>` registration (version 1), in Kafka's key order."""
+    return b'{"version":1,"host":%s,"port":%d,"jmx_port":-1,"timestamp":"%d"}' % (
+        _json.encode(host),
+        port,
+        timestamp_ms,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The store
+
+
+class CoordinatorStore:
+    """Async (asyncio) access to the coordinator's znodes through one kazoo client.
+
+    kazoo's async calls complete on its own threads; results are handed to the event loop. The
+    store remembers which offset znodes exist for the groups of the shards it leads, so that an
+    OffsetCommit is a single transaction of `create`s and `set_data`s.
+    """
+
+    def __init__(self, zk: KazooClient, node_id: int, shards: int = DEFAULT_SHARDS):
+        self.zk = zk
+        self.node_id = node_id
+        self.shards = shards
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._existing: set[str] = set()  # znodes known to exist (groups of shards we lead)
+        self.leaders: dict[int, LeaderRecord | None] = {}
+        self.coordinators: set[int] = set()
+        self._watches: list[object] = []
+        self._listeners: list[Callable[[], None]] = []
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    async def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        for path in (COORDINATORS, GROUPS, BROKERS):
+            await asyncio.to_thread(self.zk.ensure_path, path)
+        for s in range(self.shards):
+            try:
+                await self._aio(self.zk.create_async(f"{shard_path(s)}/epoch", b"", makepath=True))
+            except NodeExistsError:
+                pass
+
+    def _aio(self, async_result, timeout: float = WRITE_TIMEOUT_S) -> asyncio.Future:
+        loop = self._loop
+        fut = loop.create_future()
+
+        def settle(ar) -> None:
+            if fut.done():
+                return
+            if ar.successful():
+                fut.set_result(ar.value)
+            else:
+                fut.set_exception(ar.exception)
+
+        async_result.rawlink(lambda ar: loop.call_soon_threadsafe(settle, ar))
+        return asyncio.ensure_future(asyncio.wait_for(fut, timeout))
+
+    async def _commit(self, ops: Callable, shard: int | None, epoch: int | None) -> list:
+        """Run one transaction (fenced by the shard epoch when given); raise on failure."""
+        txn = self.zk.transaction()
+        if shard is not None:
+            txn.check(f"{shard_path(shard)}/epoch", epoch)
+        ops(txn)
+        try:
+            results = await self._aio(txn.commit_async())
+        except (TimeoutError, KazooTimeoutError, ConnectionLoss, OperationTimeoutError) as exc:
+            raise StoreUnavailable(f"ZooKeeper did not answer the write: {exc!r}") from None
+        except (SessionExpiredError, KazooException) as exc:
+            raise StoreUnavailable(f"ZooKeeper write failed: {exc!r}") from None
+        failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if failures:
+            if shard is not None and isinstance(results[0], BadVersionError | NoNodeError):
+                raise Fenced(f"shard {shard}: epoch {epoch} is no longer current")
+            raise _TxnFailed(failures[0])
+        return results
+
+    def add_listener(self, fn: Callable[[], None]) -> None:
+        """`fn` runs on the event loop whenever shard leaders or live coordinators change."""
+        self._listeners.append(fn)
+
+    def _notify(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            for fn in self._listeners:
+                loop.call_soon_threadsafe(fn)
+
+    # -- registration and watches ------------------------------------------------------------
+
+    async def register(self, host: str, port: int, wait_s: float = 30.0) -> None:
+        """Register this node under `/groupshift/coordinators/ids` and `/brokers/ids` (ephemeral).
+
+        A znode left by a previous process with the same id (killed, session not yet expired) is
+        waited for up to `wait_s`; a live one raises `NodeIdInUse`.
+        """
+        now = int(time.time() * 1000)
+        mine = _json.encode(CoordinatorRecord(host, port, now))
+        for path, data in (
+            (f"{COORDINATORS}/{self.node_id}", mine),
+            (f"{BROKERS}/{self.node_id}", broker_json(host, port, now)),
+        ):
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    await self._aio(self.zk.create_async(path, data, ephemeral=True))
+                    break
+                except NodeExistsError:
+                    try:
+                        _, stat = await self._aio(self.zk.get_async(path))
+                    except NoNodeError:
+                        continue
+                    if stat.ephemeralOwner == self.zk.client_id[0]:
+                        await self._aio(self.zk.set_async(path, data))
+                        break
+                    if time.monotonic() > deadline:
+                        raise NodeIdInUse(
+                            f"{path} is held by another live ZooKeeper session; "
+                            "give this coordinator a different --node-id"
+                        ) from None
+                    await asyncio.sleep(0.2)
+
+    async def unregister(self) -> None:
+        for path in (f"{COORDINATORS}/{self.node_id}", f"{BROKERS}/{self.node_id}"):
+            try:
+                await self._aio(self.zk.delete_async(path))
+            except (NoNodeError, KazooException, TimeoutError):
+                pass
+
+    def watch(self) -> None:
+        """Keep `leaders` (per shard) and `coordinators` (live node ids) current from watches."""
+
+        def on_coordinators(children) -> None:
+            self.coordinators = {int(c) for c in children if c.isdigit()}
+            self._notify()
+
+        self._watches.append(ChildrenWatch(self.zk, COORDINATORS, on_coordinators))
+        for s in range(self.shards):
+
+            def on_leader(data, stat, s=s) -> None:
+                record = None
+                if data:
+                    try:
+                        record = _leader_decoder.decode(data)
+                    except msgspec.DecodeError:
+                        log.warning("unreadable leader znode of shard %d: %r", s, data[:100])
+                self.leaders[s] = record
+                self._notify()
+
+            self._watches.append(DataWatch(self.zk, f"{shard_path(s)}/leader", on_leader))
+
+    # -- shard leadership --------------------------------------------------------------------
+
+    async def claim_shard(self, shard: int, host: str, port: int) -> int | None:
+        """Become leader of `shard`; return the new epoch, or None when another node leads it."""
+        epoch_path = f"{shard_path(shard)}/epoch"
+        try:
+            _, stat = await self._aio(self.zk.get_async(epoch_path))
+        except NoNodeError:
+            await self._aio(self.zk.create_async(epoch_path, b"", makepath=True))
+            _, stat = await self._aio(self.zk.get_async(epoch_path))
+        epoch = stat.version + 1
+        leader = _json.encode(LeaderRecord(self.node_id, epoch, host, port))
+        txn = self.zk.transaction()
+        txn.create(f"{shard_path(shard)}/leader", leader, ephemeral=True)
+        txn.set_data(epoch_path, str(self.node_id).encode(), version=stat.version)
+        results = await self._aio(txn.commit_async())
+        if any(isinstance(r, Exception) for r in results):
+            return None
+        self.leaders[shard] = LeaderRecord(self.node_id, epoch, host, port)
+        return epoch
+
+    async def release_shard(self, shard: int, epoch: int) -> None:
+        """Give up `shard` (delete our leader znode if it is still ours) and forget its znodes."""
+        path = f"{shard_path(shard)}/leader"
+        self._forget(lambda g: shard_of(g, self.shards) == shard)
+        try:
+            data, stat = await self._aio(self.zk.get_async(path))
+            record = _leader_decoder.decode(data)
+            if record.node == self.node_id and record.epoch == epoch:
+                await self._aio(self.zk.delete_async(path, version=stat.version))
+        except (NoNodeError, BadVersionError, msgspec.DecodeError, KazooException, TimeoutError):
+            pass
+
+    def _forget(self, which: Callable[[str], bool]) -> None:
+        prefix = GROUPS + "/"
+        self._existing = {
+            p for p in self._existing if not which(name_from_znode(p[len(prefix) :].split("/", 1)[0]))
+        }
+
+    # -- loading -----------------------------------------------------------------------------
+
+    async def load_shard(self, shard: int) -> list[GroupSnapshot]:
+        """Every group of `shard` with its metadata and offsets (and remember which znodes exist)."""
+        names = await self._aio(self.zk.get_children_async(GROUPS))
+        mine = [n for n in names if shard_of(name_from_znode(n), self.shards) == shard]
+        loaded = await asyncio.gather(*(self._load_group(n) for n in mine))
+        return [g for g in loaded if g is not None]
+
+    async def _load_group(self, znode: str) -> GroupSnapshot | None:
+        gpath = f"{GROUPS}/{znode}"
+        group_id = name_from_znode(znode)
+        try:
+            data, _ = await self._aio(self.zk.get_async(gpath))
+        except NoNodeError:
+            return None
+        try:
+            record = decode_group(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            log.warning("group %r: unreadable metadata znode ignored", group_id)
+            record = None
+        self._existing.add(gpath)
+        loaded = GroupSnapshot(group_id, record, [])
+        try:
+            topics = await self._aio(self.zk.get_children_async(f"{gpath}/offsets"))
+        except NoNodeError:
+            return loaded
+        self._existing.add(f"{gpath}/offsets")
+        for tz in topics:
+            tpath = f"{gpath}/offsets/{tz}"
+            try:
+                parts = await self._aio(self.zk.get_children_async(tpath))
+            except NoNodeError:
+                continue
+            self._existing.add(tpath)
+            datas = await asyncio.gather(
+                *(self._aio(self.zk.get_async(f"{tpath}/{p}")) for p in parts if p.lstrip("-").isdigit()),
+                return_exceptions=True,
+            )
+            for p, result in zip([p for p in parts if p.lstrip("-").isdigit()], datas, strict=True):
+                if isinstance(result, BaseException):
+                    continue
+                try:
+                    loaded.offsets.append(decode_offset(name_from_znode(tz), int(p), result[0]))
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    log.warning("group %r: unreadable offset znode %s/%s ignored", group_id, tpath, p)
+                    continue
+                self._existing.add(f"{tpath}/{p}")
+        return loaded
+
+    # -- writes (all fenced by the shard epoch) ----------------------------------------------
+
+    async def write_group(self, shard: int, epoch: int, record: GroupRecord) -> None:
+        """Persist the group metadata (on an accepted assignment, or when the group turns Empty)."""
+        path = group_path(record.group_id)
+        data = encode_group(record)
+        if len(data) > MAX_WRITE_BYTES:
+            raise WriteTooLarge(f"group {record.group_id!r} metadata is {len(data)} bytes")
+        exists = path in self._existing
+
+        def ops(txn) -> None:
+            if exists:
+                txn.set_data(path, data)
+            else:
+                txn.create(path, data)
+
+        await self._retrying(shard, epoch, [path], ops)
+        self._existing.add(path)
+
+    async def commit_offsets(
+        self, shard: int, epoch: int, group_id: str, offsets: list[OffsetRecord], generation: int = -1
+    ) -> None:
+        """Write every offset of one OffsetCommit in one transaction."""
+        gpath = group_path(group_id)
+        writes = [
+            (offset_path(group_id, r.topic, r.partition), encode_offset(r, generation)) for r in offsets
+        ]
+        size = sum(len(p) + len(d) + 40 for p, d in writes)
+        if size > MAX_WRITE_BYTES:
+            raise WriteTooLarge(f"offset commit of {len(writes)} partitions is about {size} bytes")
+        paths = [p for p, _ in writes]
+
+        def ops(txn) -> None:
+            made = set()
+            for path, data in writes:
+                if path in self._existing:
+                    txn.set_data(path, data)
+                    continue
+                for parent in _parents(path, gpath):
+                    if parent not in self._existing and parent not in made:
+                        txn.create(parent, b"")
+                        made.add(parent)
+                txn.create(path, data)
+
+        await self._retrying(shard, epoch, [gpath, *paths], ops)
+        for path in paths:
+            self._existing.update(_parents(path, gpath))
+            self._existing.add(path)
+
+    async def delete_offsets(
+        self, shard: int, epoch: int, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> None:
+        """Delete the listed offsets of a group (OffsetDelete, retention) in one transaction."""
+        paths = [offset_path(group_id, t, p) for t, p in partitions]
+        paths = [p for p in paths if p in self._existing]
+        if not paths:
+            return
+
+        def ops(txn) -> None:
+            for path in paths:
+                txn.delete(path)
+
+        await self._retrying(shard, epoch, [group_path(group_id), *paths], ops)
+        self._existing.difference_update(paths)
+
+    async def delete_group(self, shard: int, epoch: int, group_id: str) -> None:
+        """Delete the group's znode and all its offsets (DeleteGroups, expiry of an Empty group)."""
+        gpath = group_path(group_id)
+        for attempt in range(3):
+            paths = await self._subtree(gpath)
+            if not paths:
+                break
+            batches = [paths[i : i + 500] for i in range(0, len(paths), 500)]
+            try:
+                for batch in batches:
+
+                    def ops(txn, batch=batch) -> None:
+                        for path in batch:
+                            txn.delete(path)
+
+                    await self._commit(ops, shard, epoch)
+                break
+            except _TxnFailed:
+                if attempt == 2:
+                    raise StoreError(f"could not delete group {group_id!r}") from None
+        self._existing = {p for p in self._existing if p != gpath and not p.startswith(gpath + "/")}
+
+    async def _subtree(self, path: str) -> list[str]:
+        """`path` and its descendants, children before parents."""
+        try:
+            children = await self._aio(self.zk.get_children_async(path))
+        except NoNodeError:
+            return []
+        out: list[str] = []
+        for child in children:
+            out.extend(await self._subtree(f"{path}/{child}"))
+        out.append(path)
+        return out
+
+    async def _retrying(self, shard: int, epoch: int, paths: list[str], ops: Callable) -> None:
+        """Commit; if our idea of which znodes exist was wrong, re-read them and try once more."""
+        try:
+            await self._commit(ops, shard, epoch)
+            return
+        except _TxnFailed as exc:
+            if not isinstance(exc.cause, NodeExistsError | NoNodeError):
+                raise StoreError(f"ZooKeeper refused the write: {exc.cause!r}") from None
+        for path in paths:
+            for p in [*_parents(path, None), path]:
+                exists = await self._aio(self.zk.exists_async(p))
+                if exists is None:
+                    self._existing.discard(p)
+                else:
+                    self._existing.add(p)
+        try:
+            await self._commit(ops, shard, epoch)
+        except _TxnFailed as exc:
+            raise StoreError(f"ZooKeeper refused the write: {exc.cause!r}") from None
+
+    async def read_group(self, group_id: str) -> GroupSnapshot | None:
+        """A group as stored (for tools and tests; not used when serving)."""
+        return await self._load_group(znode_name(group_id))
+
+
+class _TxnFailed(Exception):
+    def __init__(self, cause: Exception):
+        super().__init__(repr(cause))
+        self.cause = cause
+
+
+def _parents(path: str, _stop_at: str | None = None) -> list[str]:
+    """Ancestors of an offset path from the group znode down (`/groupshift/groups/<g>` first)."""
+    parts = path[len(GROUPS) + 1 :].split("/")
+    out = []
+    for i in range(1, len(parts)):
+        out.append(f"{GROUPS}/{'/'.join(parts[:i])}")
+    return out
