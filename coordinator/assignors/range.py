@@ -1,0 +1,57 @@
+"""Kafka's RangeAssignor: each topic's partitions split into contiguous ranges over its subscribers.
+
+For each topic, the subscribed members in Kafka's member order each take ``n // c`` consecutive
+partitions and the first ``n % c`` of them one more. Topics are handled in (Java) name order; Kafka's
+own order is a `HashMap`'s, unspecified. A member's list is its ranges concatenated in that order.
+Rack-aware range needs replica racks, which are not an input here.
+
+The Kafka javadoc example: two members, two topics with three partitions each.
+
+>>> from coordinator.assignors.base import Subscription, show
+>>> subs = {"C0": Subscription(["t0", "t1"]), "C1": Subscription(["t0", "t1"])}
+>>> show(RangeAssignor().assign({"t0": 3, "t1": 3}, subs))
+{'C0': 't0-0 t0-1 t1-0 t1-1', 'C1': 't0-2 t1-2'}
+"""
+
+from __future__ import annotations
+
+from coordinator.assignors.base import (
+    Assignment,
+    Assignor,
+    Subscription,
+    java_sorted,
+    member_order,
+    topic_partitions,
+)
+
+
+class RangeAssignor(Assignor):
+    """Contiguous per-topic ranges; the first members in order take the remainder."""
+
+    name = "range"
+
+    def _assign(
+        self, partitions_per_topic: dict[str, int], subscriptions: dict[str, Subscription]
+    ) -> Assignment:
+        ordered = member_order(subscriptions)
+        consumers_per_topic: dict[str, list[str]] = {t: [] for t in partitions_per_topic}
+        for member in ordered:
+            for topic in dict.fromkeys(subscriptions[member].topics):
+                if topic in consumers_per_topic:
+                    consumers_per_topic[topic].append(member)
+        assignment: Assignment = {member: [] for member in subscriptions}
+        for topic in java_sorted(partitions_per_topic):
+            members = consumers_per_topic[topic]
+            if not members:
+                continue
+            n = partitions_per_topic[topic]
+            partitions = topic_partitions(topic, range(n))
+            quota, extra = divmod(n, len(members))
+            start = 0
+            for i, member in enumerate(members):
+                length = quota + (1 if i < extra else 0)
+                if length == 0:
+                    break
+                assignment[member].extend(partitions[start : start + length])
+                start += length
+        return assignment
