@@ -67,15 +67,18 @@ def partitions_transferring_ownership(
 
     Kafka's `computePartitionsTransferringOwnership`, from the members' raw owned partitions.
     """
-    added: dict[TopicPartition, str] = {}
     revoked: set[TopicPartition] = set()
     for member, assigned in assignment.items():
         owned = subscriptions[member].owned_partitions
-        owned_set = set(owned)
-        for tp in assigned:
-            if tp not in owned_set:
-                added[tp] = member
         if owned:
             assigned_set = set(assigned)
             revoked.update(tp for tp in owned if tp not in assigned_set)
-    return {tp: member for tp, member in added.items() if tp in revoked}
+    if not revoked:
+        return {}
+    transferring: dict[TopicPartition, str] = {}
+    for member, assigned in assignment.items():
+        owned_set = set(subscriptions[member].owned_partitions)
+        for tp in assigned:
+            if tp in revoked and tp not in owned_set:
+                transferring[tp] = member
+    return transferring

@@ -1,0 +1,157 @@
+"""Assignor benchmark: Kafka's large sticky tests plus range and roundrobin at a million partitions.
+
+Run on demand::
+
+    .venv/bin/python bench/assignors.py            # every case, each in its own process
+    .venv/bin/python bench/assignors.py --case sticky-uniform-owned
+
+Each case runs in a fresh subprocess so its peak memory is its own. Only the measured ``assign`` call
+is timed; building the input (and, for the "owned" cases, the first assignment that provides the
+previous ownership) is not. Memory is the process's peak RSS and how much it grew during the call.
+
+Cases (names from Kafka's `AbstractStickyAssignorTest`): topics ``t000``..``t499`` with 2,000
+partitions each, members ``c0000``..``c1999``.
+
+* ``uniform``: every member subscribes to every topic (constrained builder);
+* ``nonequal``: the last member subscribes to ``t000`` only (general builder);
+* ``halves``: 100 topics × 200 partitions, 500 members; member i subscribes to the first half of the
+  topics when i % 4 == 0, else the second half;
+* ``-owned``: members 1..N-1 report their result of a first assignment (generation 1), member 0 none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from coordinator.assignors import Subscription, get_assignor  # noqa: E402
+from coordinator.assignors.payloads import encode_sticky_user_data  # noqa: E402
+
+# name: (assignor, shape, owned)
+CASES: dict[str, tuple[str, str, bool]] = {
+    "range-uniform": ("range", "uniform", False),
+    "roundrobin-uniform": ("roundrobin", "uniform", False),
+    "sticky-uniform": ("sticky", "uniform", False),
+    "sticky-uniform-owned": ("sticky", "uniform", True),
+    "coop-uniform": ("cooperative-sticky", "uniform", False),
+    "coop-uniform-owned": ("cooperative-sticky", "uniform", True),
+    "sticky-nonequal": ("sticky", "nonequal", False),
+    "sticky-nonequal-owned": ("sticky", "nonequal", True),
+    "coop-nonequal": ("cooperative-sticky", "nonequal", False),
+    "coop-nonequal-owned": ("cooperative-sticky", "nonequal", True),
+    "sticky-halves": ("sticky", "halves", False),
+    "sticky-halves-owned": ("sticky", "halves", True),
+    "coop-halves": ("cooperative-sticky", "halves", False),
+    "coop-halves-owned": ("cooperative-sticky", "halves", True),
+}
+
+# Kafka's Java code on a 2-vCPU machine (assignors.md §7), first call / second call, seconds.
+KAFKA_SECONDS = {
+    "sticky-uniform": 0.3,
+    "sticky-uniform-owned": 2.7,
+    "coop-uniform": 0.3,
+    "coop-uniform-owned": 3.4,
+    "sticky-nonequal": 5.6,
+    "sticky-nonequal-owned": 6.5,
+    "coop-nonequal": 7.8,
+    "coop-nonequal-owned": 5.5,
+    "sticky-halves": 2.6,
+    "sticky-halves-owned": 1.7,
+    "coop-halves": 2.4,
+    "coop-halves-owned": 1.8,
+}
+
+
+def shape(name: str) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """Partition counts and each member's topics for a case shape."""
+    if name == "halves":
+        topics = [f"t{i:03d}" for i in range(100)]
+        counts = dict.fromkeys(topics, 200)
+        members = {f"c{i:03d}": topics[:50] if i % 4 == 0 else topics[50:] for i in range(500)}
+        return counts, members
+    topics = [f"t{i:03d}" for i in range(500)]
+    counts = dict.fromkeys(topics, 2000)
+    members = {f"c{i:04d}": topics for i in range(2000)}
+    if name == "nonequal":
+        members["c1999"] = topics[:1]
+    return counts, members
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_case(case: str) -> dict[str, object]:
+    assignor_name, shape_name, owned = CASES[case]
+    counts, topics_of = shape(shape_name)
+    subs = {m: Subscription(ts) for m, ts in topics_of.items()}
+    if owned:
+        first = get_assignor(assignor_name).assign(counts, subs)
+        members = list(topics_of)
+        for m in members[1:]:
+            if assignor_name == "sticky":
+                subs[m] = Subscription(topics_of[m], user_data=encode_sticky_user_data(first[m], 1))
+            else:
+                subs[m] = Subscription(topics_of[m], owned_partitions=first[m], generation=1)
+        del first
+    assignor = get_assignor(assignor_name)
+    gc.collect()
+    before = rss_mb()
+    start = time.perf_counter()
+    result = assignor.assign(counts, subs)
+    seconds = time.perf_counter() - start
+    peak = rss_mb()
+    sizes = [len(v) for v in result.values()]
+    return {
+        "case": case,
+        "seconds": round(seconds, 3),
+        "peak_rss_mb": round(peak),
+        "growth_mb": round(peak - before),
+        "partitions": sum(sizes),
+        "min": min(sizes),
+        "max": max(sizes),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=sorted(CASES), action="append", help="run only these cases")
+    parser.add_argument("--json", action="store_true", help="(internal) run one case here, print JSON")
+    args = parser.parse_args()
+    if args.json:
+        print(json.dumps(run_case(args.case[0])))
+        return
+    header = (
+        f"{'case':24} {'seconds':>8} {'kafka':>6} {'peak MB':>8} {'+MB':>6} {'assigned':>9} {'min..max':>10}"
+    )
+    print(header)
+    for case in args.case or list(CASES):
+        out = subprocess.run(
+            [sys.executable, __file__, "--json", "--case", case],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        if out.returncode:
+            print(f"{case:24} FAILED\n{out.stderr}")
+            continue
+        r = json.loads(out.stdout)
+        kafka = KAFKA_SECONDS.get(case)
+        print(
+            f"{case:24} {r['seconds']:8.3f} {kafka if kafka else '':>6} {r['peak_rss_mb']:8} "
+            f"{r['growth_mb']:6} {r['partitions']:9} {str(r['min']) + '..' + str(r['max']):>10}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
