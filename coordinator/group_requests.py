@@ -1,0 +1,720 @@
+"""The coordinator's request handlers: for each API, the order of checks and what each state does.
+
+One method per API of `coordinator-spec.md` (§3 JoinGroup, §4 SyncGroup, §8 Heartbeat, §9
+LeaveGroup, §10 OffsetCommit, §11 OffsetFetch and retention, §12 admin calls) plus the callbacks
+of the writes they start. They run inside `GroupCoordinator` (`coordinator/group.py`), which
+supplies the shared procedures (prepare rebalance, join completion, member removal, timers);
+this split only keeps each file readable.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from coordinator import error_codes as E
+from coordinator.group_metadata import (
+    COMPLETING_REBALANCE,
+    CONSUMER_PROTOCOL_TYPE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    Group,
+    Member,
+)
+from coordinator.messages import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    Discarded,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    OffsetRecord,
+    Respond,
+    SyncGroupRequest,
+    commit_errors,
+    describe_error,
+    join_error,
+    sync_error,
+)
+from coordinator.offsets import metadata_length
+from core.types import TopicPartition
+
+if TYPE_CHECKING:
+    from coordinator.group import GroupCoordinator as _Base
+else:
+    _Base = object
+
+_CLASSIC = "classic"
+
+
+class RequestHandlers(_Base):
+    # ================================================================ JoinGroup (§3)
+
+    def _join_group(
+        self, req: JoinGroupRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        gid, mid = req.group_id, req.member_id
+        if not gid:
+            self._respond(token, join_error(E.INVALID_GROUP_ID, mid))
+            return
+        if check is not None and (err := check(gid)):
+            self._respond(token, join_error(err, mid))
+            return
+        cfg = self.config
+        if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms <= cfg.group_max_session_timeout_ms:
+            self._respond(token, join_error(E.INVALID_SESSION_TIMEOUT, mid))
+            return
+        group = self._groups.get(gid)
+        if group is None:
+            if mid:
+                self._respond(token, join_error(E.UNKNOWN_MEMBER_ID, mid))
+                return
+            group = self._create_group(gid)
+        protocols = [(p.name, p.metadata) for p in req.protocols]
+        if not self._accept_joining_member(group, mid):
+            # §3.1 step 4: over capacity; the id leaves the group without a rebalance of its own.
+            m = group.members.get(mid)
+            if m is not None:
+                group.remove(m)
+                m.session_deadline = None
+            group.pending_members.pop(mid, None)
+            self._respond(token, join_error(E.GROUP_MAX_SIZE_REACHED, ""))
+        elif mid == "":
+            self._join_new_member(group, req, protocols, token, client_id, client_host)
+        else:
+            self._join_known_member(group, req, protocols, token, client_id, client_host)
+        if group.state is PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    def _accept_joining_member(self, group: Group, member_id: str) -> bool:
+        state, max_size = group.state, self.config.group_max_size
+        if state is EMPTY or state is DEAD:
+            return True
+        m = group.members.get(member_id)
+        if state is PREPARING_REBALANCE:
+            return (m is not None and m.awaiting_join) or group.num_awaiting_join < max_size
+        return m is not None or len(group.members) < max_size
+
+    def _join_new_member(
+        self,
+        group: Group,
+        req: JoinGroupRequest,
+        protocols: list,
+        token: Any,
+        client_id: str,
+        client_host: str,
+    ) -> None:
+        """§3.2."""
+        if group.state is DEAD:
+            self._respond(token, join_error(E.COORDINATOR_NOT_AVAILABLE, ""))
+            return
+        if not group.supports_protocols(req.protocol_type, frozenset(name for name, _ in protocols)):
+            self._respond(token, join_error(E.INCONSISTENT_GROUP_PROTOCOL, ""))
+            return
+        iid = req.group_instance_id
+        new_id = self._new_member_id(client_id if iid is None else iid)
+        if iid is not None:
+            if iid in group.static_members:
+                self._replace_static_member(group, req, protocols, token, new_id)
+            else:
+                self._add_member_and_rebalance(group, new_id, req, protocols, token, client_id, client_host)
+        elif self.config.require_known_member_id:
+            # KIP-394: hand out an id and wait for the member to come back with it (§5.1).
+            self._add_pending_member(group, new_id, req.session_timeout_ms)
+            self._respond(token, join_error(E.MEMBER_ID_REQUIRED, new_id))
+        else:
+            self._add_member_and_rebalance(group, new_id, req, protocols, token, client_id, client_host)
+
+    def _join_known_member(
+        self,
+        group: Group,
+        req: JoinGroupRequest,
+        protocols: list,
+        token: Any,
+        client_id: str,
+        client_host: str,
+    ) -> None:
+        """§3.3."""
+        mid = req.member_id
+        if group.state is DEAD:
+            self._respond(token, join_error(E.COORDINATOR_NOT_AVAILABLE, mid))
+            return
+        if not group.supports_protocols(req.protocol_type, frozenset(name for name, _ in protocols)):
+            self._respond(token, join_error(E.INCONSISTENT_GROUP_PROTOCOL, mid))
+            return
+        if mid in group.pending_members and req.group_instance_id is None:
+            self._add_member_and_rebalance(group, mid, req, protocols, token, client_id, client_host)
+            return
+        err = self._validate_member(group, mid, req.group_instance_id)
+        if err:
+            self._respond(token, join_error(err, mid))
+            return
+        m = group.members[mid]
+        state = group.state
+        if state is PREPARING_REBALANCE:
+            self._update_member_and_park(group, m, protocols, req, token)
+        elif state is COMPLETING_REBALANCE:
+            if protocols == m.protocols:
+                self._respond(
+                    token, self._join_ok(group, mid, group.member_list() if group.is_leader(mid) else [])
+                )
+            else:
+                self._update_member_and_park(group, m, protocols, req, token)
+                self._prepare_rebalance(group)
+        elif state is STABLE:
+            if group.is_leader(mid) or protocols != m.protocols:
+                self._update_member_and_park(group, m, protocols, req, token)
+                self._prepare_rebalance(group)
+            else:
+                self._respond(token, self._join_ok(group, mid, []))
+        else:  # Empty with members: never produced by normal operation
+            self._respond(token, join_error(E.UNKNOWN_MEMBER_ID, mid))
+
+    def _replace_static_member(
+        self, group: Group, req: JoinGroupRequest, protocols: list, token: Any, new_id: str
+    ) -> None:
+        """§5.2: a known instance id joins with an unknown member id."""
+        iid = req.group_instance_id
+        assert iid is not None
+        old_id = group.static_members[iid]
+        m = group.members[old_id]
+        leader_before = group.leader_id
+        if m.awaiting_join:
+            self._respond(group.unpark_join(m), join_error(E.FENCED_INSTANCE_ID, old_id))
+        if m.awaiting_sync:
+            self._respond(group.unpark_sync(m), sync_error(E.FENCED_INSTANCE_ID))
+        group.rename(m, new_id)
+        self._schedule_session(group, m, m.session_timeout_ms)
+        old = (m.protocols, m.rebalance_timeout_ms, m.session_timeout_ms)
+        group.update(m, protocols, req.rebalance_timeout_ms, req.session_timeout_ms)
+        group.park_join(m, token)
+        state = group.state
+        if state is STABLE:
+            if group.select_protocol() == group.protocol_name:
+                # Same protocol: persist the new member id, no rebalance, same generation.
+                ctx = ("static", group, m, old_id, new_id, old, token, leader_before)
+                self._persist("group", group, group.to_record(), ctx)
+            else:
+                self._prepare_rebalance(group)
+        elif state is COMPLETING_REBALANCE:
+            # The leader may have computed the assignment against the old member id.
+            self._prepare_rebalance(group)
+
+    def _on_static_persisted(self, ctx: tuple, ok: bool, error: int) -> None:
+        _, group, m, old_id, new_id, old, token, leader_before = ctx
+        parked = m.awaiting_join and m.join_token is token
+        if ok:
+            if not parked:
+                return
+            group.unpark_join(m)
+            body = {
+                "error_code": E.NONE,
+                "generation_id": group.generation_id,
+                "protocol_type": group.protocol_type,
+                "protocol_name": group.protocol_name,
+                "member_id": new_id,
+            }
+            if self.config.supports_skip_assignment:
+                leader = group.is_leader(new_id)
+                body.update(
+                    leader=group.leader_id or "",
+                    members=group.member_list() if leader else [],
+                    skip_assignment=leader,
+                )
+            else:
+                # v8 and older: the leader id as it was before the replacement, so a replaced
+                # static leader does not run the assignor again.
+                body.update(leader=leader_before or "", members=[])
+            self._respond(token, body)
+            return
+        if group.members.get(new_id) is not m:
+            return
+        # Revert (PROTOCOL.md: the previous protocols are restored with the id and timeouts).
+        protocols, rebalance_timeout_ms, session_timeout_ms = old
+        group.update(m, protocols, rebalance_timeout_ms, session_timeout_ms)
+        if m.awaiting_join:
+            other = group.unpark_join(m)
+            if not parked:
+                self._out.append(Discarded(other))
+        group.rename(m, old_id)
+        self._schedule_session(group, m, m.session_timeout_ms)
+        if parked:
+            self._respond(
+                token,
+                {
+                    "error_code": E.map_group_write_error(error),
+                    "generation_id": group.generation_id,
+                    "protocol_type": group.protocol_type,
+                    "protocol_name": group.protocol_name,
+                    "leader": leader_before or "",
+                    "member_id": "",
+                    "members": [],
+                },
+            )
+
+    # ================================================================ SyncGroup (§4)
+
+    def _sync_group(
+        self, req: SyncGroupRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        gid, mid = req.group_id, req.member_id
+        if not gid:
+            self._respond(token, sync_error(E.INVALID_GROUP_ID))
+            return
+        if check is not None and (err := check(gid)):
+            self._respond(
+                token, sync_error(E.REBALANCE_IN_PROGRESS if err == E.COORDINATOR_LOAD_IN_PROGRESS else err)
+            )
+            return
+        group = self._groups.get(gid)
+        if group is None:
+            self._respond(token, sync_error(E.UNKNOWN_MEMBER_ID))
+            return
+        if group.state is DEAD:
+            self._respond(token, sync_error(E.COORDINATOR_NOT_AVAILABLE))
+            return
+        err = self._validate_member(group, mid, req.group_instance_id)
+        if not err and req.generation_id != group.generation_id:
+            err = E.ILLEGAL_GENERATION
+        if not err and (
+            (req.protocol_type is not None and req.protocol_type != group.protocol_type)
+            or (req.protocol_name is not None and req.protocol_name != group.protocol_name)
+        ):
+            err = E.INCONSISTENT_GROUP_PROTOCOL
+        if err:
+            self._respond(token, sync_error(err))
+            return
+        m = group.members[mid]
+        state = group.state
+        if state is COMPLETING_REBALANCE:
+            had, old = group.park_sync(m, token)
+            if had:
+                self._out.append(Discarded(old))
+            group.pending_sync_members.discard(mid)
+            if group.is_leader(mid):
+                assignments = dict.fromkeys(group.members, b"")
+                for a in req.assignments or ():
+                    if a.member_id in assignments:
+                        assignments[a.member_id] = a.assignment
+                ctx = ("sync", group, group.generation_id, assignments)
+                self._persist("group", group, group.to_record(assignments), ctx)
+        elif state is STABLE:
+            group.pending_sync_members.discard(mid)
+            self._respond(
+                token,
+                {
+                    "error_code": E.NONE,
+                    "protocol_type": group.protocol_type,
+                    "protocol_name": group.protocol_name,
+                    "assignment": m.assignment,
+                },
+            )
+            self._schedule_session(group, m, m.session_timeout_ms)
+        elif state is PREPARING_REBALANCE:
+            self._respond(token, sync_error(E.REBALANCE_IN_PROGRESS))
+        else:  # Empty: not reachable after the member check
+            self._respond(token, sync_error(E.UNKNOWN_MEMBER_ID))
+
+    def _on_sync_persisted(self, ctx: tuple, ok: bool, error: int) -> None:
+        _, group, generation_id, assignments = ctx
+        if not (
+            self._live(group) and group.state is COMPLETING_REBALANCE and group.generation_id == generation_id
+        ):
+            return
+        if ok:
+            for mid, m in group.members.items():
+                m.assignment = assignments.get(mid, b"")
+            self._propagate_assignment(group, E.NONE)
+            self._transition(group, STABLE)
+        else:
+            for m in group.members.values():
+                m.assignment = b""
+            self._propagate_assignment(group, E.map_group_write_error(error))
+            self._maybe_prepare_rebalance(group)
+
+    # ================================================================ Heartbeat (§8)
+
+    def _heartbeat(
+        self, req: HeartbeatRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        gid = req.group_id
+        if not gid:
+            err = E.INVALID_GROUP_ID
+        elif check is not None and (err := check(gid)):
+            if err == E.COORDINATOR_LOAD_IN_PROGRESS:
+                err = E.NONE  # blind success while loading
+        else:
+            err = self._heartbeat_group(self._groups.get(gid), req)
+        self._out.append(Respond(token, {"error_code": err}))
+
+    def _heartbeat_group(self, group: Group | None, req: HeartbeatRequest) -> int:
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID
+        state = group.state
+        if state is DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        mid = req.member_id
+        if req.group_instance_id is not None:
+            err = self._validate_member(group, mid, req.group_instance_id)
+            if err:
+                return err
+        m = group.members.get(mid)
+        if m is None:
+            return E.UNKNOWN_MEMBER_ID
+        if req.generation_id != group.generation_id:
+            return E.ILLEGAL_GENERATION
+        if state is EMPTY:
+            return E.UNKNOWN_MEMBER_ID
+        # Reschedule the session timer (inlined `_schedule_session`: this is the hot path).
+        deadline = self._now + m.session_timeout_ms
+        m.session_deadline = deadline
+        hd = m.heap_deadline
+        if hd is None or deadline < hd:
+            self._schedule_session(group, m, m.session_timeout_ms)
+        return E.REBALANCE_IN_PROGRESS if state is PREPARING_REBALANCE else E.NONE
+
+    # ================================================================ LeaveGroup (§9)
+
+    def _leave_group(
+        self, req: LeaveGroupRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        gid = req.group_id
+        if not gid:
+            self._respond(token, {"error_code": E.INVALID_GROUP_ID, "members": []})
+            return
+        if check is not None and (err := check(gid)):
+            self._respond(token, {"error_code": err, "members": []})
+            return
+        group = self._groups.get(gid)
+        if group is not None and group.state is DEAD:
+            self._respond(token, {"error_code": E.COORDINATOR_NOT_AVAILABLE, "members": []})
+            return
+        results = []
+        for leaving in req.members:
+            mid, iid = leaving.member_id, leaving.group_instance_id
+            err = E.UNKNOWN_MEMBER_ID if group is None else self._leave_one(group, mid, iid)
+            results.append({"member_id": mid, "group_instance_id": iid, "error_code": err})
+        self._respond(token, {"error_code": E.NONE, "members": results})
+
+    def _leave_one(self, group: Group, mid: str, iid: str | None) -> int:
+        if mid == "":
+            current = None if iid is None else group.static_members.get(iid)
+            if current is None:
+                return E.UNKNOWN_MEMBER_ID
+            self._remove_member_and_update_group(group, group.members[current])
+            return E.NONE
+        if mid in group.pending_members:
+            del group.pending_members[mid]
+            if group.state is PREPARING_REBALANCE:
+                self._try_complete_join(group)
+            return E.NONE
+        err = self._validate_member(group, mid, iid)
+        if err:
+            return err
+        self._remove_member_and_update_group(group, group.members[mid])
+        return E.NONE
+
+    # ================================================================ OffsetCommit (§10)
+
+    def _offset_commit(
+        self, req: OffsetCommitRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        gid = req.group_id
+        if gid is None:
+            self._respond(token, commit_errors(req, E.INVALID_GROUP_ID))
+            return
+        if check is not None and (err := check(gid)):
+            self._respond(token, commit_errors(req, err))
+            return
+        group = self._groups.get(gid)
+        if group is None:
+            if req.generation_id >= 0:
+                self._respond(token, commit_errors(req, E.ILLEGAL_GENERATION))
+                return
+            group = self._create_group(gid)  # a "simple" group: offsets only, no protocol type
+        err = self._validate_commit(group, req)
+        if err:
+            self._respond(token, commit_errors(req, err))
+            return
+        self._store_offsets(group, req, token)
+
+    def _validate_commit(self, group: Group, req: OffsetCommitRequest) -> int:
+        if group.state is DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if req.generation_id < 0 and group.state is EMPTY:
+            return E.NONE  # the admin / standalone path: no member checks at all
+        if req.generation_id >= 0 or req.member_id or req.group_instance_id is not None:
+            err = self._validate_member(group, req.member_id, req.group_instance_id)
+            if err:
+                return err
+            if req.generation_id != group.generation_id:
+                return E.ILLEGAL_GENERATION
+        else:
+            return E.UNKNOWN_MEMBER_ID  # only members can commit to a non-empty group
+        state = group.state
+        if state is COMPLETING_REBALANCE:
+            return E.REBALANCE_IN_PROGRESS
+        if state is STABLE or state is PREPARING_REBALANCE:
+            m = group.members[req.member_id]
+            self._schedule_session(group, m, m.session_timeout_ms)
+        return E.NONE
+
+    def _store_offsets(self, group: Group, req: OffsetCommitRequest, token: Any) -> None:
+        now, max_bytes = self._now, self.config.offset_metadata_max_bytes
+        expire = None if req.retention_time_ms == -1 else now + req.retention_time_ms
+        records: dict[TopicPartition, OffsetRecord] = {}
+        layout: list[tuple[str, list[tuple[int, int | None]]]] = []
+        for t in req.topics:
+            parts: list[tuple[int, int | None]] = []
+            for p in t.partitions:
+                metadata = p.committed_metadata or ""
+                if metadata_length(metadata) > max_bytes:
+                    parts.append((p.partition_index, E.OFFSET_METADATA_TOO_LARGE))
+                else:
+                    parts.append((p.partition_index, None))
+                    tp = TopicPartition(t.name, p.partition_index)
+                    records.pop(tp, None)  # a partition listed twice: the last one counts
+                    records[tp] = OffsetRecord(
+                        t.name, p.partition_index, p.committed_offset, metadata, now, expire
+                    )
+            layout.append((t.name, parts))
+        if not records:
+            self._respond(token, _commit_body(layout, E.NONE))
+            return
+        batch = list(records.values())
+        group.offsets.stage(batch)
+        self._persist("offsets", group, batch, ("offsets", group, batch, token, layout))
+
+    def _on_offsets_persisted(self, ctx: tuple, seq: int, ok: bool, error: int) -> None:
+        _, group, batch, token, layout = ctx
+        group.offsets.complete(batch, seq, ok)
+        self._respond(token, _commit_body(layout, E.NONE if ok else E.map_offset_write_error(error)))
+
+    # ================================================================ OffsetFetch, retention (§11)
+
+    def _offset_fetch(
+        self, req: OffsetFetchRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        gid = req.group_id
+        if gid is None:
+            self._respond(token, {"error_code": E.INVALID_GROUP_ID, "topics": []})
+            return
+        if check is not None and (err := check(gid)):
+            self._respond(token, {"error_code": err, "topics": []})
+            return
+        group = self._groups.get(gid)
+        if group is not None and group.state is DEAD:
+            group = None
+        topics: list[dict[str, Any]] = []
+        if req.topics is None:
+            if group is not None:
+                by_topic: dict[str, list[dict[str, Any]]] = {}
+                for tp in sorted(group.offsets.committed):
+                    by_topic.setdefault(tp.topic, []).append(_fetched(group, tp, req.require_stable))
+                topics = [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+        else:
+            for t in req.topics:
+                parts = [
+                    _fetched(group, TopicPartition(t.name, p), req.require_stable)
+                    for p in t.partition_indexes
+                ]
+                topics.append({"name": t.name, "partitions": parts})
+        self._respond(token, {"error_code": E.NONE, "topics": topics})
+
+    def _expire_offsets(self) -> None:
+        """§11 retention: which offsets each kind of group may lose, then drop groups left empty."""
+        now, retention = self._now, self.config.offsets_retention_ms
+        for group in list(self._groups.values()):
+            if group.state is DEAD:
+                continue
+            offsets = group.offsets
+            if group.protocol_type is not None and group.state is EMPTY:
+                expired = offsets.expired(now, retention, since_ms=group.state_timestamp)
+            elif group.protocol_type is None:
+                expired = offsets.expired(now, retention)
+            elif (
+                group.protocol_type == CONSUMER_PROTOCOL_TYPE
+                and group.state is STABLE
+                and group.subscribed_topics is not None
+            ):
+                expired = offsets.expired(now, retention, keep_topics=group.subscribed_topics)
+            else:
+                expired = []
+            self._remove_offsets(group, expired)
+            if (
+                group.state is EMPTY
+                and not offsets.has_offsets()
+                and self._groups.get(group.group_id) is group
+            ):
+                self._remove_group(group)
+
+    def _remove_offsets(self, group: Group, tps: list[TopicPartition]) -> None:
+        removed = group.offsets.remove(tps)
+        if removed:
+            self._persist("offsets_deleted", group, removed, None)
+        if removed and group.state is EMPTY and not group.offsets.has_offsets():
+            self._remove_group(group)
+
+    # ================================================================ admin calls (§12)
+
+    def _describe_groups(
+        self, req: DescribeGroupsRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        results = []
+        for gid in req.groups:
+            if gid is None:
+                results.append(describe_error(None, E.INVALID_GROUP_ID))
+            elif check is not None and (err := check(gid)):
+                results.append(describe_error(gid, err))
+            else:
+                results.append(_describe(gid, self._groups.get(gid)))
+        self._respond(token, {"groups": results})
+
+    def _list_groups(
+        self, req: ListGroupsRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        states = {s.lower() for s in req.states_filter or ()}
+        types = {t.lower() for t in req.types_filter or ()}
+        groups = []
+        if not types or _CLASSIC in types:
+            for gid, group in self._groups.items():
+                if states and group.state.value.lower() not in states:
+                    continue
+                groups.append(
+                    {
+                        "group_id": gid,
+                        "protocol_type": group.protocol_type or "",
+                        "group_state": group.state.value,
+                    }
+                )
+        self._respond(token, {"error_code": E.NONE, "groups": groups})
+
+    def _delete_groups(
+        self, req: DeleteGroupsRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        results = []
+        for gid in req.groups_names:
+            if gid is None:
+                err = E.INVALID_GROUP_ID
+            elif check is not None and (err := check(gid)):
+                pass
+            else:
+                group = self._groups.get(gid)
+                if group is None or group.state is DEAD:
+                    err = E.GROUP_ID_NOT_FOUND
+                elif group.state is EMPTY:
+                    group.offsets.remove(list(group.offsets.committed))
+                    self._remove_group(group)
+                    err = E.NONE
+                else:
+                    err = E.NON_EMPTY_GROUP
+            results.append({"group_id": gid, "error_code": err})
+        self._respond(token, {"results": results})
+
+    def _offset_delete(
+        self, req: OffsetDeleteRequest, token: Any, client_id: str, client_host: str, check: Any
+    ) -> None:
+        gid = req.group_id
+        if not gid:
+            self._respond(token, {"error_code": E.INVALID_GROUP_ID, "topics": []})
+            return
+        if check is not None and (err := check(gid)):
+            self._respond(token, {"error_code": err, "topics": []})
+            return
+        group = self._groups.get(gid)
+        if group is None or group.state is DEAD:
+            self._respond(token, {"error_code": E.GROUP_ID_NOT_FOUND, "topics": []})
+            return
+        if group.state is not EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            self._respond(token, {"error_code": E.NON_EMPTY_GROUP, "topics": []})
+            return
+        empty = group.state is EMPTY
+        eligible: list[TopicPartition] = []
+        topics = []
+        for t in req.topics:
+            subscribed = not empty and group.is_subscribed_to(t.name)
+            parts = []
+            for p in t.partitions:
+                if subscribed:
+                    parts.append(
+                        {"partition_index": p.partition_index, "error_code": E.GROUP_SUBSCRIBED_TO_TOPIC}
+                    )
+                else:
+                    eligible.append(TopicPartition(t.name, p.partition_index))
+                    parts.append({"partition_index": p.partition_index, "error_code": E.NONE})
+            topics.append({"name": t.name, "partitions": parts})
+        self._remove_offsets(group, eligible)
+        self._respond(token, {"error_code": E.NONE, "topics": topics})
+
+
+def _commit_body(layout: list[tuple[str, list[tuple[int, int | None]]]], written: int) -> dict[str, Any]:
+    return {
+        "topics": [
+            {
+                "name": name,
+                "partitions": [
+                    {"partition_index": p, "error_code": written if err is None else err} for p, err in parts
+                ],
+            }
+            for name, parts in layout
+        ]
+    }
+
+
+def _fetched(group: Group | None, tp: TopicPartition, require_stable: bool) -> dict[str, Any]:
+    if group is not None:
+        if require_stable and group.offsets.is_pending(tp):
+            return {
+                "partition_index": tp.partition,
+                "committed_offset": -1,
+                "metadata": "",
+                "error_code": E.UNSTABLE_OFFSET_COMMIT,
+            }
+        r = group.offsets.committed.get(tp)
+        if r is not None:
+            return {
+                "partition_index": tp.partition,
+                "committed_offset": r.offset,
+                "metadata": r.metadata,
+                "error_code": E.NONE,
+            }
+    return {"partition_index": tp.partition, "committed_offset": -1, "metadata": "", "error_code": E.NONE}
+
+
+def _describe(group_id: str, group: Group | None) -> dict[str, Any]:
+    if group is None:
+        return {
+            "error_code": E.NONE,
+            "group_id": group_id,
+            "group_state": DEAD.value,
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+        }
+    stable = group.state is STABLE
+    pn = group.protocol_name if stable else None
+    members = [_describe_member(m, pn, stable) for m in group.members.values()]
+    return {
+        "error_code": E.NONE,
+        "group_id": group_id,
+        "group_state": group.state.value,
+        "protocol_type": group.protocol_type or "",
+        "protocol_data": (group.protocol_name or "") if stable else "",
+        "members": members,
+    }
+
+
+def _describe_member(m: Member, protocol_name: str | None, with_data: bool) -> dict[str, Any]:
+    return {
+        "member_id": m.member_id,
+        "group_instance_id": m.group_instance_id,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "member_metadata": m.metadata(protocol_name) if with_data else b"",
+        "member_assignment": m.assignment if with_data else b"",
+    }
