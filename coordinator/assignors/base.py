@@ -269,8 +269,15 @@ def get_assignor(name: str) -> Assignor:
     plugins = _plugins()
     if name not in plugins:
         raise UnknownAssignor(name, set(_BUILTIN) | set(plugins))
-    loaded = plugins[name].load()
-    assignor = loaded() if callable(loaded) and not isinstance(loaded, Assignor) else loaded
+    entry_point = plugins[name]
+    try:
+        loaded = entry_point.load()
+        assignor = loaded() if callable(loaded) and not isinstance(loaded, Assignor) else loaded
+    except Exception as e:
+        raise GroupshiftError(
+            f"assignor plug-in {name!r} ({entry_point.value}) could not be loaded: {e}; "
+            "point the entry point at an Assignor subclass"
+        ) from e
     if not isinstance(assignor, Assignor):
         raise GroupshiftError(
             f"entry point {name!r} in group {ENTRY_POINT_GROUP!r} gave {assignor!r}, not an Assignor; "

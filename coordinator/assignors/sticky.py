@@ -26,7 +26,7 @@ Kafka's javadoc example: three members, four topics of two partitions each, then
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter
@@ -40,7 +40,7 @@ from coordinator.assignors.base import (
     topic_partitions,
 )
 from coordinator.assignors.payloads import decode_sticky_user_data
-from core.javahash import java_sort_key
+from core.javahash import java_sort_key, java_string_hash
 from core.types import TopicPartition
 
 _by_partition_then_topic = itemgetter(1, 0)
@@ -50,7 +50,7 @@ _by_partition_then_topic = itemgetter(1, 0)
 class Ownership:
     """What the members owned, after Kafka's `allSubscriptionsEqual` pass.
 
-    ``owned[i]`` are member i's still-valid claims (member i in input order); ``multiple`` the
+    ``owned[i]`` are member i's still-valid claims (members in Java `HashMap` order); ``multiple`` the
     partitions claimed by two members of the same generation (taken from both).
     """
 
@@ -109,7 +109,7 @@ class AbstractStickyAssignor(Assignor):
         neither does and it is remembered in `Ownership.multiple`. As in Kafka, the earlier claimant's
         generation is read from its protocol field (`Subscription.generation`).
         """
-        members = list(subscriptions)
+        members = java_hashmap_order(subscriptions)
         key = java_string_key(partitions_per_topic)
         topics = sorted(partitions_per_topic, key=key)
         topic_index = {t: i for i, t in enumerate(topics)}
@@ -167,6 +167,30 @@ class AbstractStickyAssignor(Assignor):
         self, partitions_per_topic: dict[str, int], subscriptions: dict[str, Subscription]
     ) -> Assignment:
         return self.sticky_assign(partitions_per_topic, subscriptions).assignment
+
+
+def java_hashmap_order(keys: Iterable[str]) -> list[str]:
+    """The order in which a Java `HashMap<String, _>` filled with ``keys`` (in this order) iterates them.
+
+    Kafka's sticky core walks its members in `HashMap` order, and one of Kafka's exact results
+    (who keeps ``maxQuota`` partitions) depends on it. Buckets are the spread `hashCode` masked by
+    the table size (16, doubled past a 0.75 load); a bucket keeps insertion order.
+
+    >>> java_hashmap_order(["consumer1", "consumer2", "consumer3", "consumer4"])
+    ['consumer4', 'consumer3', 'consumer2', 'consumer1']
+    """
+    keys = list(keys)
+    capacity = 16
+    while len(keys) > capacity * 3 // 4:
+        capacity *= 2
+    mask = capacity - 1
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & mask
+
+    buckets = [bucket(k) for k in keys]
+    return [keys[i] for i in sorted(range(len(keys)), key=buckets.__getitem__)]
 
 
 class StickyAssignor(AbstractStickyAssignor):
