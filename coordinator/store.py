@@ -376,6 +376,21 @@ class CoordinatorStore:
         except (NoNodeError, BadVersionError, msgspec.DecodeError, KazooException, TimeoutError):
             pass
 
+    async def read_leader(self, shard: int) -> LeaderRecord | None:
+        """The shard's leader as ZooKeeper has it now (not the watched copy)."""
+        try:
+            data, _ = await self._aio(self.zk.get_async(f"{shard_path(shard)}/leader"))
+        except NoNodeError:
+            return None
+        try:
+            return _leader_decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+
+    def forget_shard(self, shard: int) -> None:
+        """Forget which znodes exist for the groups of `shard` (we no longer lead it)."""
+        self._forget(lambda g: shard_of(g, self.shards) == shard)
+
     def _forget(self, which: Callable[[str], bool]) -> None:
         prefix = GROUPS + "/"
         self._existing = {
