@@ -1,0 +1,1117 @@
+"""Scheme three's consumer side: a group member talking to the coordinator (seed 003's four phases).
+
+`CoordinatorMember` implements `pipeline.membership.Membership`. After `start()` a *group thread*
+finds the coordinator (FindCoordinator to any node), joins (MEMBER_ID_REQUIRED and
+REBALANCE_IN_PROGRESS answered by joining again), runs the assignor the group's vote selected when
+it is the leader, syncs, and then waits for the next reason to rejoin; a *heartbeat thread* keeps
+the session alive and is how the member learns that a rebalance started (REBALANCE_IN_PROGRESS) or
+that it was fenced (UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION). Listener callbacks run on the group
+thread in Kafka's order:
+
+* eager protocols (range, roundrobin, sticky): `on_partitions_revoked(all)` before JoinGroup,
+  `on_partitions_assigned(all)` after SyncGroup;
+* cooperative (every configured assignor supports it, e.g. cooperative-sticky): nothing before
+  JoinGroup; after SyncGroup `on_partitions_revoked(owned - assigned)` then
+  `on_partitions_assigned(assigned - owned)`, and a follow-up rejoin if something was revoked,
+  so partitions that stay are never interrupted;
+* `on_partitions_lost(owned)` instead of revoked once the member learnt it was fenced.
+
+    member = CoordinatorMember("billing", ["clicks"], zk=zk, assignors=["cooperative-sticky", "range"],
+                               listener=my_listener, session_timeout_ms=10_000)
+    member.start()
+    member.record_poll()                          # the consumer's poll loop calls this; see below
+    member.commit({TopicPartition("clicks", 0): OffsetAndMetadata(42)}, member.generation)
+    member.close()                                # revoke, LeaveGroup (dynamic members only)
+
+A member whose owner stops calling `record_poll()` for `max_poll_interval_ms` leaves the group
+(Kafka's poll timeout) and rejoins on the next `record_poll()`. Static members
+(`group_instance_id`) never send LeaveGroup, so a restart within the session timeout causes no
+rebalance. NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a dropped connection make the member
+look the coordinator up again; its membership survives (the group lives in ZooKeeper).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from coordinator import protocol as wire
+from coordinator.assignors.base import Subscription, get_assignor
+from coordinator.assignors.payloads import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_cooperative_user_data,
+    encode_sticky_user_data,
+    encode_subscription,
+)
+from coordinator.protocol import ErrorCode as E
+from core.errors import CommitFailed, GroupshiftError, RebalanceFailed
+from core.types import OffsetAndMetadata, TopicPartition
+from pipeline.membership import NoopListener, call_listener
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_TYPE = "consumer"
+COORDINATORS_PATH = "/groupshift/coordinators/ids"
+EAGER, COOPERATIVE = "eager", "cooperative"
+NO_GENERATION = -1
+
+# Errors after which a member's generation is gone: its partitions may already be someone else's.
+FENCING_ERRORS = (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION)
+COORDINATOR_ERRORS = (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE)
+COMMIT_FENCED = (E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID, E.REBALANCE_IN_PROGRESS, E.FENCED_INSTANCE_ID)
+FATAL_JOIN_ERRORS = (
+    E.INCONSISTENT_GROUP_PROTOCOL,
+    E.INVALID_SESSION_TIMEOUT,
+    E.INVALID_GROUP_ID,
+    E.GROUP_AUTHORIZATION_FAILED,
+    E.GROUP_MAX_SIZE_REACHED,
+    E.FENCED_INSTANCE_ID,
+    E.UNSUPPORTED_VERSION,
+    E.INVALID_REQUEST,
+)
+
+
+class MemberState(Enum):
+    """Kafka's client-side `MemberState`."""
+
+    UNJOINED = "unjoined"
+    PREPARING_REBALANCE = "preparing-rebalance"  # JoinGroup sent
+    COMPLETING_REBALANCE = "completing-rebalance"  # JoinGroup answered, SyncGroup pending
+    STABLE = "stable"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What a successful JoinGroup gave this member."""
+
+    generation_id: int = NO_GENERATION
+    member_id: str = ""
+    protocol_name: str | None = None
+
+
+class CoordinatorUnavailable(GroupshiftError):
+    """No coordinator node answered for the group; start one (`groupshift coordinator serve`)."""
+
+
+class ConnectionLost(GroupshiftError):
+    """The connection to a coordinator node broke (or timed out) before the response arrived."""
+
+
+def error_name(code: int) -> str:
+    return wire.ERROR_NAMES.get(code, str(code))
+
+
+# --- pure parts ------------------------------------------------------------------------------
+
+
+def rebalance_protocol(assignor_names: Sequence[str]) -> str:
+    """The rebalance protocol for a member's assignors: cooperative only if every one supports it.
+
+    >>> rebalance_protocol(["cooperative-sticky"]), rebalance_protocol(["cooperative-sticky", "range"])
+    ('cooperative', 'eager')
+    """
+    protocols = [set(get_assignor(n).supported_protocols) for n in assignor_names]
+    return COOPERATIVE if all(COOPERATIVE in p for p in protocols) else EAGER
+
+
+def cooperative_changes(
+    owned: set[TopicPartition], assigned: set[TopicPartition]
+) -> tuple[set[TopicPartition], set[TopicPartition]]:
+    """(revoked, added) when a member that owned `owned` is given `assigned`.
+
+    >>> a, b, c = (TopicPartition("t", i) for i in range(3))
+    >>> cooperative_changes({a, b}, {b, c}) == ({a}, {c})
+    True
+    """
+    return owned - assigned, assigned - owned
+
+
+def subscription_user_data(protocol_name: str, owned: Iterable[TopicPartition], generation: int) -> bytes:
+    """The assignor's own bytes in a member's subscription (Kafka's `subscriptionUserData`)."""
+    if protocol_name == "sticky":
+        return encode_sticky_user_data(sorted(owned), generation)
+    if protocol_name == "cooperative-sticky":
+        return encode_cooperative_user_data(generation)
+    return b""
+
+
+def join_protocols(
+    assignor_names: Sequence[str],
+    topics: Sequence[str],
+    owned: Iterable[TopicPartition],
+    generation: int,
+    rack: str | None = None,
+) -> list[dict[str, Any]]:
+    """JoinGroup `protocols`: one entry per assignor, most preferred first, each with its subscription."""
+    owned = sorted(owned)
+    return [
+        {
+            "name": name,
+            "metadata": encode_subscription(
+                Subscription(
+                    list(topics),
+                    owned_partitions=owned,
+                    generation=generation,
+                    rack=rack,
+                    user_data=subscription_user_data(name, owned, generation),
+                )
+            ),
+        }
+        for name in assignor_names
+    ]
+
+
+def perform_assignment(
+    protocol_name: str,
+    members: Sequence[Mapping[str, Any]],
+    partitions_for: Callable[[str], int | None],
+) -> tuple[dict[str, bytes], dict[str, int]]:
+    """The leader's job: run the selected assignor over every member's subscription.
+
+    `members` are the JoinGroup response's `members`. Returns the SyncGroup assignment bytes per
+    member and the partition counts used (the leader watches them for changes).
+    """
+    assignor = get_assignor(protocol_name)
+    subscriptions = {
+        m["member_id"]: decode_subscription(m["metadata"], m.get("group_instance_id")) for m in members
+    }
+    topics = sorted({t for s in subscriptions.values() for t in s.topics})
+    counts = {}
+    for topic in topics:
+        n = partitions_for(topic)
+        if n:
+            counts[topic] = n
+    result = assignor.assign(counts, subscriptions)
+    return {member: encode_assignment(tps) for member, tps in result.items()}, counts
+
+
+# --- one connection to one coordinator node --------------------------------------------------
+
+
+class Connection:
+    """A blocking request/response connection to one node; one request in flight at a time.
+
+    The node answers a connection's requests in order and may park JoinGroup/SyncGroup, so the
+    member uses one connection for those and another for heartbeats and offsets.
+    """
+
+    def __init__(self, host: str, port: int, client_id: str, connect_timeout: float = 5.0):
+        self.address = (host, port)
+        self.client_id = client_id
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._decoder = wire.FrameDecoder(max_frame_bytes=64 << 20)
+        self._frames: list[bytes] = []
+        try:
+            self._sock = socket.create_connection(self.address, timeout=connect_timeout)
+        except OSError as exc:
+            raise ConnectionLost(f"cannot connect to coordinator node {host}:{port}: {exc}") from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.closed = False
+
+    def request(self, api: int, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one request and wait for its response body; raises `ConnectionLost`."""
+        with self._lock:
+            if self.closed:
+                raise ConnectionLost("connection closed")
+            self._next_id = (self._next_id + 1) & 0x7FFFFFFF
+            rid = self._next_id
+            try:
+                self._sock.settimeout(timeout)
+                self._sock.sendall(wire.encode_request(api, rid, body, self.client_id))
+                while True:
+                    while self._frames:
+                        got, resp = wire.decode_response(self._frames.pop(0))
+                        if got == rid:
+                            return resp
+                    data = self._sock.recv(1 << 16)
+                    if not data:
+                        raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
+                    self._frames.extend(self._decoder.feed(data))
+            except (OSError, wire.ProtocolError) as exc:
+                self._close_locked()
+                raise ConnectionLost(f"{wire.API_NAMES.get(api, api)} to {self.address}: {exc}") from None
+            except ConnectionLost:
+                self._close_locked()
+                raise
+
+    def _close_locked(self) -> None:
+        self.closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def abort(self) -> None:
+        """Break a request blocked in another thread (it raises `ConnectionLost`)."""
+        self.closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.abort()
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise GroupshiftError(f"bad coordinator address {text!r}; expected host:port")
+    return host, int(port)
+
+
+def zk_bootstrap(zk) -> list[tuple[str, int]]:
+    """Coordinator nodes registered in ZooKeeper (`/groupshift/coordinators/ids/<node>`)."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        children = zk.get_children(COORDINATORS_PATH)
+    except NoNodeError:
+        return []
+    nodes = []
+    for child in children:
+        try:
+            data, _ = zk.get(f"{COORDINATORS_PATH}/{child}")
+            info = json.loads(data)
+            nodes.append((str(info["host"]), int(info["port"])))
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            continue
+    return nodes
+
+
+def zk_partition_counts(zk) -> Callable[[str], int | None]:
+    """`partitions_for(topic)` reading `/brokers/topics/<t>` (None for an unknown topic)."""
+    from core.errors import UnknownTopic
+    from topics.registry import describe
+
+    def partitions_for(topic: str) -> int | None:
+        try:
+            return describe(zk, topic).num_partitions
+        except UnknownTopic:
+            return None
+
+    return partitions_for
+
+
+# --- the member ------------------------------------------------------------------------------
+
+
+class CoordinatorMember:
+    """One consumer-group member under scheme three (see the module docstring)."""
+
+    def __init__(
+        self,
+        group_id: str,
+        topics: Sequence[str],
+        *,
+        bootstrap: Sequence[str] | str | None = None,
+        zk=None,
+        assignors: Sequence[str] = ("range",),
+        listener: object | None = None,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        rebalance_timeout_ms: int | None = None,
+        group_instance_id: str | None = None,
+        client_id: str = "groupshift",
+        retry_backoff_ms: int = 100,
+        request_timeout_ms: int = 30_000,
+        partitions_for: Callable[[str], int | None] | None = None,
+        rack: str | None = None,
+    ):
+        if not assignors:
+            raise GroupshiftError("a member needs at least one assignor (partition.assignment.strategy)")
+        for name in assignors:
+            get_assignor(name)  # fail fast with the list of known names
+        if isinstance(bootstrap, str):
+            bootstrap = [b for b in bootstrap.split(",") if b.strip()]
+        self.group_id = group_id
+        self.topics = list(topics)
+        self.assignors = list(assignors)
+        self.protocol = rebalance_protocol(self.assignors)
+        self.listener = listener or NoopListener()
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        # The Java consumer sends max.poll.interval.ms as the rebalance timeout.
+        self.rebalance_timeout_ms = rebalance_timeout_ms or max_poll_interval_ms
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.retry_backoff = retry_backoff_ms / 1000
+        self.request_timeout = request_timeout_ms / 1000
+        self.rack = rack
+        self._zk = zk
+        self._bootstrap = [parse_address(b) for b in bootstrap or []]
+        if not self._bootstrap and zk is None:
+            raise GroupshiftError("pass bootstrap='host:port,...' or a ZooKeeper client to find coordinators")
+        if partitions_for is None:
+            if zk is None:
+                raise GroupshiftError(
+                    "pass partitions_for or a ZooKeeper client (the leader needs topic sizes)"
+                )
+            partitions_for = zk_partition_counts(zk)
+        self._partitions_for = partitions_for
+
+        self._cv = threading.Condition(threading.RLock())
+        self.state = MemberState.UNJOINED
+        self._generation = Generation()
+        self._stable_generation = NO_GENERATION  # generation of the partitions the listener owns
+        self._owned: set[TopicPartition] = set()
+        self._coordinator: tuple[str, int] | None = None
+        self._join_conn: Connection | None = None
+        self._ctl_conn: Connection | None = None
+        self._rejoin_needed = True
+        self._needs_join_prepare = True
+        self._closed = False
+        self._last_poll = time.monotonic()
+        self._poll_timed_out = False
+        self._last_heartbeat_ok = time.monotonic()
+        self._leader_counts: dict[str, int] | None = None
+        self._watched: set[str] = set()
+        self.fatal_error: BaseException | None = None
+        self._threads: list[threading.Thread] = []
+        # Counters an experiment reads (client-side cost of rebalancing).
+        self.stats = {
+            "joins": 0,
+            "syncs": 0,
+            "heartbeats": 0,
+            "rebalances": 0,
+            "zk_requests": 0,
+            "coordinator_lookups": 0,
+        }
+        self.rebalance_listeners: list[Callable[[int, set[TopicPartition]], None]] = []
+
+    # -- Membership interface ------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """The generation of the assignment this member currently holds (-1 before the first)."""
+        with self._cv:
+            return self._stable_generation
+
+    @property
+    def member_id(self) -> str:
+        with self._cv:
+            return self._generation.member_id
+
+    def start(self) -> None:
+        """Start the group and heartbeat threads; returns at once (the join happens in the background)."""
+        with self._cv:
+            if self._threads:
+                return
+            self._last_poll = time.monotonic()
+            self._threads = [
+                threading.Thread(target=self._group_loop, name=f"group-{self.group_id}", daemon=True),
+                threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.group_id}", daemon=True),
+            ]
+        for t in self._threads:
+            t.start()
+
+    def assignment(self) -> set[TopicPartition]:
+        with self._cv:
+            return set(self._owned)
+
+    def record_poll(self) -> None:
+        """The consumer polled: reset the poll timer (and rejoin if a poll timeout made us leave)."""
+        with self._cv:
+            self._last_poll = time.monotonic()
+            if self._poll_timed_out:
+                self._poll_timed_out = False
+                self._rejoin_needed = True
+                self._cv.notify_all()
+        if self.fatal_error is not None:
+            raise self.fatal_error
+
+    def wait_stable(self, timeout: float) -> bool:
+        """Block until the member holds a stable assignment (tests and benchmarks)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while not (self.state == MemberState.STABLE and not self._rejoin_needed):
+                if self.fatal_error is not None:
+                    raise self.fatal_error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(min(left, 0.05))
+            return True
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], generation: int) -> None:
+        """OffsetCommit fenced by `generation`; raises `CommitFailed` when the group moved on.
+
+        Retries NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / load-in-progress and dropped
+        connections (with rediscovery) for up to the request timeout.
+        """
+        if not offsets:
+            return
+        with self._cv:
+            gen = self._generation
+            standalone = generation == NO_GENERATION and not self._threads
+            if standalone:
+                # Not a group member (manual assignment): Kafka's commit outside any generation,
+                # accepted only while the group has no members.
+                gen = Generation()
+            elif (
+                generation != self._stable_generation or not gen.member_id or self.state == MemberState.CLOSED
+            ):
+                raise CommitFailed(
+                    f"commit for generation {generation} refused: the member holds generation "
+                    f"{self._stable_generation} ({self.state.value}); the group rebalanced, so the "
+                    "partitions' new owners will read these records again — poll() and process the "
+                    "current assignment"
+                )
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp, om in sorted(offsets.items()):
+            off, meta = (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
+            topics.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "committed_offset": off, "committed_metadata": meta}
+            )
+        body = {
+            "group_id": self.group_id,
+            "generation_id": generation,
+            "member_id": gen.member_id,
+            "group_instance_id": None if standalone else self.group_instance_id,
+            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+        }
+        resp = self._control_request(wire.OFFSET_COMMIT, body, retry_coordinator=True)
+        errors = {
+            p["error_code"]
+            for t in resp.get("topics", [])
+            for p in t.get("partitions", [])
+            if p["error_code"]
+        }
+        if not errors:
+            return
+        fenced = errors & set(COMMIT_FENCED)
+        if fenced:
+            code = min(fenced)
+            with self._cv:
+                current = self._generation == gen and gen.generation_id == generation
+                stable = self.state == MemberState.STABLE
+            if code in FENCING_ERRORS and current:
+                self._reset_generation(f"commit answered {error_name(code)}")
+            elif code == E.REBALANCE_IN_PROGRESS and current and stable:
+                self.request_rejoin("commit answered REBALANCE_IN_PROGRESS")
+            raise CommitFailed(
+                f"commit refused by the coordinator ({error_name(code)}): generation {generation} is no "
+                "longer current; the records will be delivered to the partitions' new owner — keep "
+                "polling (the member rejoins) and process the new assignment"
+            )
+        raise GroupshiftError(f"offset commit failed: {', '.join(sorted(map(error_name, errors)))}")
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets (OffsetFetch); None where nothing was committed."""
+        partitions = sorted(set(partitions))
+        if not partitions:
+            return {}
+        topics: dict[str, list[int]] = {}
+        for tp in partitions:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        body = {
+            "group_id": self.group_id,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
+        }
+        resp = self._control_request(wire.OFFSET_FETCH, body, retry_coordinator=True, top_level=True)
+        if resp.get("error_code"):
+            raise GroupshiftError(f"offset fetch failed: {error_name(resp['error_code'])}")
+        out: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
+        for t in resp.get("topics", []):
+            for p in t.get("partitions", []):
+                off = p.get("committed_offset", -1)
+                out[TopicPartition(t["name"], p["partition_index"])] = None if off is None or off < 0 else off
+        return out
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Revoke the partitions (listener), leave the group (dynamic members) and stop the threads."""
+        with self._cv:
+            if self._closed and self.state == MemberState.CLOSED:
+                return
+            self._closed = True
+            self._cv.notify_all()
+            gen, state, join_conn = self._generation, self.state, self._join_conn
+        dynamic = self.group_instance_id is None
+        left = False
+        if state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
+            # The group thread is parked in JoinGroup/SyncGroup: leaving answers it at once.
+            if dynamic and gen.member_id:
+                left = self._try_leave(gen.member_id)
+            if join_conn is not None:
+                join_conn.abort()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout)
+        with self._cv:
+            owned, gen = set(self._owned), self._generation
+        try:
+            if owned:
+                lost = gen.generation_id == NO_GENERATION or not gen.member_id
+                call_listener(self.listener, "on_partitions_lost" if lost else "on_partitions_revoked", owned)
+        finally:
+            with self._cv:
+                self._owned = set()
+            if dynamic and gen.member_id and not left:
+                self._try_leave(gen.member_id)
+            with self._cv:
+                self.state = MemberState.CLOSED
+                self._cv.notify_all()
+                self._drop_connections()
+
+    def _try_leave(self, member_id: str) -> bool:
+        try:
+            if self._ensure_coordinator(time.monotonic() + self.request_timeout, stop_on_close=False):
+                self._leave(member_id, "the consumer is being closed")
+                return True
+        except (ConnectionLost, GroupshiftError) as exc:
+            log.info("LeaveGroup failed (%s); the session will expire instead", exc)
+        return False
+
+    # -- coordinator discovery and requests ------------------------------------------------------
+
+    def _bootstrap_nodes(self) -> list[tuple[str, int]]:
+        nodes = list(self._bootstrap)
+        if self._zk is not None:
+            self.stats["zk_requests"] += 1
+            nodes += [n for n in zk_bootstrap(self._zk) if n not in nodes]
+        random.shuffle(nodes)
+        return nodes
+
+    def _ensure_coordinator(self, deadline: float | None = None, stop_on_close: bool = True) -> bool:
+        """Phase one: find the group's coordinator and connect to it.
+
+        False when the member closed meanwhile (`stop_on_close`) or `deadline` passed.
+        """
+        while True:
+            with self._cv:
+                if (stop_on_close and self._closed) or self.state == MemberState.CLOSED:
+                    return False
+                if self._coordinator is not None and self._ctl_conn is not None and not self._ctl_conn.closed:
+                    return True
+            if self._discover_once():
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            self._sleep(self.retry_backoff, interruptible=stop_on_close)
+
+    def _discover_once(self) -> bool:
+        """One FindCoordinator round over the known nodes; True when connected to the coordinator."""
+        self.stats["coordinator_lookups"] += 1
+        for host, port in self._bootstrap_nodes():
+            try:
+                conn = Connection(host, port, self.client_id)
+                try:
+                    resp = conn.request(
+                        wire.FIND_COORDINATOR, {"key": self.group_id, "key_type": 0}, self.request_timeout
+                    )
+                finally:
+                    conn.close()
+            except ConnectionLost as exc:
+                log.debug("FindCoordinator via %s:%s failed: %s", host, port, exc)
+                continue
+            if resp.get("error_code"):
+                log.debug("FindCoordinator via %s:%s: %s", host, port, error_name(resp["error_code"]))
+                continue
+            try:
+                ctl = Connection(resp["host"], resp["port"], self.client_id)
+                join = Connection(resp["host"], resp["port"], self.client_id)
+            except ConnectionLost as exc:
+                log.debug("coordinator %s:%s unreachable: %s", resp["host"], resp["port"], exc)
+                continue
+            with self._cv:
+                self._drop_connections()
+                self._coordinator = (resp["host"], resp["port"])
+                self._ctl_conn, self._join_conn = ctl, join
+                self._last_heartbeat_ok = time.monotonic()
+                self._cv.notify_all()
+            log.info(
+                "group %s: coordinator is node %s at %s:%s",
+                self.group_id,
+                resp.get("node_id"),
+                resp["host"],
+                resp["port"],
+            )
+            return True
+        return False
+
+    def _drop_connections(self) -> None:
+        with self._cv:
+            for conn in (self._ctl_conn, self._join_conn):
+                if conn is not None:
+                    conn.close()
+            self._ctl_conn = self._join_conn = None
+            self._coordinator = None
+
+    def mark_coordinator_unknown(self, why: str) -> None:
+        with self._cv:
+            if self._coordinator is None:
+                return
+            log.info(
+                "group %s: coordinator %s unknown (%s); looking it up again",
+                self.group_id,
+                self._coordinator,
+                why,
+            )
+            self._drop_connections()
+            self._cv.notify_all()
+
+    def _control_request(
+        self, api: int, body: Mapping[str, Any], retry_coordinator: bool, top_level: bool = False
+    ) -> dict[str, Any]:
+        """A request on the control connection, retried over coordinator moves until the timeout."""
+        deadline = time.monotonic() + self.request_timeout
+        while True:
+            if not self._ensure_coordinator(deadline, stop_on_close=False):
+                raise CoordinatorUnavailable(
+                    f"{wire.API_NAMES[api]} for group {self.group_id!r}: no coordinator found within "
+                    f"{self.request_timeout:g}s; check that coordinator nodes are running"
+                )
+            with self._cv:
+                conn = self._ctl_conn
+            if conn is None:
+                continue
+            try:
+                resp = conn.request(api, body, self.request_timeout)
+            except ConnectionLost as exc:
+                self.mark_coordinator_unknown(str(exc))
+                resp = None
+            if resp is not None:
+                codes = (
+                    {resp.get("error_code", 0)}
+                    if top_level
+                    else {p["error_code"] for t in resp.get("topics", []) for p in t.get("partitions", [])}
+                )
+                retriable = codes & {
+                    E.NOT_COORDINATOR,
+                    E.COORDINATOR_NOT_AVAILABLE,
+                    E.COORDINATOR_LOAD_IN_PROGRESS,
+                }
+                if not retriable or not retry_coordinator:
+                    return resp
+                if codes & set(COORDINATOR_ERRORS):
+                    self.mark_coordinator_unknown(
+                        f"{wire.API_NAMES[api]} answered {error_name(min(retriable))}"
+                    )
+            if time.monotonic() >= deadline:
+                raise CoordinatorUnavailable(
+                    f"{wire.API_NAMES[api]} for group {self.group_id!r} got no answer from a coordinator "
+                    f"within {self.request_timeout:g}s; check that coordinator nodes are running"
+                )
+            self._sleep(self.retry_backoff, interruptible=False)
+
+    def _leave(self, member_id: str, reason: str) -> None:
+        body = {
+            "group_id": self.group_id,
+            "members": [
+                {"member_id": member_id, "group_instance_id": self.group_instance_id, "reason": reason}
+            ],
+        }
+        with self._cv:
+            conn = self._ctl_conn
+        if conn is None:
+            return
+        resp = conn.request(wire.LEAVE_GROUP, body, self.request_timeout)
+        log.info(
+            "group %s: %s left (%s): %s",
+            self.group_id,
+            member_id,
+            reason,
+            error_name(resp.get("error_code", 0)),
+        )
+
+    def _sleep(self, seconds: float, interruptible: bool = True) -> None:
+        if not interruptible:
+            time.sleep(seconds)
+            return
+        with self._cv:
+            if not self._closed:
+                self._cv.wait(seconds)
+
+    # -- state changes shared by both threads ---------------------------------------------------
+
+    def request_rejoin(self, why: str) -> None:
+        with self._cv:
+            if not self._rejoin_needed:
+                log.debug("group %s: rejoin needed (%s)", self.group_id, why)
+            self._rejoin_needed = True
+            self._cv.notify_all()
+
+    def _reset_generation(self, why: str) -> None:
+        """Forget the member id and generation (fenced): the next join prepare reports partitions lost."""
+        with self._cv:
+            log.info("group %s: member %s fenced (%s)", self.group_id, self._generation.member_id, why)
+            self._generation = Generation()
+            self.state = MemberState.UNJOINED
+            self._rejoin_needed = True
+            self._cv.notify_all()
+
+    # -- the group thread --------------------------------------------------------------------------
+
+    def _group_loop(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    if self._closed:
+                        return
+                    if self._poll_expired_locked():
+                        self._leave_on_poll_timeout()
+                        continue
+                    if self._poll_timed_out:
+                        self._cv.wait(0.1)
+                        continue
+                    need = self._rejoin_needed or self.state != MemberState.STABLE
+                    unknown = self._coordinator is None
+                    if not need and not unknown:
+                        self._cv.wait(self._poll_wait_locked())
+                        continue
+                if not self._ensure_coordinator():
+                    return
+                if need:
+                    self._join_group_if_needed()
+        except Exception as exc:  # a bug or a fatal group error: surface it through record_poll()
+            if not isinstance(exc, GroupshiftError):
+                log.exception("group %s: group thread failed", self.group_id)
+            with self._cv:
+                self.fatal_error = exc
+                self._cv.notify_all()
+
+    def _poll_expired_locked(self) -> bool:
+        return (
+            not self._poll_timed_out
+            and self.state != MemberState.UNJOINED
+            and time.monotonic() - self._last_poll > self.max_poll_interval_ms / 1000
+        )
+
+    def _poll_wait_locked(self) -> float:
+        left = self.max_poll_interval_ms / 1000 - (time.monotonic() - self._last_poll)
+        return max(0.01, min(left, 1.0))
+
+    def _leave_on_poll_timeout(self) -> None:
+        """Kafka's poll timeout: a member that stopped polling leaves so the others can take over."""
+        gen = self._generation
+        log.warning(
+            "group %s: member %s did not poll for max_poll_interval_ms=%d; leaving the group (processing "
+            "is too slow: raise max_poll_interval_ms or lower max_poll_records)",
+            self.group_id,
+            gen.member_id,
+            self.max_poll_interval_ms,
+        )
+        self._poll_timed_out = True
+        if self.group_instance_id is None and gen.member_id:
+            try:
+                self._leave(gen.member_id, "consumer poll timeout has expired")
+            except ConnectionLost as exc:
+                log.info("LeaveGroup after poll timeout failed: %s", exc)
+        self._generation = Generation()
+        self.state = MemberState.UNJOINED
+        self._rejoin_needed = True
+        self._cv.notify_all()
+
+    def _on_join_prepare(self) -> None:
+        """Before JoinGroup: revoke (eager), revoke unsubscribed topics (cooperative), or report lost."""
+        with self._cv:
+            owned, gen = set(self._owned), self._generation
+        if not owned:
+            return
+        if gen.generation_id == NO_GENERATION or not gen.member_id:
+            revoked, method = owned, "on_partitions_lost"
+        elif self.protocol == EAGER:
+            revoked, method = owned, "on_partitions_revoked"
+        else:
+            revoked = {tp for tp in owned if tp.topic not in self.topics}
+            method = "on_partitions_revoked"
+        if revoked:
+            call_listener(self.listener, method, revoked)
+            with self._cv:
+                self._owned -= revoked
+
+    def _join_group_if_needed(self) -> None:
+        """Phases two and three until the member is stable again (or must look the coordinator up)."""
+        while True:
+            with self._cv:
+                if self._closed or self._poll_timed_out or self._coordinator is None:
+                    return
+                conn = self._join_conn
+                if self._needs_join_prepare:
+                    self._needs_join_prepare = False
+                    prepare = True
+                else:
+                    prepare = False
+            if prepare:
+                self._on_join_prepare()
+            with self._cv:
+                self._rejoin_needed = False
+                self.state = MemberState.PREPARING_REBALANCE
+                gen = self._generation
+                owned = set(self._owned)
+                stable_gen = self._stable_generation
+            body = {
+                "group_id": self.group_id,
+                "session_timeout_ms": self.session_timeout_ms,
+                "rebalance_timeout_ms": self.rebalance_timeout_ms,
+                "member_id": gen.member_id,
+                "group_instance_id": self.group_instance_id,
+                "protocol_type": PROTOCOL_TYPE,
+                "protocols": join_protocols(self.assignors, self.topics, owned, stable_gen, self.rack),
+                "reason": None,
+            }
+            self.stats["joins"] += 1
+            try:
+                resp = conn.request(wire.JOIN_GROUP, body, self.rebalance_timeout_ms / 1000 + 5)
+            except ConnectionLost as exc:
+                self.mark_coordinator_unknown(str(exc))
+                return
+            code = resp.get("error_code", 0)
+            if code == E.MEMBER_ID_REQUIRED:
+                with self._cv:
+                    self._generation = Generation(NO_GENERATION, resp["member_id"], None)
+                continue
+            if code:
+                if not self._handle_join_error("JoinGroup", code):
+                    return
+                continue
+            if resp.get("protocol_type") not in (None, PROTOCOL_TYPE):
+                self._fail(RebalanceFailed(f"JoinGroup answered protocol type {resp['protocol_type']!r}"))
+                return
+            with self._cv:
+                if self._closed:
+                    return
+                self._generation = Generation(resp["generation_id"], resp["member_id"], resp["protocol_name"])
+                self.state = MemberState.COMPLETING_REBALANCE
+                self._cv.notify_all()
+            if not self._sync(conn, resp):
+                with self._cv:
+                    if self._closed or self._coordinator is None:
+                        return
+                continue
+            with self._cv:
+                done = not self._rejoin_needed
+            if done:
+                return
+
+    def _handle_join_error(self, api: str, code: int) -> bool:
+        """React to a JoinGroup/SyncGroup error; False when the join loop must stop (rediscover, fatal)."""
+        log.debug("group %s: %s answered %s", self.group_id, api, error_name(code))
+        if code in FENCING_ERRORS:
+            self._reset_generation(f"{api} answered {error_name(code)}")
+            return True
+        if code == E.REBALANCE_IN_PROGRESS:
+            with self._cv:
+                self._rejoin_needed = True
+            return True
+        if code in COORDINATOR_ERRORS:
+            self.mark_coordinator_unknown(f"{api} answered {error_name(code)}")
+            self._sleep(self.retry_backoff)
+            return False
+        if code == E.COORDINATOR_LOAD_IN_PROGRESS:
+            self._sleep(self.retry_backoff)
+            return True
+        if code in FATAL_JOIN_ERRORS:
+            what = {
+                E.FENCED_INSTANCE_ID: f"another member uses group_instance_id {self.group_instance_id!r}; "
+                "give every static member its own instance id",
+                E.INCONSISTENT_GROUP_PROTOCOL: f"the group's members use assignors none of which match "
+                f"{self.assignors}; list an assignor the other members use",
+                E.INVALID_SESSION_TIMEOUT: f"session_timeout_ms={self.session_timeout_ms} is outside the "
+                "coordinator's group.min/max.session.timeout.ms",
+                E.GROUP_MAX_SIZE_REACHED: "the group is full (group.max.size)",
+            }.get(code, "")
+            self._fail(
+                RebalanceFailed(f"{api} for group {self.group_id!r} failed: {error_name(code)}. {what}")
+            )
+            return False
+        self._sleep(self.retry_backoff)
+        return True
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._cv:
+            self.fatal_error = exc
+            self._closed = True
+            self._cv.notify_all()
+
+    def _sync(self, conn: Connection, join: Mapping[str, Any]) -> bool:
+        """Phase three: the leader assigns; everyone sends SyncGroup. True when the member is stable."""
+        gen = self._generation
+        assignments: list[dict[str, Any]] = []
+        if join["leader"] == gen.member_id and join.get("members"):
+            try:
+                per_member, counts = perform_assignment(
+                    gen.protocol_name, join["members"], self._partitions_for
+                )
+            except Exception as exc:
+                self._fail(RebalanceFailed(f"the leader's assignor {gen.protocol_name!r} failed: {exc}"))
+                return False
+            self.stats["zk_requests"] += len(counts)
+            assignments = [{"member_id": m, "assignment": a} for m, a in per_member.items()]
+            with self._cv:
+                self._leader_counts = counts
+            self._watch_topics(counts)
+        else:
+            with self._cv:
+                self._leader_counts = None
+        body = {
+            "group_id": self.group_id,
+            "generation_id": gen.generation_id,
+            "member_id": gen.member_id,
+            "group_instance_id": self.group_instance_id,
+            "protocol_type": PROTOCOL_TYPE,
+            "protocol_name": gen.protocol_name,
+            "assignments": assignments,
+        }
+        self.stats["syncs"] += 1
+        try:
+            resp = conn.request(wire.SYNC_GROUP, body, self.rebalance_timeout_ms / 1000 + 5)
+        except ConnectionLost as exc:
+            self.mark_coordinator_unknown(str(exc))
+            return False
+        code = resp.get("error_code", 0)
+        if code:
+            self._handle_join_error("SyncGroup", code)
+            return False
+        assigned = set(decode_assignment(resp.get("assignment") or b"").partitions)
+        with self._cv:
+            if self._closed or self._generation != gen:
+                return False
+            self.state = MemberState.STABLE
+            self._stable_generation = gen.generation_id
+            self._last_heartbeat_ok = time.monotonic()
+            self._cv.notify_all()
+        self._on_join_complete(gen, assigned)
+        return True
+
+    def _on_join_complete(self, gen: Generation, assigned: set[TopicPartition]) -> None:
+        """After SyncGroup: tell the listener, in Kafka's order, what changed."""
+        self.stats["rebalances"] += 1
+        with self._cv:
+            owned = set(self._owned)
+        unsubscribed = {tp for tp in assigned if tp.topic not in self.topics}
+        if unsubscribed:
+            self.request_rejoin(f"assignment {sorted(unsubscribed)} does not match the subscription")
+        if self.protocol == EAGER:
+            with self._cv:
+                self._owned = set(assigned)
+                self._stable_generation = gen.generation_id
+                self._needs_join_prepare = True
+            call_listener(self.listener, "on_partitions_assigned", assigned)
+        else:
+            revoked, added = cooperative_changes(owned, assigned)
+            if revoked:
+                call_listener(self.listener, "on_partitions_revoked", revoked)
+            with self._cv:
+                self._owned = (owned - revoked) | added
+                self._stable_generation = gen.generation_id
+                self._needs_join_prepare = True
+            call_listener(self.listener, "on_partitions_assigned", added)
+            if revoked:
+                # The revoked partitions go to their new owners in a follow-up rebalance (KIP-429).
+                self.request_rejoin(f"revoked {len(revoked)} partitions for their new owners")
+        for fn in list(self.rebalance_listeners):
+            fn(gen.generation_id, set(assigned))
+        log.info(
+            "group %s: %s stable at generation %d with %d partitions",
+            self.group_id,
+            gen.member_id,
+            gen.generation_id,
+            len(assigned),
+        )
+
+    def _watch_topics(self, counts: Mapping[str, int]) -> None:
+        """The leader rejoins when a subscribed topic's partition count changes (metadata refresh)."""
+        if self._zk is None:
+            return
+        from topics.registry import topic_path
+
+        for topic in self.topics:
+            if topic in self._watched:
+                continue
+            self._watched.add(topic)
+            self.stats["zk_requests"] += 1
+            self._zk.DataWatch(topic_path(topic), self._partition_count_watcher(topic))
+
+    def _partition_count_watcher(self, topic: str) -> Callable[[bytes | None, Any], bool | None]:
+        def changed(data: bytes | None, stat: Any) -> bool | None:
+            with self._cv:
+                if self._closed:
+                    return False  # ends the watch
+                used = self._leader_counts
+            if used is None or data is None:
+                return None
+            try:
+                n = len(json.loads(data)["partitions"])
+            except (ValueError, KeyError, TypeError):
+                return None
+            if used.get(topic, 0) != n:
+                self.request_rejoin(f"topic {topic} now has {n} partitions")
+            return None
+
+        return changed
+
+    # -- the heartbeat thread --------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.heartbeat_interval_ms / 1000
+        next_beat = time.monotonic() + interval
+        while True:
+            with self._cv:
+                while not self._closed and time.monotonic() < next_beat:
+                    self._cv.wait(next_beat - time.monotonic())
+                if self._closed:
+                    return
+                next_beat = time.monotonic() + interval
+                if self.state not in (MemberState.STABLE, MemberState.COMPLETING_REBALANCE):
+                    continue
+                if self._coordinator is None or self._ctl_conn is None:
+                    continue
+                gen, conn = self._generation, self._ctl_conn
+                if time.monotonic() - self._last_heartbeat_ok > self.session_timeout_ms / 1000:
+                    # No successful heartbeat for a whole session: the coordinator is probably gone.
+                    self.mark_coordinator_unknown("no heartbeat response within the session timeout")
+                    continue
+            body = {
+                "group_id": self.group_id,
+                "generation_id": gen.generation_id,
+                "member_id": gen.member_id,
+                "group_instance_id": self.group_instance_id,
+            }
+            self.stats["heartbeats"] += 1
+            try:
+                resp = conn.request(wire.HEARTBEAT, body, max(interval, self.session_timeout_ms / 1000))
+            except ConnectionLost as exc:
+                self.mark_coordinator_unknown(str(exc))
+                continue
+            code = resp.get("error_code", 0)
+            with self._cv:
+                if self._generation != gen:
+                    continue  # answered for a generation we already left behind
+                if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
+                    self._last_heartbeat_ok = time.monotonic()
+            if code == E.NONE:
+                continue
+            if code == E.REBALANCE_IN_PROGRESS:
+                self.request_rejoin("heartbeat answered REBALANCE_IN_PROGRESS")
+            elif code in FENCING_ERRORS:
+                self._reset_generation(f"heartbeat answered {error_name(code)}")
+            elif code in COORDINATOR_ERRORS:
+                self.mark_coordinator_unknown(f"heartbeat answered {error_name(code)}")
+            elif code == E.FENCED_INSTANCE_ID:
+                self._fail(
+                    RebalanceFailed(
+                        f"group {self.group_id!r}: another member took over group_instance_id "
+                        f"{self.group_instance_id!r}; this one is fenced and stops"
+                    )
+                )
+            else:
+                log.warning("group %s: heartbeat answered %s", self.group_id, error_name(code))

@@ -1,0 +1,92 @@
+"""Pure parts of the coordinator client: payloads, the rebalance protocol, cooperative changes, the leader."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.assignors.payloads import decode_assignment, decode_subscription
+from coordinator.client import (
+    COOPERATIVE,
+    EAGER,
+    cooperative_changes,
+    join_protocols,
+    perform_assignment,
+    rebalance_protocol,
+)
+from core.types import TopicPartition as TP
+
+
+@pytest.mark.parametrize(
+    ("assignors", "protocol"),
+    [
+        (["range"], EAGER),
+        (["cooperative-sticky"], COOPERATIVE),
+        (["cooperative-sticky", "range"], EAGER),  # Kafka: the common protocol of all assignors
+        (["sticky", "roundrobin"], EAGER),
+    ],
+)
+def test_rebalance_protocol_is_cooperative_only_when_every_assignor_supports_it(assignors, protocol):
+    assert rebalance_protocol(assignors) == protocol
+
+
+def test_cooperative_changes_revoke_only_what_moves():
+    owned = {TP("t", 0), TP("t", 1), TP("t", 2)}
+    assigned = {TP("t", 1), TP("t", 2), TP("t", 3)}
+    assert cooperative_changes(owned, assigned) == ({TP("t", 0)}, {TP("t", 3)})
+    assert cooperative_changes(owned, owned) == (set(), set())
+
+
+def test_join_protocols_list_every_assignor_in_preference_order_with_owned_partitions():
+    protocols = join_protocols(["cooperative-sticky", "range"], ["t"], {TP("t", 1), TP("t", 0)}, 7)
+    assert [p["name"] for p in protocols] == ["cooperative-sticky", "range"]
+    sub = decode_subscription(protocols[0]["metadata"])
+    assert sub.topics == ("t",)
+    assert sub.owned_partitions == (TP("t", 0), TP("t", 1))
+    assert sub.generation == 7
+    assert sub.user_data  # cooperative-sticky carries its generation in user data too
+
+
+def test_leader_runs_the_selected_assignor_over_every_member():
+    members = [
+        {
+            "member_id": m,
+            "group_instance_id": None,
+            "metadata": join_protocols(["range"], ["t0", "t1"], (), -1)[0]["metadata"],
+        }
+        for m in ("C0", "C1")
+    ]
+    per_member, counts = perform_assignment("range", members, {"t0": 3, "t1": 3, "other": 5}.get)
+    assert counts == {"t0": 3, "t1": 3}
+    got = {m: decode_assignment(b).partitions for m, b in per_member.items()}
+    # seed 002's RangeAssignor example with three partitions per topic
+    assert got == {
+        "C0": [TP("t0", 0), TP("t0", 1), TP("t1", 0), TP("t1", 1)],
+        "C1": [TP("t0", 2), TP("t1", 2)],
+    }
+
+
+def test_leader_skips_unknown_topics():
+    members = [
+        {
+            "member_id": "C0",
+            "group_instance_id": None,
+            "metadata": join_protocols(["roundrobin"], ["t", "missing"], (), -1)[0]["metadata"],
+        }
+    ]
+    per_member, counts = perform_assignment("roundrobin", members, {"t": 2}.get)
+    assert counts == {"t": 2}
+    assert decode_assignment(per_member["C0"]).partitions == [TP("t", 0), TP("t", 1)]
+
+
+def test_cooperative_sticky_leader_withholds_partitions_still_owned_by_another_member():
+    # consumer1 owns t-0..2 at generation 1; consumer2 joins (assignors.md §6 example)
+    c1 = join_protocols(["cooperative-sticky"], ["t"], {TP("t", 0), TP("t", 1), TP("t", 2)}, 1)[0]
+    c2 = join_protocols(["cooperative-sticky"], ["t"], (), -1)[0]
+    members = [
+        {"member_id": "consumer1", "group_instance_id": None, "metadata": c1["metadata"]},
+        {"member_id": "consumer2", "group_instance_id": None, "metadata": c2["metadata"]},
+    ]
+    per_member, _ = perform_assignment("cooperative-sticky", members, {"t": 3}.get)
+    got = {m: set(decode_assignment(b).partitions) for m, b in per_member.items()}
+    assert got["consumer2"] == set()
+    assert len(got["consumer1"]) == 2
