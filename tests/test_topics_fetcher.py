@@ -195,18 +195,18 @@ def test_a_partition_with_buffered_records_is_never_fetched(log):
 
 
 def test_the_next_fetch_is_sent_before_poll_returns(log):
-    fill(log, T0, 200)
+    fill(log, T0, 300)
     rl = RecordingLog(log)
-    with Fetcher(rl, max_poll_records=1000, auto_offset_reset="earliest", fetch_max_wait=10) as f:
+    with Fetcher(rl, max_poll_records=100, max_partition_fetch_records=100, auto_offset_reset="earliest") as f:
         f.assign({T0})
-        poll_until(f, lambda ps: len(offsets(ps, T0)) == 200)
-        fill(log, T0, 50, start=200)
-        # No poll is running, yet the prefetch sent by the last poll reads offset 200 in the background.
+        polls = poll_until(f, lambda ps: offsets(ps, T0))
+        assert offsets(polls, T0) == list(range(100)) and rl.reads_of(T0)[0] == 0
+        # No poll is running, yet the fetch sent by the last poll reads offset 100 in the background.
         deadline = time.monotonic() + 5
-        while 200 not in rl.reads_of(T0) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert 200 in rl.reads_of(T0)
-        assert offsets([f.poll(2.0)], T0) == list(range(200, 250))
+        while 100 not in rl.reads_of(T0) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert rl.reads_of(T0) == [0, 100]
+        assert offsets([f.poll(5.0)], T0) == list(range(100, 200))
 
 
 @pytest.mark.parametrize("policy", ["earliest", "latest", "none"])
