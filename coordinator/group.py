@@ -495,7 +495,10 @@ class GroupCoordinator(RequestHandlers):
         self._transition(group, PREPARING_REBALANCE)
         group.join_op = op
         self._push(op.deadline, _JOIN, group, op)
-        self._try_complete_join(group)
+        if op.initial and op.delay_ms == 0:
+            self._on_join_timeout(group, op)  # §6.2: with D = 0 the first window expires at once
+        else:
+            self._try_complete_join(group)
 
     def _maybe_prepare_rebalance(self, group: Group) -> None:
         if group.can_rebalance:
@@ -517,6 +520,8 @@ class GroupCoordinator(RequestHandlers):
             nxt = _DelayedJoin(self._now + delay, True, delay, max(op.remaining_ms - op.delay_ms, 0))
             group.join_op = nxt
             self._push(nxt.deadline, _JOIN, group, nxt)
+            if delay == 0:
+                self._on_join_timeout(group, nxt)
         else:
             self._complete_join(group)
 
@@ -537,6 +542,9 @@ class GroupCoordinator(RequestHandlers):
             return
         group.generation_id += 1
         group.pending_sync_members.clear()
+        # Kafka leaves a flag set during the last window behind; clearing it keeps §6.2's promise
+        # that a group coming back from Empty waits exactly one window.
+        group.new_member_added = False
         if not group.members:
             group.protocol_name = None
             group.subscribed_topics = group.compute_subscribed_topics()

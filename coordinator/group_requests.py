@@ -295,7 +295,7 @@ class RequestHandlers(_Base):
             had, old = group.park_sync(m, token)
             if had:
                 self._out.append(Discarded(old))
-            group.pending_sync_members.discard(mid)
+            self._synced(group, mid)
             if group.is_leader(mid):
                 assignments = dict.fromkeys(group.members, b"")
                 for a in req.assignments or ():
@@ -304,7 +304,7 @@ class RequestHandlers(_Base):
                 ctx = ("sync", group, group.generation_id, assignments)
                 self._persist("group", group, group.to_record(assignments), ctx)
         elif state is STABLE:
-            group.pending_sync_members.discard(mid)
+            self._synced(group, mid)
             self._respond(
                 token,
                 {
@@ -319,6 +319,11 @@ class RequestHandlers(_Base):
             self._respond(token, sync_error(E.REBALANCE_IN_PROGRESS))
         else:  # Empty: not reachable after the member check
             self._respond(token, sync_error(E.UNKNOWN_MEMBER_ID))
+
+    def _synced(self, group: Group, member_id: str) -> None:
+        group.pending_sync_members.discard(member_id)
+        if not group.pending_sync_members:
+            group.sync_op = None  # Kafka's DelayedSync completes once everyone has synced
 
     def _on_sync_persisted(self, ctx: tuple, ok: bool, error: int) -> None:
         _, group, generation_id, assignments = ctx
