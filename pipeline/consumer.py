@@ -1,0 +1,467 @@
+"""`Consumer`: one KafkaConsumer-shaped API over either rebalancing scheme and the pipelined fetcher.
+
+    consumer = Consumer("billing", ["clicks"], rebalancer="coordinator", zk="127.0.0.1:2181",
+                        log_root="/data/groupshift", enable_auto_commit=False)
+    while running:
+        for tp, records in consumer.poll(timeout_ms=1000).items():
+            for record in records:
+                handle(record)
+        consumer.commit()                     # positions of the assigned partitions, fenced
+    consumer.close()
+
+`rebalancer="zk"` makes the consumer a scheme-one member (`zk_rebalance.ZkGroupMember`, Kafka 0.8
+ZooKeeper watches); `rebalancer="coordinator"` a scheme-three member
+(`coordinator.client.CoordinatorMember`). Nothing else in the calling code changes.
+
+Rebalances run on the membership's thread. The consumer applies them under its lock, so a
+`poll()` never returns a record of a partition after that partition was revoked: when partitions
+are revoked the consumer (auto-commit) commits their positions, calls the listener's
+`on_partitions_revoked`, and stops fetching them; newly assigned partitions start at the group's
+committed offset (or `auto_offset_reset`) after `on_partitions_assigned`. Lost partitions (the
+member was fenced) are dropped without a commit. Listener callbacks may call `commit()`,
+`position()` and `seek()`.
+
+`assign(partitions)` is manual assignment: no group membership, but `commit()` and `committed()`
+still use the group's offsets (a commit outside the group's generations, as Kafka's standalone
+consumers do).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from core.errors import CommitFailed, GroupshiftError
+from core.types import OffsetAndMetadata, TopicPartition
+from pipeline.membership import NoopListener, call_listener
+from topics.fetcher import ConsumerRecord, Fetcher, records
+
+log = logging.getLogger(__name__)
+
+REBALANCERS = ("zk", "coordinator")
+CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
+
+
+class IllegalState(GroupshiftError):
+    """The call does not fit the consumer's mode (subscribe vs assign, or closed)."""
+
+
+class Consumer:
+    """A KafkaConsumer-shaped consumer; see the module docstring."""
+
+    def __init__(
+        self,
+        group_id: str,
+        topics: Sequence[str] = (),
+        *,
+        rebalancer: str = "zk",
+        zk: Any = None,
+        log: Any = None,
+        log_root: str | Path | None = None,
+        bootstrap: Sequence[str] | str | None = None,
+        assignors: Sequence[str] = ("range",),
+        listener: object | None = None,
+        group_instance_id: str | None = None,
+        client_id: str | None = None,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        max_poll_records: int = 500,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        auto_offset_reset: str = "latest",
+        membership_options: Mapping[str, Any] | None = None,
+        fetcher_options: Mapping[str, Any] | None = None,
+    ):
+        if rebalancer not in REBALANCERS:
+            raise GroupshiftError(f"rebalancer must be one of {', '.join(REBALANCERS)}, not {rebalancer!r}")
+        self.group_id = group_id
+        self.rebalancer = rebalancer
+        self.client_id = client_id or f"{group_id}-consumer"
+        self.enable_auto_commit = enable_auto_commit
+        self.auto_commit_interval = auto_commit_interval_ms / 1000
+        self._options = dict(
+            assignors=list(assignors),
+            group_instance_id=group_instance_id,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
+            bootstrap=bootstrap,
+        )
+        self._membership_options = dict(membership_options or {})
+        self._own_zk = False
+        if zk is None or isinstance(zk, str):
+            from core.zk import connect
+
+            zk = connect(zk, session_timeout=max(session_timeout_ms / 1000, 2.0))
+            self._own_zk = True
+        self._zk = zk
+        if log is None:
+            from topics.log import Log, default_root
+
+            log = Log(log_root or default_root())
+        self._log = log
+        self._fetcher = Fetcher(
+            log,
+            max_poll_records=max_poll_records,
+            auto_offset_reset=auto_offset_reset,
+            **(fetcher_options or {}),
+        )
+        self._lock = threading.RLock()
+        self._callback_pending = 0
+        self._listener: object = NoopListener()
+        self._membership: Any = None
+        self._offsets_member: Any = None  # for manual assignment: commits outside a generation
+        self._subscription: list[str] = []
+        self._manual = False
+        self._closed = False
+        self._next_auto_commit = time.monotonic() + self.auto_commit_interval
+        self._async_queue: queue.Queue | None = None
+        self._async_thread: threading.Thread | None = None
+        self.generations: list[int] = []  # every generation this consumer was assigned under
+        if topics:
+            self.subscribe(topics, listener=listener)
+        elif listener is not None:
+            self._listener = listener
+
+    # -- subscription ---------------------------------------------------------------------------
+
+    def subscribe(self, topics: Sequence[str], listener: object | None = None) -> None:
+        """Join the group for `topics` (group management); the assignment arrives in the background."""
+        with self._lock:
+            self._check_open()
+            if self._manual:
+                raise IllegalState("this consumer uses assign(); call unsubscribe() before subscribe()")
+            if self._membership is not None:
+                raise IllegalState(
+                    "already subscribed; create a new Consumer to change topics (membership "
+                    "backends take their subscription at start)"
+                )
+            if listener is not None:
+                self._listener = listener
+            self._subscription = list(topics)
+            self._membership = self._make_membership(self._subscription, _Applier(self))
+            self._membership.start()
+
+    def subscription(self) -> list[str]:
+        return list(self._subscription)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Manual assignment: read exactly these partitions, no group membership."""
+        partitions = set(partitions)
+        with self._lock:
+            self._check_open()
+            if self._membership is not None:
+                raise IllegalState(
+                    "this consumer is subscribed; manual assign() needs a consumer without topics"
+                )
+            self._manual = True
+            added = partitions - self._fetcher.assignment()
+            self._fetcher.assign(partitions)
+            self._seek_to_committed(added)
+
+    def unsubscribe(self) -> None:
+        """Leave the group (or drop the manual assignment)."""
+        with self._lock:
+            member, self._membership = self._membership, None
+            self._manual = False
+            self._subscription = []
+        if member is not None:
+            member.close()
+        with self._lock:
+            self._fetcher.assign(())
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._fetcher.assignment()
+
+    @property
+    def generation(self) -> int:
+        """The group generation (scheme three) or rebalance epoch (scheme one) of the assignment."""
+        return self._membership.generation if self._membership is not None else -1
+
+    @property
+    def membership(self) -> Any:
+        return self._membership
+
+    # -- poll -----------------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records of the assigned partitions, at most `max_poll_records`, as `ConsumerRecord`s."""
+        return {tp: records(tp, batch) for tp, batch in self.poll_batches(timeout_ms).items()}
+
+    def poll_batches(self, timeout_ms: int = 0) -> dict[TopicPartition, pa.RecordBatch]:
+        """Like `poll` but one Arrow batch (offset, key, value, timestamp) per partition."""
+        self._check_open()
+        member = self._membership
+        if member is not None and hasattr(member, "record_poll"):
+            member.record_poll()  # the poll timer; raises the member's fatal error, if any
+        self._maybe_auto_commit()
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            if self._callback_pending:
+                time.sleep(0.001)  # let a rebalance callback take the lock first
+            with self._lock:
+                self._check_open()
+                left = deadline - time.monotonic()
+                got = self._fetcher.poll(min(max(left, 0.0), 0.02))
+            if got or time.monotonic() >= deadline:
+                return got
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record `poll` returns for `tp`."""
+        with self._lock:
+            return self._fetcher.position(tp)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        with self._lock:
+            self._fetcher.seek(tp, offset)
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        with self._lock:
+            self._fetcher.seek_to_beginning(partitions)
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        with self._lock:
+            self._fetcher.seek_to_end(partitions)
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        with self._lock:
+            self._fetcher.pause(_flatten(partitions))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        with self._lock:
+            self._fetcher.resume(_flatten(partitions))
+
+    def paused(self) -> set[TopicPartition]:
+        return self._fetcher.paused()
+
+    def committed(self, partitions: TopicPartition | Iterable[TopicPartition]) -> Any:
+        """The group's committed offset for one partition (int or None), or a dict for several."""
+        single = isinstance(partitions, TopicPartition)
+        tps = [partitions] if single else list(partitions)
+        got = self._offsets().committed(tps)
+        return got[tps[0]] if single else got
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+        """Commit `offsets` (default: the positions of every assigned partition) synchronously.
+
+        Raises `CommitFailed` when the group rebalanced since the assignment (the member's
+        generation is stale): those records will be read again by the partitions' new owners.
+        """
+        with self._lock:
+            self._check_open()
+            offsets = self._offsets_to_commit(offsets)
+            generation = self.generation
+        self._commit(offsets, generation)
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> None:
+        """Commit in the background, in call order; `callback(offsets, exception_or_None)` after."""
+        with self._lock:
+            self._check_open()
+            offsets = self._offsets_to_commit(offsets)
+            generation = self.generation
+            if self._async_queue is None:
+                self._async_queue = queue.Queue()
+                self._async_thread = threading.Thread(
+                    target=self._async_loop, name=f"commit-{self.group_id}", daemon=True
+                )
+                self._async_thread.start()
+        self._async_queue.put((offsets, generation, callback))
+
+    def _async_loop(self) -> None:
+        assert self._async_queue is not None
+        while True:
+            item = self._async_queue.get()
+            if item is None:
+                return
+            offsets, generation, callback = item
+            exc: BaseException | None = None
+            try:
+                self._commit(offsets, generation)
+            except GroupshiftError as e:
+                exc = e
+                log.info("group %s: async commit failed: %s", self.group_id, e)
+            if callback is not None:
+                try:
+                    callback(offsets, exc)
+                except Exception:
+                    log.exception("commit callback failed")
+
+    def _offsets_to_commit(self, offsets) -> dict[TopicPartition, OffsetAndMetadata]:
+        if offsets is None:
+            offsets = {tp: self._fetcher.position(tp) for tp in self._fetcher.assignment()}
+        return {
+            tp: om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(int(om))
+            for tp, om in offsets.items()
+        }
+
+    def _commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int) -> None:
+        if not offsets:
+            return
+        if self._manual or self._membership is None:
+            self._offsets().commit(offsets, -1)
+        else:
+            self._membership.commit(offsets, generation)
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.enable_auto_commit or self._membership is None and not self._manual:
+            return
+        now = time.monotonic()
+        if now >= self._next_auto_commit:
+            self._next_auto_commit = now + self.auto_commit_interval
+            self.commit_async()
+
+    def _offsets(self) -> Any:
+        """The membership, or an unstarted one used only for offsets (manual assignment)."""
+        if self._membership is not None:
+            return self._membership
+        if self._offsets_member is None:
+            self._offsets_member = self._make_membership(sorted({tp.topic for tp in self.assignment()}), None)
+        return self._offsets_member
+
+    def _seek_to_committed(self, partitions: set[TopicPartition]) -> None:
+        """Position new partitions at the group's committed offsets (others: auto_offset_reset)."""
+        if not partitions:
+            return
+        for tp, offset in self._offsets().committed(partitions).items():
+            if offset is not None:
+                self._fetcher.seek(tp, offset)
+
+    # -- rebalance callbacks (membership thread) ----------------------------------------------------
+
+    def _apply(self, what: str, partitions: set[TopicPartition]) -> None:
+        self._callback_pending += 1  # poll() steps aside; wakeup() ends a poll waiting for data
+        self._fetcher.wakeup()
+        with self._lock:
+            self._callback_pending -= 1
+            if what == "revoked":
+                partitions &= self._fetcher.assignment()
+                if self.enable_auto_commit and partitions:
+                    self._commit_on_revoke(partitions)
+                call_listener(self._listener, "on_partitions_revoked", partitions)
+                self._fetcher.assign(self._fetcher.assignment() - partitions)
+            elif what == "lost":
+                partitions &= self._fetcher.assignment()
+                self._fetcher.assign(self._fetcher.assignment() - partitions)
+                if hasattr(self._listener, "on_partitions_lost"):
+                    call_listener(self._listener, "on_partitions_lost", partitions)
+                else:  # Kafka's default onPartitionsLost calls onPartitionsRevoked
+                    call_listener(self._listener, "on_partitions_revoked", partitions)
+            else:
+                current = self._fetcher.assignment()
+                self._fetcher.assign(current | partitions)
+                self._seek_to_committed(partitions - current)
+                self.generations.append(self.generation)
+                call_listener(self._listener, "on_partitions_assigned", partitions)
+
+    def _commit_on_revoke(self, partitions: set[TopicPartition]) -> None:
+        offsets = {tp: OffsetAndMetadata(self._fetcher.position(tp)) for tp in partitions}
+        try:
+            self._membership.commit(offsets, self._membership.generation)
+        except (CommitFailed, GroupshiftError) as exc:
+            log.warning("group %s: commit of revoked partitions failed: %s", self.group_id, exc)
+
+    # -- close ------------------------------------------------------------------------------------
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (auto-commit), revoke, leave the group and stop every thread."""
+        with self._lock:
+            if self._closed:
+                return
+            enable = self.enable_auto_commit
+            self.enable_auto_commit = enable and autocommit
+        try:
+            if self._async_queue is not None:
+                self._async_queue.put(None)
+                if self._async_thread is not None:
+                    self._async_thread.join(10)
+            if self._membership is not None:
+                self._membership.close()  # revokes through _apply: commits positions when auto-committing
+            elif self._manual and autocommit and enable:
+                try:
+                    self.commit()
+                except GroupshiftError as exc:
+                    log.warning("group %s: commit on close failed: %s", self.group_id, exc)
+            if self._offsets_member is not None:
+                self._offsets_member.close()
+        finally:
+            with self._lock:
+                self._closed = True
+            self._fetcher.close()
+            if self._own_zk:
+                self._zk.stop()
+                self._zk.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalState("the consumer is closed")
+
+    # -- backends ---------------------------------------------------------------------------------
+
+    def _make_membership(self, topics: list[str], listener: object | None) -> Any:
+        o = self._options
+        if self.rebalancer == "coordinator":
+            from coordinator.client import CoordinatorMember
+
+            return CoordinatorMember(
+                self.group_id,
+                topics,
+                zk=self._zk,
+                bootstrap=o["bootstrap"],
+                assignors=o["assignors"],
+                listener=listener,
+                session_timeout_ms=o["session_timeout_ms"],
+                heartbeat_interval_ms=o["heartbeat_interval_ms"],
+                max_poll_interval_ms=o["max_poll_interval_ms"],
+                group_instance_id=o["group_instance_id"],
+                client_id=self.client_id,
+                **self._membership_options,
+            )
+        from zk_rebalance import ZkGroupMember
+
+        return ZkGroupMember(self._zk, self.group_id, topics, listener=listener, **self._membership_options)
+
+
+class _Applier:
+    """The listener the membership calls; applies each change to the consumer under its lock."""
+
+    def __init__(self, consumer: Consumer):
+        self._consumer = consumer
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        self._consumer._apply("revoked", set(partitions))
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        self._consumer._apply("assigned", set(partitions))
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self._consumer._apply("lost", set(partitions))
+
+
+def _flatten(partitions: Iterable[Any]) -> set[TopicPartition]:
+    out: set[TopicPartition] = set()
+    for p in partitions:
+        if isinstance(p, TopicPartition):
+            out.add(p)
+        else:
+            out.update(p)
+    return out
