@@ -27,19 +27,16 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
 from kazoo.exceptions import (
-    BadVersionError,
-    ConnectionClosedError,
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
-    RolledBackError,
     SessionExpiredError,
 )
 from kazoo.protocol.states import EventType, KazooState
@@ -48,6 +45,7 @@ from core.errors import CommitFailed, RebalanceFailed
 from core.types import TopicPartition
 from core.zk import connect
 from topics.registry import decode_assignment
+from zk_rebalance import fencing
 from zk_rebalance.assignors import View, get_assignor, group_decision, thread_sort_key
 from zk_rebalance.events import EventLog
 from zk_rebalance.layout import (
@@ -61,13 +59,13 @@ from zk_rebalance.layout import (
     consumer_id_string,
     decode_registration,
     encode_registration,
-    epoch_path,
     ids_dir,
     offset_path,
     owner_path,
     topic_path,
     validate_group_id,
 )
+from zk_rebalance.zkclient import Closing, ZkCalls
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +110,6 @@ _ENTERED_FROM = {
     MemberState.FAILED: {MemberState.REBALANCING},
     MemberState.CLOSED: set(MemberState) - {MemberState.CLOSED},
 }
-
-
-class _Closing(Exception):
-    """The member is closing: abort a blocked ZooKeeper call."""
 
 
 @dataclass
@@ -200,9 +194,7 @@ class ZkGroupMember:
         self._rounds = 0
         self._shutting_down = False
         self._closing = threading.Event()
-        self._connected = threading.Event()
         self._session_id: int | None = None
-        self._lost_count = 0
         self._suspended_at: float | None = None
         self._lease_timer: threading.Timer | None = None
         self._last_children: dict[str, list[str]] = {}
@@ -212,7 +204,7 @@ class ZkGroupMember:
         self._wildcard_topics: list[str] = []
         self._last_error: Exception | None = None
         self._stable = threading.Event()
-        self._ctx = threading.local()
+        self._zkc: ZkCalls | None = None
         self._threads: list[threading.Thread] = []
         self._busy = False
         self._trigger_reason = ""
@@ -227,7 +219,7 @@ class ZkGroupMember:
             connect_timeout=self.connection_timeout_ms / 1000,
         )
         self._session_id = self.zk.client_id[0] if self.zk.client_id else None
-        self._connected.set()
+        self._zkc = ZkCalls(self.zk, self.events, self._closing)
         self.zk.add_listener(self._on_state)
         self.events.emit(
             "start",
@@ -317,7 +309,7 @@ class ZkGroupMember:
         """The offsets stored in ZooKeeper (None where nothing was committed)."""
         out: dict[TopicPartition, int | None] = {}
         for tp in partitions:
-            data = self._read_maybe(offset_path(self.group, tp.topic, tp.partition))
+            data = self._zkc.read_maybe(offset_path(self.group, tp.topic, tp.partition))
             out[tp] = int(data[0]) if data and data[0] else None
         return out
 
@@ -364,7 +356,7 @@ class ZkGroupMember:
                     self.listener.on_partitions_revoked(owned)
                 if self.auto_commit and self.zk is not None:
                     self._commit_registry("shutdown")
-            except _Closing:
+            except Closing:
                 self.events.emit("close_commit_aborted")
             finally:
                 watchdog.cancel()
@@ -408,86 +400,8 @@ class ZkGroupMember:
             "require_brokers": self.require_brokers,
         }
 
-    # -- ZooKeeper requests (retryUntilConnected) ----------------------------------------------
-    def _req(self, op: str, path: str, fn: Callable, *args, **kw):
-        """One logical request: logged, re-issued after connection loss or session expiry until it
-        completes; aborted only when the member closes. Application errors (NoNode, ...) raise."""
-        while True:
-            while not self._connected.is_set():
-                if self._closing.is_set():
-                    raise _Closing()
-                self._connected.wait(0.1)
-            if self._closing.is_set():
-                raise _Closing()
-            lost = self._lost_count
-            ctx = getattr(self._ctx, "value", None) or {}
-            self.events.emit("zk", op=op, path=path, **ctx)
-            try:
-                result = fn(*args, **kw)
-                while not result.wait(0.1):
-                    if self._closing.is_set():
-                        raise _Closing()
-                    if self._lost_count != lost:
-                        break  # queued in a session that expired: kazoo dropped it; re-issue
-                else:
-                    return result.get()
-            except _RETRYABLE:
-                self._connected.wait(0.1)
-            except ConnectionClosedError:
-                if self._closing.is_set() or self._shutting_down:
-                    raise _Closing() from None
-                time.sleep(0.1)
-
-    def _get_children(self, path: str, watch=None) -> list[str]:
-        return self._req("getChildren", path, self.zk.get_children_async, path, watch=watch)
-
-    def _children_maybe(self, path: str, watch=None) -> list[str]:
-        """`getChildrenParentMayNotExist`."""
-        try:
-            return self._get_children(path, watch)
-        except NoNodeError:
-            return []
-
-    def _read(self, path: str, watch=None):
-        return self._req("getData", path, self.zk.get_async, path, watch=watch)
-
-    def _read_maybe(self, path: str):
-        """`readDataMaybeNull`: (data, stat) or None."""
-        try:
-            data, stat = self._read(path)
-        except NoNodeError:
-            return None
-        return data.decode("utf-8"), stat
-
-    def _exists(self, path: str, watch=None):
-        return self._req("exists", path, self.zk.exists_async, path, watch=watch)
-
-    def _create(self, path: str, data: bytes, ephemeral: bool = False) -> None:
-        self._req("create", path, self.zk.create_async, path, data, ephemeral=ephemeral, makepath=True)
-
-    def _delete(self, path: str) -> None:
-        """`ZkUtils.deletePath`: unconditional, NoNode ignored."""
-        try:
-            self._req("delete", path, self.zk.delete_async, path)
-        except NoNodeError:
-            pass
-
-    def _multi(self, path: str, build: Callable) -> list:
-        def commit_async():
-            tx = self.zk.transaction()
-            build(tx)
-            return tx.commit_async()
-
-        return self._req("multi", path, commit_async)
-
     # -- connection state ----------------------------------------------------------------------
     def _on_state(self, state: str) -> None:  # kazoo's connection thread: never block here
-        if state == KazooState.CONNECTED:
-            self._connected.set()
-        else:
-            self._connected.clear()
-            if state == KazooState.LOST:
-                self._lost_count += 1
         self._zk_events.put(("state", state, time.monotonic()))
 
     def _handle_state(self, state: str, at: float) -> None:
@@ -515,7 +429,7 @@ class ZkGroupMember:
     def _lease_check(self, suspended_at: float) -> None:
         """`stop_fetch_on_disconnect`: SUSPENDED longer than the session timeout means the server
         has expired the session (kazoo reports LOST only after reconnecting): stop fetching."""
-        if self._suspended_at == suspended_at and not self._connected.is_set():
+        if self._suspended_at == suspended_at and not self._zkc.connected.is_set():
             self._ownership_lost("suspended_past_session_timeout")
 
     def _ownership_lost(self, reason: str) -> None:
@@ -544,7 +458,7 @@ class ZkGroupMember:
             self._synced_rebalance("new_session")
         except ConsumerRebalanceFailed as exc:
             self._record_failure(exc)
-        except _Closing:
+        except Closing:
             return
         self._fire_all()
 
@@ -558,13 +472,13 @@ class ZkGroupMember:
         """Same session: the server would re-deliver watches whose nodes changed meanwhile (SetWatches)."""
         for path in sorted(self._child_paths):
             before = self._last_children.get(path)
-            self._exists(path, watch=self._watch_cb)
-            children = self._children_maybe(path, watch=self._watch_cb)
+            self._zkc.exists(path, watch=self._watch_cb)
+            children = self._zkc.children_maybe(path, watch=self._watch_cb)
             if before is not None and sorted(children) != sorted(before):
                 self._on_children(path, children, before)
         for path in sorted(self._data_paths):
             before = self._last_mzxid.get(path)
-            stat = self._exists(path, watch=self._watch_cb)
+            stat = self._zkc.exists(path, watch=self._watch_cb)
             mzxid = stat.mzxid if stat else -1
             if before is not None and mzxid != before:
                 self._last_mzxid[path] = mzxid
@@ -581,8 +495,8 @@ class ZkGroupMember:
 
     def _subscribe_children(self, path: str) -> list[str]:
         self._child_paths.add(path)
-        self._exists(path, watch=self._watch_cb)
-        children = self._children_maybe(path, watch=self._watch_cb)
+        self._zkc.exists(path, watch=self._watch_cb)
+        children = self._zkc.children_maybe(path, watch=self._watch_cb)
         self._last_children[path] = children
         return children
 
@@ -590,13 +504,13 @@ class ZkGroupMember:
         if path in self._data_paths:
             return
         self._data_paths.add(path)
-        stat = self._exists(path, watch=self._watch_cb)
+        stat = self._zkc.exists(path, watch=self._watch_cb)
         self._last_mzxid[path] = stat.mzxid if stat else -1
 
     def _child_event(self, path: str, fired_all: bool = False) -> None:
         """zkclient: re-arm (`exists` + `getChildren` with a watch), then call the listener."""
-        self._exists(path, watch=self._watch_cb)
-        children = self._children_maybe(path, watch=self._watch_cb)
+        self._zkc.exists(path, watch=self._watch_cb)
+        children = self._zkc.children_maybe(path, watch=self._watch_cb)
         before = self._last_children.get(path, [])
         self._on_children(path, children, before, fired_all)
 
@@ -619,13 +533,13 @@ class ZkGroupMember:
 
     def _data_event(self, path: str, fired_all: bool = False) -> None:
         """zkclient: `exists` re-arms, then `readData`; a deleted topic only logs a warning."""
-        stat = self._exists(path, watch=self._watch_cb)
+        stat = self._zkc.exists(path, watch=self._watch_cb)
         self._last_mzxid[path] = stat.mzxid if stat else -1
         if stat is None:
             self.events.emit("watch", kind="topic", path=path, deleted=True, fired_all=fired_all)
             log.warning("topic %s was deleted", path)
             return
-        if self._read_maybe(path) is None:
+        if self._zkc.read_maybe(path) is None:
             return
         self.events.emit("watch", kind="topic", path=path, deleted=False, fired_all=fired_all)
         self._trigger("topic")
@@ -661,7 +575,7 @@ class ZkGroupMember:
                     self._child_event(item[1])
                 elif item[0] == "data":
                     self._data_event(item[1])
-            except _Closing:
+            except Closing:
                 return
             except Exception:  # zkclient logs listener errors and carries on
                 log.exception("error in the ZooKeeper event thread of %s", self.consumer_id)
@@ -676,7 +590,7 @@ class ZkGroupMember:
             self._reinitialize()
         except ConsumerRebalanceFailed as exc:
             self._record_failure(exc)
-        except _Closing:
+        except Closing:
             return
         while not self._closing.is_set() and not self._shutting_down:
             with self._cond:
@@ -690,7 +604,7 @@ class ZkGroupMember:
                 self._synced_rebalance(why)
             except ConsumerRebalanceFailed as exc:
                 self._record_failure(exc)
-            except _Closing:
+            except Closing:
                 return
             except Exception:
                 log.exception("error during syncedRebalance")
@@ -711,7 +625,7 @@ class ZkGroupMember:
                 self.events.emit("registered", path=path, session=self._session_id)
                 return
             except NodeExistsError:
-                found = self._read_maybe(path)
+                found = self._zkc.read_maybe(path)
                 if found is None:
                     continue
                 self.events.emit("registration_conflict", path=path)
@@ -726,9 +640,9 @@ class ZkGroupMember:
     def _create_expect_conflict(self, path: str, data: bytes) -> None:
         """`createEphemeralPathExpectConflict`: NodeExists with our own data counts as success."""
         try:
-            self._create(path, data, ephemeral=True)
+            self._zkc.create(path, data, ephemeral=True)
         except NodeExistsError:
-            found = self._read_maybe(path)
+            found = self._zkc.read_maybe(path)
             if found is None or found[0] != data.decode("utf-8"):
                 raise
             self.events.emit("create_exists_same_data", path=path)
@@ -762,19 +676,19 @@ class ZkGroupMember:
             for attempt in range(self.rebalance_max_retries):
                 if self._shutting_down:  # KAFKA-1848
                     return
-                self._ctx.value = {"round": rnd, "attempt": attempt}
+                self._zkc.context.value = {"round": rnd, "attempt": attempt}
                 self.events.emit("attempt_begin", round=rnd, attempt=attempt)
                 log.info("begin rebalancing consumer %s try #%d", self.consumer_id, attempt)
                 done, error = False, None
                 try:
                     done = self._rebalance(rnd, attempt)
-                except _Closing:
+                except Closing:
                     raise
                 except Exception as exc:  # NoNode mid-iteration, the assignor's require(), bad JSON...
                     error = f"{type(exc).__name__}: {exc}"
                     log.info("exception during rebalance: %s", error)
                 self.events.emit("attempt_end", round=rnd, attempt=attempt, ok=done, error=error)
-                self._ctx.value = None
+                self._zkc.context.value = None
                 if done:
                     self._generation += 1
                     self._last_error = None
@@ -810,12 +724,12 @@ class ZkGroupMember:
 
     def _sleep(self, seconds: float) -> None:
         if self._closing.wait(seconds):
-            raise _Closing()
+            raise Closing()
 
     def _rebalance(self, rnd: int, attempt: int) -> bool:
         """0.8.2's `rebalance(cluster)`; True when this member's whole decision is claimed."""
         if self.sync_before_read:
-            self._req("sync", ids_dir(self.group), self.zk.sync_async, ids_dir(self.group))
+            self._zkc.sync(ids_dir(self.group))
         brokers = self._brokers()  # getCluster, in syncedRebalance
         my_threads = self._thread_ids(self.consumer_id)  # own registration, re-read
         brokers = self._brokers()  # getAllBrokersInCluster
@@ -857,17 +771,17 @@ class ZkGroupMember:
         return True
 
     def _brokers(self) -> list[str]:
-        ids = self._children_maybe(BROKER_IDS)
-        return [b for b in ids if self._read_maybe(f"{BROKER_IDS}/{b}") is not None]
+        ids = self._zkc.children_maybe(BROKER_IDS)
+        return [b for b in ids if self._zkc.read_maybe(f"{BROKER_IDS}/{b}") is not None]
 
     def _registration(self, consumer: str) -> Subscription:
         path = f"{ids_dir(self.group)}/{consumer}"
-        data, _ = self._read(path)  # NoNode (e.g. after expiry) fails the attempt, as in 0.8
+        data, _ = self._zkc.read(path)  # NoNode (e.g. after expiry) fails the attempt, as in 0.8
         return decode_registration(data, path)
 
     def _thread_ids(self, consumer: str, sub: Subscription | None = None) -> dict[str, list[ThreadId]]:
         sub = sub or self._registration(consumer)
-        topics = self._children_maybe(BROKER_TOPICS) if sub.is_wildcard else None
+        topics = self._zkc.children_maybe(BROKER_TOPICS) if sub.is_wildcard else None
         if sub.is_wildcard:
             topics = [t for t in topics if sub.filter.allows(t, self.exclude_internal_topics)]
         return sub.thread_ids(consumer, topics)
@@ -877,10 +791,10 @@ class ZkGroupMember:
         my_threads = self._thread_ids(self.consumer_id)
         partitions = {}
         for topic in my_threads:
-            found = self._read_maybe(topic_path(topic))
+            found = self._zkc.read_maybe(topic_path(topic))
             partitions[topic] = sorted(decode_assignment(found[0].encode(), topic)) if found else []
         per_topic: dict[str, list[ThreadId]] = {}
-        for consumer in self._children_maybe(ids_dir(self.group)):
+        for consumer in self._zkc.children_maybe(ids_dir(self.group)):
             try:
                 threads = self._thread_ids(consumer)
             except InvalidRegistration as exc:
@@ -890,7 +804,7 @@ class ZkGroupMember:
                 continue
             for topic, tids in threads.items():
                 per_topic.setdefault(topic, []).extend(tids)
-        consumers = sorted(self._children_maybe(ids_dir(self.group)))
+        consumers = sorted(self._zkc.children_maybe(ids_dir(self.group)))
         return View(
             consumer=self.consumer_id,
             my_threads=my_threads,
@@ -917,7 +831,7 @@ class ZkGroupMember:
     def _fetch_offsets(self, decision: dict[TopicPartition, ThreadId]) -> dict[TopicPartition, int]:
         out = {}
         for tp in sorted(decision):
-            found = self._read_maybe(offset_path(self.group, tp.topic, tp.partition))
+            found = self._zkc.read_maybe(offset_path(self.group, tp.topic, tp.partition))
             out[tp] = int(found[0]) if found and found[0].strip().lstrip("-").isdigit() else -1
         return out
 
@@ -927,7 +841,7 @@ class ZkGroupMember:
             mine = sorted(self._registry)
             self._registry = {}
         for tp in mine:
-            self._delete(owner_path(self.group, tp.topic, tp.partition))
+            self._zkc.delete(owner_path(self.group, tp.topic, tp.partition))
             self.events.emit("owner_deleted", partition=str(tp), reason="release")
 
     def _reflect(self, decision: dict[TopicPartition, ThreadId]) -> dict[TopicPartition, int] | None:
@@ -940,53 +854,22 @@ class ZkGroupMember:
             path = owner_path(self.group, tp.topic, tp.partition)
             try:
                 if self.fence_commits:
-                    epochs[tp] = self._claim_fenced(tp, str(tid))
+                    epochs[tp] = fencing.claim(self._zkc, self.group, tp, str(tid))
                 else:
                     self._create_expect_conflict(path, str(tid).encode())
                 owned.append(tp)
                 self.events.emit("owner_created", partition=str(tp), thread=str(tid))
             except NodeExistsError:
                 conflicts += 1
-                found = self._read_maybe(path)
+                found = self._zkc.read_maybe(path)
                 self.events.emit("conflict", partition=str(tp), path=path, owner=found[0] if found else None)
                 log.info("waiting for the partition ownership to be deleted: %s", tp.partition)
         if conflicts:
             for tp in owned:
-                self._delete(owner_path(self.group, tp.topic, tp.partition))
+                self._zkc.delete(owner_path(self.group, tp.topic, tp.partition))
                 self.events.emit("owner_deleted", partition=str(tp), reason="rollback")
             return None
         return epochs
-
-    def _claim_fenced(self, tp: TopicPartition, owner: str) -> int:
-        """Create the owner node and bump the partition's epoch znode in one `multi` (§6); returns
-        the epoch (the epoch znode's new version). NodeExists raises as in the faithful claim."""
-        opath = owner_path(self.group, tp.topic, tp.partition)
-        epath = epoch_path(self.group, tp.topic, tp.partition)
-        for _ in range(3):
-            results = self._multi(
-                opath,
-                lambda tx: (
-                    tx.create(opath, owner.encode(), ephemeral=True),
-                    tx.set_data(epath, owner.encode()),
-                ),
-            )
-            if not _failed(results):
-                return results[1].version
-            if isinstance(results[0], NodeExistsError):
-                found = self._read_maybe(opath)
-                if found and found[0] == owner:  # our own claim, from an interrupted attempt
-                    stat = self._exists(epath)
-                    return stat.version if stat else 0
-                raise results[0]
-            if not any(isinstance(r, NoNodeError) for r in results):
-                raise _failed(results)[0]
-            # First claim of this partition: the owners dir or the epoch node is missing.
-            self._req("ensure", opath, self.zk.ensure_path_async, opath.rsplit("/", 1)[0])
-            try:
-                self._create(epath, b"")
-            except NodeExistsError:
-                pass
-        raise NoNodeError(epath)
 
     # -- fetchers and commits ------------------------------------------------------------------
     def _stop_fetchers(self, reason: str, notify: bool = True) -> None:
@@ -1046,32 +929,19 @@ class ZkGroupMember:
         data = str(off).encode()
         if not self.fence_commits:
             try:  # ZkUtils.updatePersistentPath: setData(-1), create parents on NoNode
-                return self._req("setData", path, self.zk.set_async, path, data)
+                return self._zkc.set(path, data)
             except NoNodeError:
                 try:
-                    self._create(path, data)
-                    return self._exists(path)
+                    self._zkc.create(path, data)
+                    return self._zkc.exists(path)
                 except NodeExistsError:
-                    return self._req("setData", path, self.zk.set_async, path, data)
-        epath = epoch_path(self.group, tp.topic, tp.partition)
+                    return self._zkc.set(path, data)
         if epoch is None:
             raise CommitFailed(f"{tp} was claimed without an epoch")
-        for create in (False, True, False):
-
-            def build(tx, create=create):
-                tx.check(epath, epoch)
-                (tx.create if create else tx.set_data)(path, data)
-
-            results = self._multi(path, build)
-            if not _failed(results):
-                return results[1] if not create else self._exists(path)
-            if isinstance(results[0], (BadVersionError, NoNodeError)):
-                raise CommitFailed(str(tp))
-            if isinstance(results[1], NoNodeError):
-                self._req("ensure", path, self.zk.ensure_path_async, path.rsplit("/", 1)[0])
-            elif not isinstance(results[1], NodeExistsError):
-                raise _failed(results)[0]
-        raise CommitFailed(str(tp))
+        try:
+            return fencing.write_offset(self._zkc, self.group, tp, off, epoch)
+        except fencing.StaleEpoch as exc:
+            raise CommitFailed(str(exc)) from None
 
     def _autocommit_loop(self) -> None:
         if not self.auto_commit:
@@ -1082,14 +952,9 @@ class ZkGroupMember:
                 return
             try:
                 self._commit_registry("auto")
-            except _Closing:
+            except Closing:
                 return
             except CommitFailed as exc:
                 log.warning("auto-commit refused: %s", exc)
             except Exception:
                 log.exception("exception during autoCommit")
-
-
-def _failed(results: list) -> list[Exception]:
-    """The errors of a failed `multi` (kazoo reports each op's result or exception)."""
-    return [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
