@@ -197,7 +197,9 @@ def test_a_partition_with_buffered_records_is_never_fetched(log):
 def test_the_next_fetch_is_sent_before_poll_returns(log):
     fill(log, T0, 300)
     rl = RecordingLog(log)
-    with Fetcher(rl, max_poll_records=100, max_partition_fetch_records=100, auto_offset_reset="earliest") as f:
+    with Fetcher(
+        rl, max_poll_records=100, max_partition_fetch_records=100, auto_offset_reset="earliest"
+    ) as f:
         f.assign({T0})
         polls = poll_until(f, lambda ps: offsets(ps, T0))
         assert offsets(polls, T0) == list(range(100)) and rl.reads_of(T0)[0] == 0

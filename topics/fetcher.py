@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from core.errors import GroupshiftError
 from core.types import TopicPartition
@@ -70,11 +71,17 @@ class ConsumerRecord(NamedTuple):
 
 def records(tp: TopicPartition, batch: pa.RecordBatch) -> list[ConsumerRecord]:
     """A polled batch as Python `ConsumerRecord`s (costs about a microsecond per record)."""
-    cols = batch.to_pydict()
-    ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    ms = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    topic, partition = tp
     return [
-        ConsumerRecord(tp.topic, tp.partition, o, t // 1000, k, v)
-        for o, t, k, v in zip(cols["offset"], ts, cols["key"], cols["value"], strict=True)
+        ConsumerRecord(topic, partition, o, t, k, v)
+        for o, t, k, v in zip(
+            batch.column("offset").to_pylist(),
+            ms,
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            strict=True,
+        )
     ]
 
 

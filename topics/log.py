@@ -96,6 +96,7 @@ class _Listing(NamedTuple):
     bases: list[int]
     names: list[str]
     inodes: list[int]
+    tmp: list[str]  # hidden temporary files (a writer is busy, or died holding the lock)
 
 
 class Log:
@@ -224,10 +225,10 @@ class Log:
     def _append(self, tp: TopicPartition, table: pa.Table) -> ProduceResult:
         directory = self.partition_dir(tp)
         with _PartitionLock(directory):
-            for e in os.scandir(directory):  # left by a writer that died holding the lock
-                if e.name.startswith(".segment-") and e.name.endswith(TMP_SUFFIX):
-                    os.unlink(e.path)
-            base = end = self._latest(tp, fresh=True)
+            lst = self._listing(tp, fresh=True)
+            for name in lst.tmp:  # we hold the lock, so their writer died
+                os.unlink(directory / name)
+            base = end = self._info(tp, lst, len(lst.bases) - 1).end if lst.bases else 0
             for start in range(0, table.num_rows, self.segment_records):
                 chunk = table.slice(start, self.segment_records)
                 offsets = pa.array(np.arange(end, end + chunk.num_rows, dtype=np.int64))
@@ -382,15 +383,17 @@ class Log:
             cached = self._listings.get(tp)
         if not fresh and cached and cached.mtime == mtime and cached.listed_at - mtime > _RACY_NS:
             return cached
-        found = []
+        found, tmp = [], []
         with os.scandir(directory) as it:
             for e in it:
                 base = parse_segment_name(e.name)
                 if base is not None:
                     found.append((base, e.name, e.inode()))
+                elif e.name.startswith(".segment-") and e.name.endswith(TMP_SUFFIX):
+                    tmp.append(e.name)
         found.sort()
         listing = _Listing(
-            mtime, time.time_ns(), [f[0] for f in found], [f[1] for f in found], [f[2] for f in found]
+            mtime, time.time_ns(), [f[0] for f in found], [f[1] for f in found], [f[2] for f in found], tmp
         )
         with self._lock:
             self._listings[tp] = listing
