@@ -51,7 +51,9 @@ class Driver:
     def __init__(self, auto_persist: bool = True, **config: Any) -> None:
         cfg = {**KAFKA_TEST_CONFIG, **config}
         counter = itertools.count(1)
-        self.core = GroupCoordinator(CoordinatorConfig(**cfg), member_id_factory=lambda p: f"{p}-{next(counter)}")
+        self.core = GroupCoordinator(
+            CoordinatorConfig(**cfg), member_id_factory=lambda p: f"{p}-{next(counter)}"
+        )
         self.now = 0
         self.auto_persist = auto_persist
         self.responses: dict[int, dict[str, Any]] = {}
@@ -173,8 +175,15 @@ class Driver:
         }
         return self.send(SYNC_GROUP, body)
 
-    def heartbeat(self, member_id: str, generation: int, *, group: str = GROUP, instance: str | None = None, **kw: Any) -> int:
-        body = {"group_id": group, "generation_id": generation, "member_id": member_id, "group_instance_id": instance}
+    def heartbeat(
+        self, member_id: str, generation: int, *, group: str = GROUP, instance: str | None = None, **kw: Any
+    ) -> int:
+        body = {
+            "group_id": group,
+            "generation_id": generation,
+            "member_id": member_id,
+            "group_instance_id": instance,
+        }
         return self.call(HEARTBEAT, body, **kw)["error_code"]
 
     def leave(self, *members: tuple[str, str | None], group: str = GROUP, **kw: Any) -> dict[str, Any]:
@@ -211,14 +220,20 @@ class Driver:
 
     def commit_errors(self, token: int) -> dict[tuple[str, int], int]:
         body = self.responses[token]
-        return {(t["name"], p["partition_index"]): p["error_code"] for t in body["topics"] for p in t["partitions"]}
+        return {
+            (t["name"], p["partition_index"]): p["error_code"]
+            for t in body["topics"]
+            for p in t["partitions"]
+        }
 
     def call_commit(self, offsets: dict[tuple[str, int], int], **kw: Any) -> dict[tuple[str, int], int]:
         token = self.commit(offsets, **kw)
         assert token in self.responses
         return self.commit_errors(token)
 
-    def fetch(self, partitions: list[tuple[str, int]] | None = None, *, group: str = GROUP, **kw: Any) -> dict[str, Any]:
+    def fetch(
+        self, partitions: list[tuple[str, int]] | None = None, *, group: str = GROUP, **kw: Any
+    ) -> dict[str, Any]:
         if partitions is None:
             topics = None
         else:
@@ -228,7 +243,9 @@ class Driver:
             topics = [{"name": t, "partition_indexes": ps} for t, ps in by.items()]
         return self.call(OFFSET_FETCH, {"group_id": group, "topics": topics, **kw})
 
-    def fetched(self, partitions: list[tuple[str, int]] | None = None, **kw: Any) -> dict[tuple[str, int], tuple]:
+    def fetched(
+        self, partitions: list[tuple[str, int]] | None = None, **kw: Any
+    ) -> dict[tuple[str, int], tuple]:
         body = self.fetch(partitions, **kw)
         assert body["error_code"] == E.NONE, body
         return {
@@ -247,7 +264,9 @@ class Driver:
         body = self.call(DELETE_GROUPS, {"groups_names": list(groups)}, **kw)
         return {r["group_id"]: r["error_code"] for r in body["results"]}
 
-    def offset_delete(self, partitions: list[tuple[str, int]], *, group: str = GROUP, **kw: Any) -> dict[str, Any]:
+    def offset_delete(
+        self, partitions: list[tuple[str, int]], *, group: str = GROUP, **kw: Any
+    ) -> dict[str, Any]:
         by: dict[str, list] = {}
         for t, p in partitions:
             by.setdefault(t, []).append({"partition_index": p})
@@ -257,14 +276,21 @@ class Driver:
     # ------------------------------------------------------------ scenarios
 
     def stable_group(
-        self, n: int = 1, *, group: str = GROUP, protocols: list | None = None, session: int = 500, rebalance: int = 500
+        self,
+        n: int = 1,
+        *,
+        group: str = GROUP,
+        protocols: list | None = None,
+        session: int = 500,
+        rebalance: int = 500,
     ) -> tuple[list[str], int]:
         """Form a Stable group of `n` dynamic members (join, wait out the initial delay, sync).
 
         Returns (member ids, leader first; generation)."""
         ids = [self.join_new(group=group, client_id=f"c{i}") for i in range(n)]
         tokens = [
-            self.join(mid, group=group, protocols=protocols, session=session, rebalance=rebalance) for mid in ids
+            self.join(mid, group=group, protocols=protocols, session=session, rebalance=rebalance)
+            for mid in ids
         ]
         while not all(t in self.responses for t in tokens):
             self.advance(self.core.config.group_initial_rebalance_delay_ms + 1)
@@ -272,7 +298,10 @@ class Driver:
         assert all(b["error_code"] == E.NONE for b in bodies), bodies
         generation = bodies[0]["generation_id"]
         leader = bodies[0]["leader"]
-        st = [self.sync(mid, generation, {m: m.encode() for m in ids} if mid == leader else None, group=group) for mid in ids]
+        st = [
+            self.sync(mid, generation, {m: m.encode() for m in ids} if mid == leader else None, group=group)
+            for mid in ids
+        ]
         assert all(self.responses[t]["error_code"] == E.NONE for t in st)
         assert self.state(group) == "Stable"
         return [leader] + [m for m in ids if m != leader], generation
