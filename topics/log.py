@@ -26,6 +26,7 @@ import os
 import shutil
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -54,6 +55,7 @@ from topics.segment import (
 ENV_DATA = "GROUPSHIFT_DATA"
 PARTITION_PREFIX = "partition="
 LOCK_NAME = ".lock"
+TOPIC_ID_NAME = ".topic-id"
 # A listing is trusted while the directory's mtime is unchanged, but only if it was taken well
 # after that mtime: file systems stamp mtimes with a coarse clock, so two renames within one
 # tick would otherwise look like one.
@@ -91,6 +93,7 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 class _Listing(NamedTuple):
+    topic_id: str  # a deleted and re-created topic is a new one, even if inodes are reused
     mtime: int
     listed_at: int
     bases: list[int]
@@ -138,6 +141,7 @@ class Log:
         staging = self.root / f".{topic}.creating-{os.getpid()}-{threading.get_ident()}"
         for p in range(partitions):
             (staging / f"{PARTITION_PREFIX}{p}").mkdir(parents=True, exist_ok=True)
+        (staging / TOPIC_ID_NAME).write_text(uuid.uuid4().hex)
         try:
             os.rename(staging, final)
         except OSError:
@@ -249,7 +253,7 @@ class Log:
         ts = pc.min_max(seg.column("timestamp").cast(pa.int64()))
         rg = tuple(range(base, base + seg.num_rows, self.row_group_records))
         info = SegmentInfo(
-            path, base, base + seg.num_rows, st.st_size, ts["min"].as_py(), ts["max"].as_py(), rg
+            path, base, base + seg.num_rows, st.st_size, ts["min"].as_py(), ts["max"].as_py(), rg, st.st_ino
         )
         with self._lock:
             self._infos[(str(path), st.st_ino)] = info
@@ -375,12 +379,13 @@ class Log:
     def _listing(self, tp: TopicPartition, fresh: bool = False) -> _Listing:
         directory = self.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}"
         try:
-            mtime = os.stat(directory).st_mtime_ns
+            st = os.stat(directory)
         except FileNotFoundError:
             self.partition_dir(tp)  # raises UnknownTopic / UnknownPartition
             raise
         with self._lock:
             cached = self._listings.get(tp)
+        mtime = st.st_mtime_ns
         if not fresh and cached and cached.mtime == mtime and cached.listed_at - mtime > _RACY_NS:
             return cached
         found, tmp = [], []
@@ -393,11 +398,23 @@ class Log:
                     tmp.append(e.name)
         found.sort()
         listing = _Listing(
-            mtime, time.time_ns(), [f[0] for f in found], [f[1] for f in found], [f[2] for f in found], tmp
+            _topic_id(self.root / tp.topic),
+            mtime,
+            time.time_ns(),
+            [f[0] for f in found],
+            [f[1] for f in found],
+            [f[2] for f in found],
+            tmp,
         )
         with self._lock:
             self._listings[tp] = listing
-            if cached and cached.names != listing.names:
+            if cached and cached.topic_id != listing.topic_id:
+                prefix = str(directory) + os.sep
+                for key in [k for k in self._infos if k[0].startswith(prefix)]:
+                    del self._infos[key]
+                for key in [k for k in self._batches if k[0].startswith(prefix)]:
+                    self._cached_bytes -= self._batches.pop(key).nbytes
+            elif cached and cached.names != listing.names:
                 gone = {str(directory / n) for n in set(cached.names) - set(listing.names)}
                 for key in [k for k in self._infos if k[0] in gone]:
                     del self._infos[key]
@@ -424,7 +441,7 @@ class Log:
         raise OffsetOutOfRange(tp, 0, 0, 0)  # the partition kept changing under us; caller retries
 
     def _row_group(self, info: SegmentInfo, index: int) -> pa.RecordBatch:
-        key = (str(info.path), info.base, index)
+        key = (str(info.path), info.inode, index)
         with self._lock:
             batch = self._batches.get(key)
             if batch is not None:
@@ -443,6 +460,14 @@ class Log:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EMPTY = pa.RecordBatch.from_pylist([], schema=SCHEMA)
+
+
+def _topic_id(topic_dir: Path) -> str:
+    """The id written when the topic was created ("" for a directory made by other tools)."""
+    try:
+        return (topic_dir / TOPIC_ID_NAME).read_text()
+    except FileNotFoundError:
+        return ""
 
 
 class _PartitionLock:

@@ -55,6 +55,7 @@ class SegmentInfo:
     min_timestamp: int
     max_timestamp: int
     row_group_bases: tuple[int, ...]
+    inode: int = 0
 
     @property
     def count(self) -> int:
@@ -94,7 +95,8 @@ def write_segment(
 def read_info(path: Path, base: int) -> SegmentInfo:
     """Describe a segment from its footer alone; raises `CorruptSegment` naming the file."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        size = st.st_size
         md = pq.read_metadata(path)
     except FileNotFoundError:
         raise
@@ -128,7 +130,7 @@ def read_info(path: Path, base: int) -> SegmentInfo:
         raise CorruptSegment(path, "segment holds no records")
     if lo != base:
         raise CorruptSegment(path, f"first offset {lo} does not match the base offset {base} in its name")
-    return SegmentInfo(path, base, hi + 1, size, tmin, tmax, tuple(rg_bases))
+    return SegmentInfo(path, base, hi + 1, size, tmin, tmax, tuple(rg_bases), st.st_ino)
 
 
 def read_row_group(info: SegmentInfo, index: int) -> pa.RecordBatch:
