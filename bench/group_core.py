@@ -82,22 +82,26 @@ class _Run:
             self.absorb(self.core.tick(self.now))
 
 
-def form_group(run: _Run, group: str, n: int) -> tuple[list[str], int]:
-    """Every step of a group forming: n new members, MEMBER_ID_REQUIRED, rejoin, initial delay, sync."""
-    ids = [run.responses[run.send(JOIN_GROUP, _join_body(group, ""))]["member_id"] for _ in range(n)]
-    tokens = [run.send(JOIN_GROUP, _join_body(group, mid)) for mid in ids]
-    run.tick_until(tokens)
-    first = run.responses[tokens[0]]
-    generation, leader = first["generation_id"], first["leader"]
-    assignments = [{"member_id": mid, "assignment": b"a"} for mid in ids]
-    syncs = [
-        run.send(SYNC_GROUP, _sync_body(group, mid, generation, assignments if mid == leader else []))
-        for mid in ids
-        if mid != leader
-    ]
-    syncs.append(run.send(SYNC_GROUP, _sync_body(group, leader, generation, assignments)))
-    assert all(run.responses[t]["error_code"] == 0 for t in syncs)
-    return ids, generation
+def form_groups(run: _Run, groups: list[str], n: int) -> dict[str, tuple[list[str], int]]:
+    """Every step of groups forming side by side: n new members each, MEMBER_ID_REQUIRED, rejoin,
+    the initial delay, then every member's SyncGroup (the leader's last). Returns
+    {group: (member ids, generation)}."""
+    ids = {
+        g: [run.responses[run.send(JOIN_GROUP, _join_body(g, ""))]["member_id"] for _ in range(n)]
+        for g in groups
+    }
+    tokens = {g: [run.send(JOIN_GROUP, _join_body(g, mid)) for mid in ids[g]] for g in groups}
+    run.tick_until([t for ts in tokens.values() for t in ts])
+    formed = {}
+    for g in groups:
+        first = run.responses[tokens[g][0]]
+        generation, leader = first["generation_id"], first["leader"]
+        assignments = [{"member_id": mid, "assignment": b"a"} for mid in ids[g]]
+        syncs = [run.send(SYNC_GROUP, _sync_body(g, mid, generation, [])) for mid in ids[g] if mid != leader]
+        syncs.append(run.send(SYNC_GROUP, _sync_body(g, leader, generation, assignments)))
+        assert all(run.responses[t]["error_code"] == 0 for t in syncs)
+        formed[g] = (ids[g], generation)
+    return formed
 
 
 def rejoin_round(run: _Run, group: str, ids: list[str], leader: str) -> int:
@@ -114,11 +118,9 @@ def rejoin_round(run: _Run, group: str, ids: list[str], leader: str) -> int:
 
 
 def bench_heartbeats(groups: int, per_group: int, rounds: int) -> float:
-    run = _Run(GroupCoordinator(CoordinatorConfig(group_initial_rebalance_delay_ms=0)))
+    run = _Run(GroupCoordinator(CoordinatorConfig()))
     bodies = []
-    for g in range(groups):
-        gid = f"group-{g}"
-        ids, generation = form_group(run, gid, per_group)
+    for gid, (ids, generation) in form_groups(run, [f"group-{g}" for g in range(groups)], per_group).items():
         bodies += [
             {"group_id": gid, "generation_id": generation, "member_id": mid, "group_instance_id": None}
             for mid in ids
@@ -145,7 +147,7 @@ def bench_rebalance(n: int) -> tuple[float, float]:
     gc.collect()
     run = _Run(GroupCoordinator(CoordinatorConfig()))
     start = time.process_time()
-    ids, _ = form_group(run, "big", n)
+    ((ids, _),) = form_groups(run, ["big"], n).values()
     formed_ms = (time.process_time() - start) * 1000
     leader = run.core._groups["big"].leader_id
     start = time.process_time()
