@@ -96,13 +96,13 @@ class Consumer:
             bootstrap=bootstrap,
         )
         self._membership_options = dict(membership_options or {})
-        self._own_zk = False
-        if zk is None or isinstance(zk, str):
-            from core.zk import connect
+        from core.zk import resolve_zk
 
-            zk = connect(zk, session_timeout=max(session_timeout_ms / 1000, 2.0))
-            self._own_zk = True
-        self._zk = zk
+        # Scheme one's members open their own ZooKeeper session (their ephemeral znodes are the
+        # membership); the consumer's own client serves scheme three and manual-assignment offsets.
+        self._zk_connect = resolve_zk(zk) if zk is None or isinstance(zk, str) else _connect_string(zk)
+        self._zk_given = None if zk is None or isinstance(zk, str) else zk
+        self._zk_owned: Any = None
         if log is None:
             from topics.log import Log, default_root
 
@@ -314,7 +314,11 @@ class Consumer:
         if self._manual or self._membership is None:
             self._offsets().commit(offsets, -1)
         else:
-            self._membership.commit(offsets, generation)
+            self._membership.commit(self._for_backend(offsets), generation)
+
+    def _for_backend(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> dict:
+        # Scheme one stores a bare decimal offset per partition (Kafka 0.8 has no metadata).
+        return {tp: om.offset for tp, om in offsets.items()} if self.rebalancer == "zk" else dict(offsets)
 
     def _maybe_auto_commit(self) -> None:
         if not self.enable_auto_commit or self._membership is None and not self._manual:
@@ -329,7 +333,9 @@ class Consumer:
         if self._membership is not None:
             return self._membership
         if self._offsets_member is None:
-            self._offsets_member = self._make_membership(sorted({tp.topic for tp in self.assignment()}), None)
+            self._offsets_member = self._make_membership(
+                sorted({tp.topic for tp in self.assignment()}), None, offsets_only=True
+            )
         return self._offsets_member
 
     def _seek_to_committed(self, partitions: set[TopicPartition]) -> None:
@@ -370,7 +376,7 @@ class Consumer:
     def _commit_on_revoke(self, partitions: set[TopicPartition]) -> None:
         offsets = {tp: OffsetAndMetadata(self._fetcher.position(tp)) for tp in partitions}
         try:
-            self._membership.commit(offsets, self._membership.generation)
+            self._membership.commit(self._for_backend(offsets), self._membership.generation)
         except (CommitFailed, GroupshiftError) as exc:
             log.warning("group %s: commit of revoked partitions failed: %s", self.group_id, exc)
 
@@ -401,9 +407,9 @@ class Consumer:
             with self._lock:
                 self._closed = True
             self._fetcher.close()
-            if self._own_zk:
-                self._zk.stop()
-                self._zk.close()
+            if self._zk_owned is not None:
+                self._zk_owned.stop()
+                self._zk_owned.close()
 
     def __enter__(self) -> Consumer:
         return self
@@ -417,15 +423,28 @@ class Consumer:
 
     # -- backends ---------------------------------------------------------------------------------
 
-    def _make_membership(self, topics: list[str], listener: object | None) -> Any:
+    @property
+    def zk(self) -> Any:
+        """The consumer's kazoo client (given, or connected on first use)."""
+        if self._zk_given is not None:
+            return self._zk_given
+        if self._zk_owned is None:
+            from core.zk import connect
+
+            self._zk_owned = connect(self._zk_connect, session_timeout=10.0)
+        return self._zk_owned
+
+    def _make_membership(self, topics: list[str], listener: object | None, offsets_only: bool = False) -> Any:
         o = self._options
+        if self.rebalancer == "zk" and offsets_only:
+            return _ZkOffsets(self.zk, self.group_id)  # manual assignment: offsets only
         if self.rebalancer == "coordinator":
             from coordinator.client import CoordinatorMember
 
             return CoordinatorMember(
                 self.group_id,
                 topics,
-                zk=self._zk,
+                zk=self.zk,
                 bootstrap=o["bootstrap"],
                 assignors=o["assignors"],
                 listener=listener,
@@ -436,9 +455,56 @@ class Consumer:
                 client_id=self.client_id,
                 **self._membership_options,
             )
-        from zk_rebalance import ZkGroupMember
+        from zk_rebalance.member import ZkGroupMember
 
-        return ZkGroupMember(self._zk, self.group_id, topics, listener=listener, **self._membership_options)
+        options = {
+            "session_timeout_ms": o["session_timeout_ms"],
+            "assignor": o["assignors"][0],
+            "auto_commit": False,  # the consumer commits its own positions (auto-commit included)
+            **self._membership_options,
+        }
+        return ZkGroupMember(self._zk_connect, self.group_id, topics, listener=listener, **options)
+
+
+class _ZkOffsets:
+    """Scheme one's offsets without membership (manual assignment): `/consumers/<g>/offsets/<t>/<p>`."""
+
+    def __init__(self, zk: Any, group_id: str):
+        self.zk, self.group_id = zk, group_id
+        self.generation = -1
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], generation: int) -> None:
+        from zk_rebalance.layout import offset_path
+
+        for tp, om in offsets.items():
+            off = om.offset if isinstance(om, OffsetAndMetadata) else int(om)
+            path = offset_path(self.group_id, tp.topic, tp.partition)
+            self.zk.ensure_path(path)
+            self.zk.set(path, str(off).encode())
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        from kazoo.exceptions import NoNodeError
+
+        from zk_rebalance.layout import offset_path
+
+        out: dict[TopicPartition, int | None] = {}
+        for tp in partitions:
+            try:
+                data, _ = self.zk.get(offset_path(self.group_id, tp.topic, tp.partition))
+                text = data.decode().strip()
+                out[tp] = int(text) if text.lstrip("-").isdigit() and int(text) >= 0 else None
+            except NoNodeError:
+                out[tp] = None
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def _connect_string(client: Any) -> str:
+    """A kazoo client's connect string (`host:port,...[/chroot]`)."""
+    hosts = ",".join(f"{h}:{p}" for h, p in client.hosts)
+    return hosts + (client.chroot or "")
 
 
 class _Applier:

@@ -38,7 +38,8 @@ HEARTBEAT_MS = 100
 
 def zk_options() -> dict:
     """Scheme one's knobs for fast tests (rebalance backoff ~100 ms)."""
-    return {"rebalance_backoff_ms": 100}
+    # fence_commits: scheme one's opt-in fix that makes a zombie's commit raise CommitFailed
+    return {"rebalance_backoff_ms": 150, "rebalance_max_retries": 20, "fence_commits": True}
 
 
 def consumer_options(rebalancer: str, bootstrap: str | None, **kw) -> dict:
@@ -322,6 +323,22 @@ def worker_main(spec: dict) -> None:
     os._exit(0)
 
 
+def test_manual_assignment_commits_to_the_group_without_joining(env):
+    env.topic("t", partitions=2, per_partition=10)
+    c = env.consumer("gm", [])
+    c.assign([TP("t", 0)])
+    got: dict = {}
+    wait_for(lambda: got.update(c.poll(100)) or got, what="records")
+    assert [r.offset for r in got[TP("t", 0)]] == list(range(10))
+    c.commit()
+    assert c.committed(TP("t", 0)) == 10
+    c.close()
+    c2 = env.consumer("gm", [])
+    c2.assign([TP("t", 0), TP("t", 1)])
+    assert c2.position(TP("t", 0)) == 10  # resumes from the group's committed offset
+    assert c2.position(TP("t", 1)) == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # scheme three only
 
@@ -414,23 +431,6 @@ def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
             w2.stop()
     counts = Counter((tp, off) for tp, off, _ in delivered)
     assert all(n == 1 for n in counts.values())
-
-
-def test_manual_assignment_commits_to_the_group_without_joining(coordinator_env):
-    env = coordinator_env
-    env.topic("t", partitions=2, per_partition=10)
-    c = env.consumer("gm", [])
-    c.assign([TP("t", 0)])
-    got: dict = {}
-    wait_for(lambda: got.update(c.poll(100)) or got, what="records")
-    assert [r.offset for r in got[TP("t", 0)]] == list(range(10))
-    c.commit()
-    assert c.committed(TP("t", 0)) == 10
-    c.close()
-    c2 = env.consumer("gm", [])
-    c2.assign([TP("t", 0), TP("t", 1)])
-    assert c2.position(TP("t", 0)) == 10  # resumes from the group's committed offset
-    assert c2.position(TP("t", 1)) == 0
 
 
 if __name__ == "__main__":
