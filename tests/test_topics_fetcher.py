@@ -276,3 +276,16 @@ def test_wakeup_ends_a_blocking_poll(log):
         t = time.monotonic()
         assert f.poll(10) == {}
         assert time.monotonic() - t < 5
+
+
+def test_a_partition_not_yet_on_disk_is_retried_not_raised(log):
+    fill(log, T0, 10)
+    later = TopicPartition("later", 0)
+    with Fetcher(log, auto_offset_reset="earliest") as f:
+        f.assign({T0, later})
+        polls = poll_until(f, lambda ps: len(offsets(ps, T0)) == 10)
+        assert not offsets(polls, later)
+        log.create("later", 1)
+        fill(log, later, 5)
+        polls = poll_until(f, lambda ps: len(offsets(ps, later)) == 5)
+        assert offsets(polls, later) == list(range(5))

@@ -41,9 +41,9 @@ from typing import Literal, NamedTuple, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from core.errors import GroupshiftError
+from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
-from topics.errors import NoOffsetForPartition, OffsetOutOfRange
+from topics.errors import NoOffsetForPartition, OffsetOutOfRange, UnknownPartition
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,12 @@ class Fetcher:
     def _resolve_positions(self) -> None:
         for tp, state in self._assigned.items():
             if state.position is None and not state.paused:
-                self._reset_position(tp, state)
+                try:
+                    self._reset_position(tp, state)
+                except (UnknownTopic, UnknownPartition):
+                    # Registered but not (yet) on disk: retriable, as UNKNOWN_TOPIC_OR_PARTITION is
+                    # for Kafka's consumer. The partition stays unpositioned and is retried.
+                    log.debug("%s does not exist in the log yet", tp)
 
     def _valid(self, cf: _CompletedFetch) -> bool:
         state = self._assigned.get(cf.tp)
@@ -407,6 +412,8 @@ class Fetcher:
                     break
                 cf.batches.append(batch)
                 total += batch.num_rows
+        except (UnknownTopic, UnknownPartition):
+            pass  # retriable: nothing to return yet
         except GroupshiftError as exc:
             if not cf.batches:  # with records in hand, return them; the error recurs on the next fetch
                 cf.error = exc

@@ -88,8 +88,10 @@ class TopicStore:
             except UnknownTopic:
                 if not self.log.exists(name):
                     raise
-        if not self.log.exists(name):
-            raise UnknownTopic(f"topic {name!r} is registered but has no log directory in {self.log.root}")
+        if not self.log.exists(name):  # registered only (e.g. by Kafka's tools): no data yet
+            return TopicInfo(
+                name, True, [PartitionInfo(p, r, 0, 0, 0, 0) for p, r in sorted(reg.partitions.items())]
+            )
         parts = []
         for p in range(self.log.partitions(name)):
             tp = TopicPartition(name, p)
