@@ -269,3 +269,16 @@ def test_two_producer_processes_write_contiguous_non_overlapping_offsets(log, tm
     assert sum(a != b for a, b in zip(writers, writers[1:], strict=False)) >= 3  # they really raced
     values = set(batch.column("value").to_pylist())
     assert values == {f"{w}-{i}-{j}".encode() for w in "AB" for i in range(n) for j in range(7)}
+
+
+def test_a_topic_deleted_and_recreated_elsewhere_is_not_served_from_cache(log):
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    log.produce("t", [b"old"] * 5, partition=0)
+    assert log.read(tp, 0, 10).batch.num_rows == 5 and log.latest(tp) == 5
+    other = Log(log.root)
+    other.delete("t")
+    other.create("t", 1)
+    other.produce("t", [b"new"] * 2, partition=0)
+    assert log.latest(tp) == 2
+    assert log.read(tp, 0, 10).batch.column("value").to_pylist() == [b"new", b"new"]
