@@ -425,3 +425,15 @@ def test_event_log_is_jsonl_with_monotonic_times(zk, zk_connect, tmp_path):
     assert {r["op"] for r in recs if r["ev"] == "zk"} >= {"getChildren", "getData", "create", "exists"}
     with pytest.raises(NoNodeError):  # closed: its ids node went with its session
         zk.get("/consumers/g/ids/g_c")
+
+
+@pytest.mark.parametrize("after_claim", [False, True])
+def test_offsets_read_before_the_claim_unless_read_offsets_after_claim(zk, zk_connect, tmp_path, after_claim):
+    create_topic(zk, "t", 1)
+    zk.create("/consumers/g/offsets/t/0", b"5", makepath=True)
+    with member(zk_connect, "c", ("t",), tmp_path, read_offsets_after_claim=after_claim) as m:
+        assert m.wait_for_stable(10) and m.positions() == {TopicPartition("t", 0): 5}
+    events = read_events([tmp_path / "c.jsonl"])
+    read_at = next(e["t"] for e in events if e["ev"] == "zk" and e["path"] == "/consumers/g/offsets/t/0")
+    claimed_at = next(e["t"] for e in events if e["ev"] == "owner_created")
+    assert (read_at > claimed_at) is after_claim
