@@ -314,19 +314,20 @@ class Log:
         """
         fresh = False
         for _ in range(3):
-            lst, infos = self._segments(tp, fresh=fresh)
-            earliest = lst.bases[0] if lst.bases else 0
-            latest = infos[-1].end if infos else 0
-            if not earliest <= start <= latest:
-                raise OffsetOutOfRange(tp, start, earliest, latest)
-            if start == latest or max_records <= 0:
-                return ReadResult(_EMPTY, start)
-            info = infos[bisect.bisect_right(lst.bases, start) - 1]
-            rg = bisect.bisect_right(info.row_group_bases, start) - 1
+            # Only two footers matter: the newest (log end) and the one holding `start`.
+            lst = self._listing(tp, fresh=fresh)
             try:
+                earliest = lst.bases[0] if lst.bases else 0
+                latest = self._info(tp, lst, len(lst.bases) - 1).end if lst.bases else 0
+                if not earliest <= start <= latest:
+                    raise OffsetOutOfRange(tp, start, earliest, latest)
+                if start == latest or max_records <= 0:
+                    return ReadResult(_EMPTY, start)
+                info = self._info(tp, lst, bisect.bisect_right(lst.bases, start) - 1)
+                rg = bisect.bisect_right(info.row_group_bases, start) - 1
                 batch = self._row_group(info, rg)
             except FileNotFoundError:
-                fresh = True  # retention deleted the segment after we listed it
+                fresh = True  # retention deleted a segment after we listed it
                 continue
             skip = start - info.row_group_bases[rg]
             n = min(max_records, batch.num_rows - skip)
