@@ -245,7 +245,7 @@ WRITER = textwrap.dedent(
 
 def test_two_producer_processes_write_contiguous_non_overlapping_offsets(log, tmp_path):
     log.create("t", 1)
-    go, n = tmp_path / "go", 150
+    go, n = tmp_path / "go", 80
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(log.root), name, str(n), str(go)], env=env)
