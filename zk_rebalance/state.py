@@ -1,0 +1,60 @@
+"""Scheme one's member vocabulary: its states, its rebalance failure, its listener, its registry entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from core.errors import RebalanceFailed
+from core.types import TopicPartition
+from zk_rebalance.layout import ThreadId
+
+
+class ConsumerRebalanceFailed(RebalanceFailed):
+    """`ConsumerRebalanceFailedException`: every attempt of one `syncedRebalance` failed.
+
+    The member owns no partitions until the next ZooKeeper event starts another rebalance. Raise
+    `rebalance_max_retries × rebalance_backoff_ms` above the session timeout (the 0.8 FAQ rule)
+    or remove the owner node that blocks the claim.
+    """
+
+
+class RebalanceListener(Protocol):
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None: ...
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None: ...
+
+
+class MemberState(Enum):
+    """Where a member is; `_ENTERED_FROM` lists the states each may be entered from."""
+
+    NEW = "new"
+    STARTING = "starting"
+    REBALANCING = "rebalancing"
+    STABLE = "stable"
+    FAILED = "failed"  # ConsumerRebalanceFailed: owns nothing until the next ZooKeeper event
+    CLOSED = "closed"
+
+
+_ENTERED_FROM = {
+    MemberState.STARTING: {MemberState.NEW},
+    MemberState.REBALANCING: {
+        MemberState.STARTING,
+        MemberState.STABLE,
+        MemberState.FAILED,
+        MemberState.REBALANCING,
+    },
+    MemberState.STABLE: {MemberState.REBALANCING},
+    MemberState.FAILED: {MemberState.REBALANCING},
+    MemberState.CLOSED: set(MemberState) - {MemberState.CLOSED},
+}
+
+
+@dataclass
+class _PartitionInfo:
+    """`PartitionTopicInfo`: the owning thread, the consumed offset (next to read), the fencing epoch."""
+
+    thread: ThreadId
+    consumed: int
+    epoch: int | None = None
