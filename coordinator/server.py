@@ -11,18 +11,18 @@ requests of its connection, never those of other connections.
     host, port = await node.start()
     await node.wait_stopped()          # node.request_stop() from a signal handler
 
-Shard placement: each shard has a preferred node among the live ones (rendezvous hashing); a
-node claims an unled shard at once if it is the preferred one, and any node claims it after
-`claim_grace_ms`. With `shard_handoff`, a node hands a shard to its preferred node once that node
+Shard placement: each shard has a preferred node among the live ones (balanced rendezvous
+hashing, `_placement`); a node claims an unled shard at once if it is the preferred one, and any
+node claims it after `claim_grace_ms`. With `shard_handoff`, a node hands a shard to its preferred node once that node
 has been live for `handoff_delay_ms` (so shards spread out as nodes join).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
-import zlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -297,6 +297,7 @@ class CoordinatorNode:
         self._need_register = False
         self._state_counts: dict[str, int] = {}
         self._verifying: set[int] = set()
+        self._placement_cache: tuple[tuple[int, ...], list[int]] = ((), [])
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -429,7 +430,9 @@ class CoordinatorNode:
                 conn.send(req.id, {"error_code": -1, "error_message": "internal error"})
                 return
             self._apply(outputs, req.body.generation_id if api == P.OFFSET_COMMIT else -1)
-            self._schedule_timer()
+            # A heartbeat only moves deadlines later; while a timer is armed it will re-arm itself.
+            if api != P.HEARTBEAT or self._timer is None:
+                self._schedule_timer()
             return
         conn.send(req.id, body)
         self.metrics.observe(req.name, time.perf_counter() - t0, body["error_code"])
@@ -586,8 +589,33 @@ class CoordinatorNode:
 
     # -- shards ------------------------------------------------------------------------------
 
-    def _preferred(self, shard: int, live: list[int]) -> int:
-        return max(live, key=lambda n: (zlib.crc32(f"{shard}:{n}".encode()), n))
+    def _placement(self, live: tuple[int, ...]) -> list[int]:
+        """The preferred node of every shard: balanced rendezvous hashing.
+
+        Pairs (shard, node) are taken by descending hash score, each node up to
+        ceil(shards / nodes) shards. Every node computes the same answer from the same live set,
+        and a node joining or leaving moves few shards.
+        """
+        if self._placement_cache[0] == live:
+            return self._placement_cache[1]
+        n = self.config.shards
+        cap = -(-n // len(live))
+        pairs = sorted(
+            (
+                (hashlib.blake2b(f"{s}:{node}".encode(), digest_size=8).digest(), s, node)
+                for s in range(n)
+                for node in live
+            ),
+            reverse=True,
+        )
+        owner: list[int] = [-1] * n
+        load = dict.fromkeys(live, 0)
+        for _, s, node in pairs:
+            if owner[s] < 0 and load[node] < cap:
+                owner[s] = node
+                load[node] += 1
+        self._placement_cache = (live, owner)
+        return owner
 
     async def _shard_loop(self) -> None:
         while not self._stopping:
@@ -616,12 +644,12 @@ class CoordinatorNode:
         for n in list(self._first_seen):
             if n not in live_set:
                 del self._first_seen[n]
-        live = sorted(live_set)
+        placement = self._placement(tuple(sorted(live_set)))
         claims = []
         for s in range(cfg.shards):
             leader = store.leaders.get(s)
             mine = self.shards.get(s)
-            preferred = self._preferred(s, live)
+            preferred = placement[s]
             if mine is not None:
                 if leader is None or leader.node != cfg.node_id or leader.epoch != mine.epoch:
                     self._spawn(self._verify_shard(s, mine))

@@ -113,6 +113,15 @@ def reconnect(clients, host, port):
     return [WireClient(host, port, c.client_id) for c in clients]
 
 
+def wait_state(c: WireClient, group: str, state: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if c.request(P.DESCRIBE_GROUPS, {"groups": [group]})["groups"][0]["group_state"] == state:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{group} never reached {state}")
+
+
 def heartbeat_until_served(c: WireClient, group: str, gen: int, mid: str, timeout: float = 10.0) -> int:
     """Heartbeat until the new coordinator has loaded the group (a load in progress answers NONE
     blindly, so ask DescribeGroups first), then return the heartbeat's error code."""
@@ -177,6 +186,7 @@ def test_node_killed_during_completing_rebalance(cluster):
     r = newcomer.request(P.JOIN_GROUP, join_body(g, "", session_timeout_ms=SESSION_MS))
     new_id = r["member_id"]
     newcomer.send(P.JOIN_GROUP, join_body(g, new_id, session_timeout_ms=SESSION_MS))
+    wait_state(clients[0], g, "PreparingRebalance")
     for c, mid in zip(clients, ids, strict=True):
         assert c.request(P.HEARTBEAT, heartbeat_body(g, gen, mid))["error_code"] == E.REBALANCE_IN_PROGRESS
     gen2, _ = rejoin_all(clients, ids, g)
@@ -211,6 +221,7 @@ def test_node_killed_during_completing_rebalance(cluster):
         body = join_body(g, leader, protocols=[("range", leader.encode())], session_timeout_ms=SESSION_MS)
         clients[li].send(P.JOIN_GROUP, body)
         others = [i for i in range(3) if i != li]
+        wait_state(clients[others[0]], g, "PreparingRebalance")
         for i in others:
             code = clients[i].request(P.HEARTBEAT, heartbeat_body(g, gen, ids[i]))["error_code"]
             assert code == E.REBALANCE_IN_PROGRESS
