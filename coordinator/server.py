@@ -406,6 +406,11 @@ class CoordinatorNode:
             log.info("closing connection from %s: %s", conn.peer_host, exc)
             conn.close()
             return
+        except Exception:  # never let a frame hurt the node: drop only this connection
+            self.metrics.inc("frames_refused")
+            log.exception("closing connection from %s: undecodable frame", conn.peer_host)
+            conn.close()
+            return
         api = req.api
         if api == P.API_VERSIONS:
             body = P.api_versions_body()
