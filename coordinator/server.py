@@ -13,8 +13,8 @@ requests of its connection, never those of other connections.
 
 Shard placement: each shard has a preferred node among the live ones (balanced rendezvous
 hashing, `_placement`); a node claims an unled shard at once if it is the preferred one, and any
-node claims it after `claim_grace_ms`. With `shard_handoff`, a node hands a shard to its preferred node once that node
-has been live for `handoff_delay_ms` (so shards spread out as nodes join).
+node claims it after `claim_grace_ms`. With `shard_handoff`, a node hands a shard to its preferred
+node once that node has been live for `handoff_delay_ms` (so shards spread out as nodes join).
 """
 
 from __future__ import annotations
