@@ -91,6 +91,7 @@ class _GeneralBuilder:
         self.movements = PartitionMovements()
         self._owners: list[list[int]] | None = None
         self._topic_owner_counts: list[Counter[int]] | None = None
+        self._stale: set[int] | None = None  # topics whose balance figures need recomputing
         self._snapshot: dict[int, list[TopicPartition]] | None = None
 
     def build(self) -> Assignment:
@@ -189,15 +190,19 @@ class _GeneralBuilder:
                 consumer = owners[t][p]
                 tp = TopicPartition(self.topics[t], p)
                 prev = self.prev_owner.get(tp)
+                # Unlike Kafka, only a previous owner still subscribed to the topic gets it back: Kafka
+                # would hand a partition to a member that no longer subscribes to its topic.
                 if (
                     prev is not None
                     and prev[0] in self.participant_set
+                    and t in self.member_topic_sets[prev[0]]
                     and self.sizes[consumer] > self.sizes[prev[0]] + 1
                 ):
                     self._reassign(tp, t, prev[0])
                     performed = modified = True
                     continue
-                if self.sizes[consumer] > min(self.sizes[c] for c in self.topic_consumers[t]) + 1:
+                # _is_balanced just refreshed the per-topic figures, and nothing moved since.
+                if self.sizes[consumer] > self._min_subscriber[t] + 1:
                     target = self.index.first_subscriber(t, self.member_topic_sets)
                     self._reassign(tp, t, target)
                     performed = modified = True
@@ -221,12 +226,14 @@ class _GeneralBuilder:
         sizes[new] += 1
         index.add(old)
         index.add(new)
-        if self._topic_owner_counts is not None:
+        if self._stale is not None and self._topic_owner_counts is not None:
             counts = self._topic_owner_counts[t]
             counts[old] -= 1
             if not counts[old]:
                 del counts[old]
             counts[new] += 1
+            self._stale.update(self.member_topics[old])
+            self._stale.update(self.member_topics[new])
 
     def _owner_rows(self) -> list[list[int]]:
         if self._owners is None:
@@ -239,30 +246,48 @@ class _GeneralBuilder:
     def _is_balanced(self) -> bool:
         """Kafka's `isBalanced`: sizes within one, or no partition can go to a member with 2+ fewer.
 
-        A member short of everything it could hold is unbalanced if one of its topics has a partition
-        on a member with more than its count + 1: per topic, only the largest owner matters.
+        Per topic, that is: its largest owner holds at most one more than its smallest subscriber that
+        could still take partitions. Those per-topic figures are kept up to date incrementally (a move
+        changes two members, so only their topics are recomputed), so the check is O(1) between moves,
+        where Kafka's rescans every partition each time.
         """
         index = self.index
         if not index.buckets or index.lo >= index.hi - 1:
             return True
-        if self._topic_owner_counts is None:
-            self._topic_owner_counts = [Counter() for _ in self.counts]
-            for r in self.participants:
-                for topic, n in Counter(tp[0] for tp in self.lists[r]).items():
-                    self._topic_owner_counts[self.topic_index[topic]][r] = n
-        sizes = self.sizes
-        largest: dict[int, int] = {}
+        if self._stale is None:
+            self._start_topic_stats()
+        self._refresh_topic_stats()
+        return not self._unbalanced_topics
+
+    def _start_topic_stats(self) -> None:
+        n_topics = len(self.counts)
+        self._topic_owner_counts = [Counter() for _ in range(n_topics)]
         for r in self.participants:
-            if sizes[r] == self.max_size[r]:
-                continue
-            limit = sizes[r] + 1
-            for t in self.member_topics[r]:
-                m = largest.get(t)
-                if m is None:
-                    m = largest[t] = max((sizes[o] for o in self._topic_owner_counts[t]), default=0)
-                if m > limit:
-                    return False
-        return True
+            for topic, n in Counter(tp[0] for tp in self.lists[r]).items():
+                self._topic_owner_counts[self.topic_index[topic]][r] = n
+        self._subscribers = [[r for r in rs if r in self.participant_set] for rs in self.topic_consumers]
+        self._min_subscriber = [0] * n_topics
+        self._unbalanced_topics: set[int] = set()
+        self._stale = {t for r in self.participants for t in self.member_topics[r]}
+
+    def _refresh_topic_stats(self) -> None:
+        sizes, max_size, owner_counts = self.sizes, self.max_size, self._topic_owner_counts
+        assert self._stale is not None and owner_counts is not None
+        for t in self._stale:
+            largest_owner = max((sizes[r] for r in owner_counts[t]), default=0)
+            smallest, smallest_open = None, None
+            for r in self._subscribers[t]:
+                size = sizes[r]
+                if smallest is None or size < smallest:
+                    smallest = size
+                if size < max_size[r] and (smallest_open is None or size < smallest_open):
+                    smallest_open = size
+            self._min_subscriber[t] = 0 if smallest is None else smallest
+            if smallest_open is not None and largest_owner > smallest_open + 1:
+                self._unbalanced_topics.add(t)
+            else:
+                self._unbalanced_topics.discard(t)
+        self._stale.clear()
 
 
 def _balance_score(sizes: list[int]) -> int:
