@@ -94,6 +94,7 @@ class AbstractStickyAssignor(Assignor):
         """The target assignment (Kafka's `assignPartitions`), before any cooperative adjustment."""
         ownership = self.read_ownership(partitions_per_topic, subscriptions)
         if ownership.all_equal:
+            self.last_movements = None
             return constrained_assign(ownership)
         from coordinator.assignors.sticky_general import general_assign
 
