@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from coordinator.assignors import (
@@ -462,3 +464,59 @@ def test_max_generation_is_remembered_by_the_instance() -> None:
     a.assign({"topic": 1}, {"c": sub("topic", "topic-0", 7)})
     a.assign({"topic": 1}, {"c": sub("topic", "topic-0", 2)})
     assert a.max_generation == 7
+
+
+# --- Kafka's randomized tests, seeded ---------------------------------------------------------------------
+
+
+def check_balanced(counts: dict[str, int], topics_of: dict[str, list[str]], result) -> None:  # noqa: ANN001
+    """Kafka's `verifyValidityAndBalance`: valid, and no partition could move to a member with 2+ fewer."""
+    owner = {tp: m for m, v in result.items() for tp in v}
+    assert len(owner) == sum(len(v) for v in result.values())
+    assert all(tp.topic in topics_of[m] for m, v in result.items() for tp in v)
+    sizes = {m: len(v) for m, v in result.items()}
+    for m, topics in topics_of.items():
+        for t in topics:
+            for p in range(counts.get(t, 0)):
+                assert sizes[owner[TopicPartition(t, p)]] <= sizes[m] + 1
+
+
+@pytest.mark.parametrize("name", STICKY)
+@pytest.mark.parametrize("seed", range(5))
+def test_large_assignment_with_consumers_leaving_and_random_subscription(name: str, seed: int) -> None:
+    rnd = random.Random(seed)
+    topics = [f"t{i:02d}" for i in range(40)]
+    counts = {t: rnd.randrange(10) + 1 for t in topics}
+    topics_of = {f"c{i:03d}": [rnd.choice(topics) for _ in range(rnd.randrange(20))] for i in range(200)}
+    a = get_assignor(name)
+    first = settle(a, counts, {m: sub(ts) for m, ts in topics_of.items()})
+    check_balanced(counts, topics_of, first)
+    for _ in range(50):
+        topics_of.pop(f"c{rnd.randrange(200):03d}", None)
+    result = settle(a, counts, {m: sub(ts, first[m], 1) for m, ts in topics_of.items()})
+    check_balanced(counts, topics_of, result)
+    if name == "sticky":
+        assert a.last_movements is not None and a.last_movements.is_sticky()
+
+
+@pytest.mark.parametrize("name", STICKY)
+@pytest.mark.parametrize("seed", range(10))
+def test_reassignment_with_random_subscriptions_and_changes(name: str, seed: int) -> None:
+    rnd = random.Random(seed)
+    topics = [f"t{i:02d}" for i in range(10 + rnd.randrange(10))]
+    counts = {t: i + 1 for i, t in enumerate(topics)}
+
+    def random_sublist() -> list[str]:
+        chosen = list(topics)
+        for _ in range(rnd.randrange(len(topics))):
+            chosen.pop(rnd.randrange(len(chosen)))
+        return chosen
+
+    members = [f"c{i:02d}" for i in range(20 + rnd.randrange(20))]
+    before = {m: random_sublist() for m in members}
+    a = get_assignor(name)
+    first = settle(a, counts, {m: sub(before[m]) for m in members})
+    check_balanced(counts, before, first)
+    after = {m: random_sublist() for m in members}
+    result = settle(a, counts, {m: sub(after[m], first[m], 1) for m in members})
+    check_balanced(counts, after, result)
