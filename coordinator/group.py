@@ -306,6 +306,10 @@ class GroupCoordinator(RequestHandlers):
         group = self._groups.get(group_id)
         return None if group is None else group.state
 
+    def stats(self) -> dict[str, tuple[GroupState, int]]:
+        """`{group_id: (state, member count)}` of every group held, for metrics."""
+        return {gid: (g.state, len(g.members)) for gid, g in self._groups.items()}
+
     # ================================================================== plumbing
 
     def _begin(self, now_ms: int) -> list[Output]:

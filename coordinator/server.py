@@ -805,14 +805,10 @@ class CoordinatorNode:
             s: 0 for s in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable")
         }
         members = 0
-        groups = getattr(self.core, "_groups", {})
-        for g in self.core.group_ids():
-            state = self.core.group_state(g)
-            if state is not None and state.value in states:
+        for state, count in self.core.stats().values():
+            if state.value in states:
                 states[state.value] += 1
-            group = groups.get(g)
-            if group is not None:
-                members += len(group.members)
+            members += count
         return {
             "groups": [({"state": s}, n) for s, n in states.items()],
             "members": [({}, members)],

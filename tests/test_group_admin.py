@@ -278,3 +278,11 @@ def test_load_replaces_a_group_already_held():
     assert t in d.responses  # single member: completes at once
     d.absorb(d.core.load_group(snap, d.now))
     assert d.group().generation_id == gen and d.state() == "Stable"
+
+
+def test_stats_reports_state_and_member_count_per_group():
+    d = Driver()
+    d.stable_group(3, group="g-a")
+    d.stable_group(1, group="g-b")
+    stats = {gid: (state.value, n) for gid, (state, n) in d.core.stats().items()}
+    assert stats == {"g-a": ("Stable", 3), "g-b": ("Stable", 1)}
