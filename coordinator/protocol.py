@@ -23,22 +23,25 @@ from typing import Annotated, Any
 
 import msgspec
 
+# Kafka's API keys and error codes: one definition each, shared with the core.
+from coordinator import error_codes as ErrorCode  # ErrorCode.NONE, ErrorCode.NOT_COORDINATOR, ...
+from coordinator.messages import (
+    API_VERSIONS,
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+)
+
 VERSION = 0
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
-
-# Kafka's API keys (coordinator-spec.md §14).
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-API_VERSIONS = 18
-DELETE_GROUPS = 42
-OFFSET_DELETE = 47
 
 API_NAMES = {
     OFFSET_COMMIT: "OffsetCommit",
@@ -56,36 +59,7 @@ API_NAMES = {
 }
 
 
-class ErrorCode:
-    """Kafka's numeric error codes (coordinator-spec.md §14)."""
-
-    NONE = 0
-    UNKNOWN_SERVER_ERROR = -1
-    UNKNOWN_TOPIC_OR_PARTITION = 3
-    OFFSET_METADATA_TOO_LARGE = 12
-    COORDINATOR_LOAD_IN_PROGRESS = 14
-    COORDINATOR_NOT_AVAILABLE = 15
-    NOT_COORDINATOR = 16
-    ILLEGAL_GENERATION = 22
-    INCONSISTENT_GROUP_PROTOCOL = 23
-    INVALID_GROUP_ID = 24
-    UNKNOWN_MEMBER_ID = 25
-    INVALID_SESSION_TIMEOUT = 26
-    REBALANCE_IN_PROGRESS = 27
-    INVALID_COMMIT_OFFSET_SIZE = 28
-    GROUP_AUTHORIZATION_FAILED = 30
-    UNSUPPORTED_VERSION = 35
-    INVALID_REQUEST = 42
-    NON_EMPTY_GROUP = 68
-    GROUP_ID_NOT_FOUND = 69
-    MEMBER_ID_REQUIRED = 79
-    GROUP_MAX_SIZE_REACHED = 81
-    FENCED_INSTANCE_ID = 82
-    GROUP_SUBSCRIBED_TO_TOPIC = 86
-    UNSTABLE_OFFSET_COMMIT = 88
-
-
-ERROR_NAMES = {v: k for k, v in vars(ErrorCode).items() if isinstance(v, int) and not k.startswith("_")}
+ERROR_NAMES = ErrorCode.NAMES
 
 Int8 = Annotated[int, msgspec.Meta(ge=-(2**7), le=2**7 - 1)]
 Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
