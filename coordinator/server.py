@@ -24,7 +24,7 @@ import hashlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from kazoo.protocol.states import KazooState
@@ -70,13 +70,14 @@ class NodeConfig:
     advertised_host: str | None = None
     shards: int = DEFAULT_SHARDS
     max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1_800_000
-    group_initial_rebalance_delay_ms: int = 3000
-    group_max_size: int = 2**31 - 1
-    offsets_retention_ms: int = 10080 * 60 * 1000
-    offsets_retention_check_interval_ms: int = 600_000
-    offset_metadata_max_bytes: int = 4096
+    # Broker settings: the core's defaults (Kafka's), passed through by core_config().
+    group_min_session_timeout_ms: int = CoordinatorConfig.group_min_session_timeout_ms
+    group_max_session_timeout_ms: int = CoordinatorConfig.group_max_session_timeout_ms
+    group_initial_rebalance_delay_ms: int = CoordinatorConfig.group_initial_rebalance_delay_ms
+    group_max_size: int = CoordinatorConfig.group_max_size
+    offsets_retention_ms: int = CoordinatorConfig.offsets_retention_ms
+    offsets_retention_check_interval_ms: int = CoordinatorConfig.offsets_retention_check_interval_ms
+    offset_metadata_max_bytes: int = CoordinatorConfig.offset_metadata_max_bytes
     zk_session_timeout_ms: int = 10_000
     connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
     frame_timeout_ms: int = 30_000  # a started frame must complete within this
@@ -90,15 +91,8 @@ class NodeConfig:
     metrics_port: int | None = None
 
     def core_config(self) -> CoordinatorConfig:
-        return CoordinatorConfig(
-            group_min_session_timeout_ms=self.group_min_session_timeout_ms,
-            group_max_session_timeout_ms=self.group_max_session_timeout_ms,
-            group_initial_rebalance_delay_ms=self.group_initial_rebalance_delay_ms,
-            group_max_size=self.group_max_size,
-            offsets_retention_ms=self.offsets_retention_ms,
-            offsets_retention_check_interval_ms=self.offsets_retention_check_interval_ms,
-            offset_metadata_max_bytes=self.offset_metadata_max_bytes,
-        )
+        names = {f.name for f in fields(CoordinatorConfig)} & {f.name for f in fields(self)}
+        return CoordinatorConfig(**{name: getattr(self, name) for name in names})
 
 
 class _Shard:
