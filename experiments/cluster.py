@@ -79,43 +79,26 @@ def _owner_alive(pid: str) -> bool:
 
 
 def sweep_leftovers(all_owners: bool = False) -> int:
-    """Remove `gstest-` containers and networks whose owning process is gone (or all of them)."""
+    """Remove `gstest-` containers, then networks, whose owning process is gone (or all of them)."""
     removed = 0
-    out = subprocess.run(
-        [
-            "docker",
-            "ps",
-            "-a",
-            "--filter",
-            f"name=^{PREFIX}",
-            "--format",
-            f'{{{{.ID}}}} {{{{.Label "{OWNER_LABEL}"}}}}',
-        ],
-        capture_output=True,
-        text=True,
-    ).stdout
-    for line in out.splitlines():
-        cid, _, owner = line.partition(" ")
-        if all_owners or not _owner_alive(owner.strip()):
-            subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
-            removed += 1
-    out = subprocess.run(
-        [
-            "docker",
-            "network",
-            "ls",
-            "--filter",
-            f"name=^{PREFIX}",
-            "--format",
-            f'{{{{.ID}}}} {{{{.Label "{OWNER_LABEL}"}}}}',
-        ],
-        capture_output=True,
-        text=True,
-    ).stdout
-    for line in out.splitlines():
-        nid, _, owner = line.partition(" ")
-        if all_owners or not _owner_alive(owner.strip()):
-            subprocess.run(["docker", "network", "rm", nid], capture_output=True)
+    for listing, remove in ((["ps", "-a"], ["rm", "-f"]), (["network", "ls"], ["network", "rm"])):
+        out = subprocess.run(
+            [
+                "docker",
+                *listing,
+                "--filter",
+                f"name=^{PREFIX}",
+                "--format",
+                f'{{{{.ID}}}} {{{{.Label "{OWNER_LABEL}"}}}}',
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout
+        for line in out.splitlines():
+            object_id, _, owner = line.partition(" ")
+            if all_owners or not _owner_alive(owner.strip()):
+                subprocess.run(["docker", *remove, object_id], capture_output=True)
+                removed += 1
     return removed
 
 
