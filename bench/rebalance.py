@@ -1,0 +1,365 @@
+"""Benchmark: one join into a stable group of N members, scheme one vs scheme three, on one ZooKeeper.
+
+Run on demand: `python -m bench.rebalance [--sizes 10,50,100] [--json out.json]`. One ZooKeeper
+container is started (experiments/cluster.py) unless `--zk` is given; scheme three uses one
+coordinator node process (`groupshift coordinator serve`). For every N, in one run:
+
+* scheme one: N `ZkGroupMember`s (each its own ZooKeeper session, Kafka 0.8 defaults except the
+  rebalance backoff/retries below) form a stable group; then one member joins. Time to stable:
+  from the join until every member holds the new assignment (the owners cover every partition
+  once, every member `is_stable()`).
+* scheme three: N `CoordinatorMember`s (one shared ZooKeeper client, heartbeats every
+  `--heartbeat-ms`) form a stable group; then one joins. Time to stable: from the join until every
+  member is stable at one new generation and the assignments cover every partition once.
+* per rebalance: ZooKeeper requests and watch notifications, server-side (`mntr` deltas:
+  `zk_packets_received`, the sum of the `zk_sum_node_*_watch_count` summaries) and client-side
+  (scheme one: the members' event logs; scheme three: the members' own ZooKeeper reads).
+* rolling restart of 20 scheme-three members, dynamic vs static (`group_instance_id`): each is
+  closed and started again in turn; counted are the group's rebalances (generation increments).
+
+Targets (issue 8): scheme three >= 20x faster than scheme one at N = 50 and < 300 ms with 100 ms
+heartbeats; scheme three's ZooKeeper requests per rebalance constant in N; <= 1 rebalance for a
+static rolling restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from coordinator.client import CoordinatorMember, MemberState
+from core.types import TopicPartition
+from core.zk import connect, mntr
+from experiments.coordinator_nodes import CoordinatorNodes
+from topics.registry import create_topic
+
+TARGET_RATIO = 20.0
+TARGET_MS = 300.0
+
+
+def server_counts(host: str, port: int) -> dict[str, int]:
+    m = mntr(host, port)
+    watches = sum(
+        int(m.get(f"zk_sum_node_{k}_watch_count", 0)) for k in ("created", "deleted", "changed", "children")
+    )
+    return {"requests": int(m.get("zk_packets_received", 0)), "watch_notifications": watches}
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in after}
+
+
+def wait(cond, timeout: float, step: float = 0.002) -> float | None:
+    """Poll `cond` until true; returns the monotonic time it first held, or None on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return time.monotonic()
+        time.sleep(step)
+    return None
+
+
+def covers(assignments: list[set[TopicPartition]], partitions: int) -> bool:
+    total = sum(len(a) for a in assignments)
+    return total == partitions and len(set().union(*assignments)) == partitions
+
+
+# --- scheme one ------------------------------------------------------------------------------
+
+
+def scheme_one(zk_connect: str, n: int, partitions: int, args, logdir: Path) -> dict:
+    from zk_rebalance.events import read_events
+    from zk_rebalance.member import ZkGroupMember
+
+    group = f"zk-{n}-{uuid.uuid4().hex[:6]}"
+    opts = dict(
+        session_timeout_ms=args.zk_session_ms,
+        rebalance_backoff_ms=args.zk_backoff_ms,
+        rebalance_max_retries=args.zk_retries,
+        auto_commit=False,
+    )
+
+    def make(i: int) -> ZkGroupMember:
+        return ZkGroupMember(zk_connect, group, ["t"], event_log=str(logdir / f"{group}-{i}.jsonl"), **opts)
+
+    members = [make(i) for i in range(n)]
+    for m in members:
+        m.start()
+
+    def stable(ms) -> bool:
+        return all(m.is_stable() for m in ms) and covers([m.assignment() for m in ms], partitions)
+
+    formed = wait(lambda: stable(members), args.timeout, step=0.02)
+    if formed is None:
+        for m in members:
+            m.close()
+        return {"error": f"scheme one: {n} members did not form a stable group in {args.timeout}s"}
+    time.sleep(args.settle)
+    host, port = args.zk_host_port
+    before = server_counts(host, port)
+    t_join = time.monotonic()
+    joiner = make(n)
+    joiner.start()
+    everyone = [*members, joiner]
+    done = wait(lambda: stable(everyone) and len(joiner.assignment()) > 0, args.timeout)
+    after = server_counts(host, port)
+    result: dict = {"members": n}
+    if done is None:
+        result["error"] = f"no stable group within {args.timeout}s after the join"
+    else:
+        result["time_to_stable_ms"] = (done - t_join) * 1000
+    for m in everyone:
+        m.close()
+    events = read_events(sorted(logdir.glob(f"{group}-*.jsonl")))
+    window = [e for e in events if e.get("t", 0) >= t_join and (done is None or e["t"] <= done)]
+    result["server"] = delta(after, before)
+    result["client"] = {
+        "requests": sum(1 for e in window if e["ev"] == "zk"),
+        "watch_notifications": sum(1 for e in window if e["ev"] == "watch"),
+        "rebalance_rounds": sum(1 for e in window if e["ev"] == "rebalance_begin"),
+    }
+    return result
+
+
+# --- scheme three ----------------------------------------------------------------------------
+
+
+def coordinator_member(zk, nodes: CoordinatorNodes, group: str, args, **kw) -> CoordinatorMember:
+    return CoordinatorMember(
+        group,
+        ["t"],
+        zk=zk,
+        bootstrap=nodes.bootstrap,
+        session_timeout_ms=args.session_ms,
+        heartbeat_interval_ms=args.heartbeat_ms,
+        max_poll_interval_ms=600_000,
+        rebalance_timeout_ms=60_000,
+        retry_backoff_ms=20,
+        **kw,
+    )
+
+
+def group_stable(members: list[CoordinatorMember], partitions: int) -> bool:
+    gens = set()
+    for m in members:
+        if m.state != MemberState.STABLE or m._rejoin_needed:
+            return False
+        gens.add(m.generation)
+    return len(gens) == 1 and covers([m.assignment() for m in members], partitions)
+
+
+def scheme_three(zk, nodes: CoordinatorNodes, n: int, partitions: int, args) -> dict:
+    group = f"co-{n}-{uuid.uuid4().hex[:6]}"
+    members = [coordinator_member(zk, nodes, group, args) for _ in range(n)]
+    for m in members:
+        m.start()
+    if wait(lambda: group_stable(members, partitions), args.timeout, step=0.02) is None:
+        for m in members:
+            m.close()
+        return {"error": f"scheme three: {n} members did not form a stable group in {args.timeout}s"}
+    time.sleep(args.settle)
+    generation = members[0].generation
+    zk_reads_before = sum(m.stats["zk_requests"] for m in members)
+    host, port = args.zk_host_port
+    before = server_counts(host, port)
+    t_join = time.monotonic()
+    joiner = coordinator_member(zk, nodes, group, args)
+    joiner.start()
+    everyone = [*members, joiner]
+    done = wait(
+        lambda: group_stable(everyone, partitions) and members[0].generation > generation, args.timeout
+    )
+    after = server_counts(host, port)
+    result: dict = {"members": n}
+    if done is None:
+        result["error"] = f"no stable group within {args.timeout}s after the join"
+    else:
+        result["time_to_stable_ms"] = (done - t_join) * 1000
+        result["generations"] = members[0].generation - generation
+    result["server"] = delta(after, before)
+    result["client"] = {
+        "requests": sum(m.stats["zk_requests"] for m in everyone) - zk_reads_before,
+        "watch_notifications": 0,
+        "heartbeats": sum(m.stats["heartbeats"] for m in everyone),
+    }
+    for m in everyone:
+        m.close()
+    return result
+
+
+def rolling_restart(zk, nodes: CoordinatorNodes, static: bool, partitions: int, args, size: int = 20) -> dict:
+    group = f"roll-{'static' if static else 'dynamic'}-{uuid.uuid4().hex[:6]}"
+
+    def make(i: int) -> CoordinatorMember:
+        return coordinator_member(zk, nodes, group, args, group_instance_id=f"member-{i}" if static else None)
+
+    members = [make(i) for i in range(size)]
+    for m in members:
+        m.start()
+    if wait(lambda: group_stable(members, partitions), args.timeout, step=0.02) is None:
+        for m in members:
+            m.close()
+        return {"error": f"{size} members did not form a stable group"}
+    time.sleep(args.settle)
+    first = members[0].generation
+    t0 = time.monotonic()
+    for i in range(size):
+        members[i].close()
+        members[i] = make(i)
+        members[i].start()
+        if wait(lambda: group_stable(members, partitions), args.timeout, step=0.005) is None:
+            for m in members:
+                m.close()
+            return {"error": f"no stable group after restarting member {i}"}
+    generations = max(m.generation for m in members) - first
+    result = {"members": size, "rebalances": generations, "seconds": time.monotonic() - t0}
+    for m in members:
+        m.close()
+    return result
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def table(results: dict) -> str:
+    lines = [
+        "| N | scheme one (ms) | scheme three (ms) | ratio | ZK requests one / three (server) | "
+        "ZK requests one / three (client) | watch notifications one / three (server) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in results["sizes"]:
+        one, three = row["scheme_one"], row["scheme_three"]
+        t1, t3 = one.get("time_to_stable_ms"), three.get("time_to_stable_ms")
+        ratio = f"{t1 / t3:.0f}x" if t1 and t3 else "-"
+        lines.append(
+            f"| {row['members']} | {_ms(t1)} | {_ms(t3)} | {ratio} | "
+            f"{one['server']['requests']} / {three['server']['requests']} | "
+            f"{one['client']['requests']} / {three['client']['requests']} | "
+            f"{one['server']['watch_notifications']} / {three['server']['watch_notifications']} |"
+        )
+    roll = results["rolling_restart"]
+    lines += [
+        "",
+        "| rolling restart of 20 | rebalances | seconds |",
+        "|---|---|---|",
+        f"| dynamic | {roll['dynamic'].get('rebalances', '-')} | {roll['dynamic'].get('seconds', 0):.1f} |",
+        f"| static | {roll['static'].get('rebalances', '-')} | {roll['static'].get('seconds', 0):.1f} |",
+    ]
+    return "\n".join(lines)
+
+
+def _ms(v: float | None) -> str:
+    return f"{v:.0f}" if v is not None else "failed"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--zk", help="ZooKeeper HOST:PORT (default: start a container)")
+    ap.add_argument("--sizes", default="10,50,100")
+    ap.add_argument("--partitions", type=int, default=0, help="topic size (default: 2 x the largest N)")
+    ap.add_argument("--heartbeat-ms", type=int, default=100)
+    ap.add_argument("--session-ms", type=int, default=10_000)
+    ap.add_argument("--zk-session-ms", type=int, default=6000, help="scheme one's session (0.8 default)")
+    ap.add_argument(
+        "--zk-backoff-ms", type=int, default=2000, help="scheme one's rebalance.backoff.ms (0.8: 2000)"
+    )
+    ap.add_argument("--zk-retries", type=int, default=10, help="scheme one's rebalance.max.retries (0.8: 4)")
+    ap.add_argument("--repeat", type=int, default=1, help="joins measured per N and scheme (median reported)")
+    ap.add_argument("--settle", type=float, default=0.5, help="seconds between formation and the join")
+    ap.add_argument("--timeout", type=float, default=180.0)
+    ap.add_argument("--skip-scheme-one", action="store_true")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    partitions = args.partitions or 2 * max(sizes)
+
+    server = None
+    if args.zk:
+        zk_hosts = args.zk
+    else:
+        from experiments.cluster import ZkServer
+
+        server = ZkServer.start_single()
+        zk_hosts = server.connect_string
+    host, _, port = zk_hosts.partition("/")[0].split(",")[0].rpartition(":")
+    args.zk_host_port = (host, int(port))
+    chroot = f"{zk_hosts}/bench-rebalance-{uuid.uuid4().hex[:6]}"
+    results: dict = {"partitions": partitions, "heartbeat_ms": args.heartbeat_ms, "sizes": []}
+    zk = connect(chroot, session_timeout=30.0)
+    try:
+        create_topic(zk, "t", partitions=partitions)
+        with CoordinatorNodes(chroot, count=1, group_initial_rebalance_delay_ms=1000) as nodes:
+            with tempfile.TemporaryDirectory(prefix="bench-rebalance-") as tmp:
+                for n in sizes:
+                    row: dict = {"members": n}
+                    runs_one, runs_three = [], []
+                    for _ in range(args.repeat):
+                        if not args.skip_scheme_one:
+                            runs_one.append(scheme_one(chroot, n, partitions, args, Path(tmp)))
+                        runs_three.append(scheme_three(zk, nodes, n, partitions, args))
+                    row["scheme_one"] = _median(runs_one) if runs_one else _empty()
+                    row["scheme_three"] = _median(runs_three)
+                    results["sizes"].append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+            results["rolling_restart"] = {
+                "dynamic": rolling_restart(zk, nodes, False, partitions, args),
+                "static": rolling_restart(zk, nodes, True, partitions, args),
+            }
+    finally:
+        zk.stop()
+        zk.close()
+        if server is not None:
+            server.remove()
+    results["targets"] = _targets(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    print(table(results))
+    print()
+    for name, ok in results["targets"].items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name}")
+    return 0
+
+
+def _median(runs: list[dict]) -> dict:
+    ok = [r for r in runs if "time_to_stable_ms" in r]
+    if not ok:
+        return runs[0]
+    ok.sort(key=lambda r: r["time_to_stable_ms"])
+    mid = dict(ok[len(ok) // 2])
+    mid["runs_ms"] = [round(r["time_to_stable_ms"], 1) for r in ok]
+    return mid
+
+
+def _empty() -> dict:
+    return {"server": {"requests": 0, "watch_notifications": 0}, "client": {"requests": 0}}
+
+
+def _targets(results: dict) -> dict[str, bool]:
+    rows = {r["members"]: r for r in results["sizes"]}
+    out = {}
+    if 50 in rows:
+        t1 = rows[50]["scheme_one"].get("time_to_stable_ms")
+        t3 = rows[50]["scheme_three"].get("time_to_stable_ms")
+        out[f"scheme three >= {TARGET_RATIO:.0f}x faster than scheme one at N=50"] = bool(
+            t1 and t3 and t1 / t3 >= TARGET_RATIO
+        )
+    t3s = [r["scheme_three"].get("time_to_stable_ms") for r in results["sizes"]]
+    out[f"scheme three < {TARGET_MS:.0f} ms at every N"] = all(t is not None and t < TARGET_MS for t in t3s)
+    reqs = [r["scheme_three"]["server"]["requests"] for r in results["sizes"]]
+    out["scheme three ZooKeeper requests per rebalance constant in N (max <= 2 x min + 10)"] = bool(
+        reqs and max(reqs) <= 2 * min(reqs) + 10
+    )
+    static = results["rolling_restart"]["static"].get("rebalances")
+    out["<= 1 rebalance for a static rolling restart of 20"] = static is not None and static <= 1
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
