@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -22,8 +23,13 @@ class GroupshiftGroup(click.Group):
 
 @click.group(cls=GroupshiftGroup)
 @click.version_option(package_name="groupshift")
-def main() -> None:
+@click.option("-v", "--verbose", count=True, help="Log to stderr: -v warnings (kazoo's too), -vv debug.")
+def main(verbose: int) -> None:
     """groupshift: Kafka consumer-group rebalancing on real ZooKeeper (scheme one and scheme three)."""
+    # A user error is one line; kazoo's reconnect chatter would bury it, so it is shown only on -v.
+    level = {0: logging.ERROR, 1: logging.WARNING}.get(verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(level if verbose else logging.CRITICAL)
 
 
 def zk_option(f):
