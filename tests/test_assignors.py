@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import importlib.metadata
+import sys
 
 import pytest
 
@@ -266,17 +267,25 @@ def test_duplicate_topics_in_a_subscription_count_once() -> None:
 # --- plug-ins --------------------------------------------------------------------------------------------
 
 
-def _fake_entry_points(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    ep = importlib.metadata.EntryPoint(name="lucky", value=value, group="groupshift.assignors")
+def _install_plugin(tmp_path, monkeypatch: pytest.MonkeyPatch, target: str, name: str = "lucky") -> None:
+    """A real distribution on sys.path whose entry point names `target` (as pip would install it)."""
+    module = tmp_path / "lucky_assignor.py"
+    module.write_text(
+        "from coordinator.assignors.random import RandomAssignor\n\n"
+        "class LuckyAssignor(RandomAssignor):\n    name = 'lucky'\n\n"
+        "def not_an_assignor():\n    return 42\n"
+    )
+    dist = tmp_path / "lucky_assignor-1.0.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lucky-assignor\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[groupshift.assignors]\n{name} = {target}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lucky_assignor", raising=False)
 
-    def entry_points(**kw):  # noqa: ANN003, ANN202
-        return [ep] if kw.get("group") == "groupshift.assignors" else []
 
-    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
-
-
-def test_plugin_assignor_is_loaded_from_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_entry_points(monkeypatch, "coordinator.assignors.random:RandomAssignor")
+def test_plugin_assignor_is_loaded_from_entry_point(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "lucky" not in available_assignors()
+    _install_plugin(tmp_path, monkeypatch, "lucky_assignor:LuckyAssignor")
     assert "lucky" in available_assignors()
     assignor = get_assignor("lucky")
     result = assignor.assign({"t0": 3}, {"a": sub("t0")})
@@ -285,10 +294,10 @@ def test_plugin_assignor_is_loaded_from_entry_point(monkeypatch: pytest.MonkeyPa
         get_assignor("unlucky")
 
 
-def test_plugin_that_is_not_an_assignor_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_entry_points(monkeypatch, "core.types:TopicPartition.__str__")
+def test_plugin_that_is_not_an_assignor_is_reported(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_plugin(tmp_path, monkeypatch, "lucky_assignor:missing_name")
     with pytest.raises(GroupshiftError, match="lucky.*could not be loaded"):
         get_assignor("lucky")
-    _fake_entry_points(monkeypatch, "core.errors:GroupshiftError")
+    _install_plugin(tmp_path, monkeypatch, "lucky_assignor:not_an_assignor")
     with pytest.raises(GroupshiftError, match="not an Assignor"):
         get_assignor("lucky")
