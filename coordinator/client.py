@@ -406,6 +406,12 @@ class CoordinatorMember:
             return self._stable_generation
 
     @property
+    def protocol_name(self) -> str | None:
+        """The assignor the group voted for in this member's latest generation."""
+        with self._cv:
+            return self._generation.protocol_name
+
+    @property
     def member_id(self) -> str:
         with self._cv:
             return self._generation.member_id
@@ -756,6 +762,7 @@ class CoordinatorMember:
             self._generation = Generation()
             self.state = MemberState.UNJOINED
             self._rejoin_needed = True
+            self._needs_join_prepare = True  # report the partitions lost before joining again
             self._cv.notify_all()
 
     # -- the group thread --------------------------------------------------------------------------
@@ -766,9 +773,15 @@ class CoordinatorMember:
                 with self._cv:
                     if self._closed:
                         return
-                    if self._poll_expired_locked():
+                    expired = self._poll_expired_locked()
+                    if expired:
                         self._leave_on_poll_timeout()
-                        continue
+                if expired:
+                    # The partitions are someone else's from now on: report them lost at once,
+                    # so the consumer stops fetching them before its next poll().
+                    self._on_join_prepare()
+                    continue
+                with self._cv:
                     if self._poll_timed_out:
                         self._cv.wait(0.1)
                         continue
@@ -891,6 +904,7 @@ class CoordinatorMember:
                     return
                 self._generation = Generation(resp["generation_id"], resp["member_id"], resp["protocol_name"])
                 self.state = MemberState.COMPLETING_REBALANCE
+                self._last_heartbeat_ok = time.monotonic()  # a long join phase is not a dead coordinator
                 self._cv.notify_all()
             if not self._sync(conn, resp):
                 with self._cv:

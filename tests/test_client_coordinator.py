@@ -108,3 +108,115 @@ def test_listener_order_eager(zk, nodes):
         b.close()
         a.close()
     assert rec.events[-1][0] == "revoked"
+
+
+def test_cooperative_listener_order_revokes_only_what_moves(zk, nodes):
+    create_topic(zk, "t", partitions=4)
+    ra, rb = Recorder(), Recorder()
+    a = member(zk, nodes, assignors=["cooperative-sticky"], listener=ra)
+    a.start()
+    wait_for(lambda: len(a.assignment()) == 4, what="a owns everything")
+    b = member(zk, nodes, assignors=["cooperative-sticky"], listener=rb)
+    b.start()
+    try:
+        wait_for(lambda: all_stable([a, b], 4) and len(b.assignment()) == 2, what="two members, two each")
+        everything = frozenset(TP("t", p) for p in range(4))
+        kinds = [k for k, _ in ra.events]
+        assert kinds[:2] == ["assigned", "revoked"], ra.events
+        assert ra.events[1][1] == everything - a.assignment()  # only the partitions that moved
+        assert all(tps != everything for k, tps in ra.events if k == "revoked")
+        assert [k for k, _ in rb.events] == ["assigned", "assigned"]  # nothing, then the freed partitions
+        assert rb.events[0][1] == frozenset() and rb.events[1][1] == b.assignment()
+    finally:
+        b.close()
+        a.close()
+
+
+def test_the_group_votes_for_an_assignor_every_member_supports(zk, nodes):
+    create_topic(zk, "t", partitions=4)
+    a = member(zk, nodes, assignors=["range", "roundrobin"])
+    b = member(zk, nodes, assignors=["roundrobin"])
+    a.start()
+    wait_for(lambda: a.protocol_name == "range", what="a alone votes range")
+    b.start()
+    try:
+        wait_for(lambda: all_stable([a, b], 4), what="two members")
+        assert a.protocol_name == b.protocol_name == "roundrobin"
+        assert a.assignment() == {TP("t", 0), TP("t", 2)} or b.assignment() == {TP("t", 0), TP("t", 2)}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_leader_rejoins_when_a_subscribed_topic_grows(zk, nodes):
+    from topics.registry import add_partitions
+
+    create_topic(zk, "t", partitions=2)
+    members = [member(zk, nodes) for _ in range(2)]
+    for m in members:
+        m.start()
+    try:
+        wait_for(lambda: all_stable(members, 2), what="two members")
+        add_partitions(zk, "t", 6)
+        wait_for(lambda: all_stable(members, 6), what="the new partitions assigned")
+    finally:
+        for m in members:
+            m.close()
+
+
+def test_a_member_that_stops_polling_leaves_and_rejoins_on_the_next_poll(zk, nodes):
+    create_topic(zk, "t", partitions=4)
+    rec = Recorder()
+    slow = member(zk, nodes, max_poll_interval_ms=800, listener=rec)
+    busy = member(zk, nodes)
+    stop = threading.Event()
+
+    def keep_polling():
+        while not stop.is_set():
+            busy.record_poll()
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=keep_polling, daemon=True)
+    slow.start()
+    busy.start()
+    poller.start()
+    try:
+        slow.record_poll()
+        wait_for(lambda: all_stable([slow, busy], 4), what="two members")
+        owned = slow.assignment()
+        wait_for(lambda: len(busy.assignment()) == 4, what="the busy member takes everything")
+        assert ("lost", frozenset(owned)) in rec.events
+        with pytest.raises(CommitFailed):
+            slow.commit({next(iter(owned)): 1}, slow.generation)
+        slow.record_poll()  # back: rejoin
+        wait_for(lambda: all_stable([slow, busy], 4) and len(slow.assignment()) == 2, what="rejoined")
+    finally:
+        stop.set()
+        poller.join()
+        slow.close()
+        busy.close()
+
+
+def test_member_follows_its_group_to_another_coordinator_node_without_rebalancing(zk_connect, zk):
+    create_topic(zk, "t", partitions=4)
+    with CoordinatorNodes(zk_connect, count=2) as nodes:
+        members = [member(zk, nodes) for _ in range(2)]
+        for m in members:
+            m.start()
+        try:
+            wait_for(lambda: all_stable(members, 4), what="two members")
+            generation, owned = members[0].generation, members[0].assignment()
+            host, port = members[0]._coordinator
+            node_id = next(n.node_id for n in nodes.nodes.values() if (n.host, n.port) == (host, port))
+            nodes.stop_node(node_id)  # SIGTERM: the node releases its shards
+            tp = next(iter(owned))
+            # the commit finds the new coordinator (NOT_COORDINATOR / dropped connection -> lookup)
+            members[0].commit({tp: OffsetAndMetadata(7)}, generation)
+            assert members[1].committed([tp]) == {tp: 7}
+            assert members[0]._coordinator != (host, port)
+            time.sleep(0.5)  # heartbeats reach the new coordinator: still the same generation
+            assert all_stable(members, 4)
+            assert members[0].generation == generation and members[0].assignment() == owned
+        finally:
+            for m in members:
+                m.close()
