@@ -197,9 +197,11 @@ def test_a_member_that_stops_polling_leaves_and_rejoins_on_the_next_poll(zk, nod
         busy.close()
 
 
-def test_member_follows_its_group_to_another_coordinator_node_without_rebalancing(zk_connect, zk):
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_member_follows_its_group_to_another_coordinator_node_without_rebalancing(zk_connect, zk, how):
     create_topic(zk, "t", partitions=4)
-    with CoordinatorNodes(zk_connect, count=2) as nodes:
+    # A killed node's shards are claimed once its ZooKeeper session expires (1 s here).
+    with CoordinatorNodes(zk_connect, count=2, zk_session_timeout_ms=1000) as nodes:
         members = [member(zk, nodes) for _ in range(2)]
         for m in members:
             m.start()
@@ -208,7 +210,10 @@ def test_member_follows_its_group_to_another_coordinator_node_without_rebalancin
             generation, owned = members[0].generation, members[0].assignment()
             host, port = members[0]._coordinator
             node_id = next(n.node_id for n in nodes.nodes.values() if (n.host, n.port) == (host, port))
-            nodes.stop_node(node_id)  # SIGTERM: the node releases its shards
+            if how == "sigterm":
+                nodes.stop_node(node_id)  # the node releases its shards on the way out
+            else:
+                nodes.kill(node_id)  # the node vanishes; its shards move when its session expires
             tp = next(iter(owned))
             # the commit finds the new coordinator (NOT_COORDINATOR / dropped connection -> lookup)
             members[0].commit({tp: OffsetAndMetadata(7)}, generation)
