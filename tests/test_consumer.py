@@ -339,6 +339,43 @@ def test_manual_assignment_commits_to_the_group_without_joining(env):
     assert c2.position(TP("t", 1)) == 0
 
 
+def test_position_seek_pause_resume_and_async_and_auto_commits(env):
+    env.topic("t", partitions=2, per_partition=20)
+    t0, t1 = TP("t", 0), TP("t", 1)
+    c = env.consumer("ga", ["t"], max_poll_records=100, auto_commit_interval_ms=100)
+    wait_for(lambda: c.assignment() == {t0, t1}, what="both partitions assigned")
+
+    def drain(timeout=3.0):
+        out: dict = {}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for tp, rs in c.poll(50).items():
+                out.setdefault(tp, []).extend(r.offset for r in rs)
+            if (
+                out
+                and all(len(v) >= 20 for v in out.values())
+                and len(out) == len(c.assignment() - c.paused())
+            ):
+                break
+        return out
+
+    c.pause(t1)
+    got = drain()
+    assert got == {t0: list(range(20))}  # nothing of the paused partition
+    assert c.position(t0) == 20 and c.position(t1) == 0
+    c.resume(t1)
+    c.seek(t0, 15)
+    got = drain()
+    assert got[t0] == list(range(15, 20)) and got[t1] == list(range(20))
+    done = threading.Event()
+    results = []
+    c.commit_async({t0: 5}, callback=lambda offsets, exc: (results.append((offsets, exc)), done.set()))
+    assert done.wait(10) and results[0][1] is None
+    assert c.committed(t0) == 5
+    # auto-commit: poll() commits the positions every auto_commit_interval_ms
+    wait_for(lambda: c.poll(50) is not None and c.committed([t0, t1]) == {t0: 20, t1: 20}, what="auto-commit")
+
+
 # ---------------------------------------------------------------------------------------------
 # scheme three only
 
