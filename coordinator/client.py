@@ -152,9 +152,15 @@ def join_protocols(
     owned: Iterable[TopicPartition],
     generation: int,
     rack: str | None = None,
+    previous: Iterable[TopicPartition] | None = None,
 ) -> list[dict[str, Any]]:
-    """JoinGroup `protocols`: one entry per assignor, most preferred first, each with its subscription."""
+    """JoinGroup `protocols`: one entry per assignor, most preferred first, each with its subscription.
+
+    `owned` are the partitions the member still holds (none after an eager revocation);
+    `previous` is its last assignment, which the eager ``sticky`` assignor keeps in its user data.
+    """
     owned = sorted(owned)
+    previous = owned if previous is None else sorted(previous)
     return [
         {
             "name": name,
@@ -164,7 +170,7 @@ def join_protocols(
                     owned_partitions=owned,
                     generation=generation,
                     rack=rack,
-                    user_data=subscription_user_data(name, owned, generation),
+                    user_data=subscription_user_data(name, previous, generation),
                 )
             ),
         }
@@ -373,6 +379,7 @@ class CoordinatorMember:
         self._generation = Generation()
         self._stable_generation = NO_GENERATION  # generation of the partitions the listener owns
         self._owned: set[TopicPartition] = set()
+        self._last_assignment: set[TopicPartition] = set()  # survives an eager revocation (sticky)
         self._coordinator: tuple[str, int] | None = None
         self._join_conn: Connection | None = None
         self._ctl_conn: Connection | None = None
@@ -878,7 +885,9 @@ class CoordinatorMember:
                 "member_id": gen.member_id,
                 "group_instance_id": self.group_instance_id,
                 "protocol_type": PROTOCOL_TYPE,
-                "protocols": join_protocols(self.assignors, self.topics, owned, stable_gen, self.rack),
+                "protocols": join_protocols(
+                    self.assignors, self.topics, owned, stable_gen, self.rack, previous=self._last_assignment
+                ),
                 "reason": None,
             }
             self.stats["joins"] += 1
@@ -1009,6 +1018,7 @@ class CoordinatorMember:
     def _on_join_complete(self, gen: Generation, assigned: set[TopicPartition]) -> None:
         """After SyncGroup: tell the listener, in Kafka's order, what changed."""
         self.stats["rebalances"] += 1
+        self._last_assignment = set(assigned)
         with self._cv:
             owned = set(self._owned)
         unsubscribed = {tp for tp in assigned if tp.topic not in self.topics}

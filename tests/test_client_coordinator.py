@@ -225,3 +225,22 @@ def test_member_follows_its_group_to_another_coordinator_node_without_rebalancin
         finally:
             for m in members:
                 m.close()
+
+
+def test_eager_sticky_keeps_partitions_across_a_leave(zk, nodes):
+    create_topic(zk, "t", partitions=6)
+    members = [member(zk, nodes, assignors=["sticky"]) for _ in range(3)]
+    for m in members:
+        m.start()
+    try:
+        wait_for(
+            lambda: all_stable(members, 6) and all(len(m.assignment()) == 2 for m in members), what="3 x 2"
+        )
+        before = [m.assignment() for m in members]
+        members[2].close()
+        wait_for(lambda: all_stable(members[:2], 6), what="two members share six partitions")
+        for old, m in zip(before[:2], members[:2], strict=True):
+            assert old <= m.assignment()  # everything revoked (eager), then the same partitions back
+    finally:
+        for m in members[:2]:
+            m.close()

@@ -90,3 +90,12 @@ def test_cooperative_sticky_leader_withholds_partitions_still_owned_by_another_m
     got = {m: set(decode_assignment(b).partitions) for m, b in per_member.items()}
     assert got["consumer2"] == set()
     assert len(got["consumer1"]) == 2
+
+
+def test_eager_sticky_remembers_the_last_assignment_after_revoking_everything():
+    from coordinator.assignors.payloads import decode_sticky_user_data
+
+    previous = {TP("t", 0), TP("t", 2)}
+    sub = decode_subscription(join_protocols(["sticky"], ["t"], (), 3, previous=previous)[0]["metadata"])
+    assert sub.owned_partitions == ()  # eager: revoked before joining
+    assert decode_sticky_user_data(sub.user_data) == ([TP("t", 0), TP("t", 2)], 3)
