@@ -244,3 +244,22 @@ def test_eager_sticky_keeps_partitions_across_a_leave(zk, nodes):
     finally:
         for m in members[:2]:
             m.close()
+
+
+def test_a_second_member_with_the_same_instance_id_fences_the_first(zk, nodes):
+    from core.errors import RebalanceFailed
+
+    create_topic(zk, "t", partitions=2)
+    first = member(zk, nodes, group_instance_id="i-1")
+    first.start()
+    wait_for(lambda: len(first.assignment()) == 2, what="the first member assigned")
+    second = member(zk, nodes, group_instance_id="i-1")
+    second.start()
+    try:
+        wait_for(lambda: len(second.assignment()) == 2, what="the replacement assigned")
+        wait_for(lambda: first.fatal_error is not None, what="the first member fenced")
+        with pytest.raises(RebalanceFailed, match="group_instance_id"):
+            first.record_poll()
+    finally:
+        first.close()
+        second.close()
