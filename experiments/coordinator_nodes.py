@@ -111,7 +111,9 @@ class CoordinatorNodes:
         )
         node = NodeProcess(node_id, proc)
         self.nodes[node_id] = node
-        threading.Thread(target=self._pump, args=(node,), daemon=True, name=f"coordinator-{node_id}-out").start()
+        threading.Thread(
+            target=self._pump, args=(node,), daemon=True, name=f"coordinator-{node_id}-out"
+        ).start()
         if wait:
             self._wait_listening(node)
         return node
@@ -179,8 +181,8 @@ class CoordinatorNodes:
 def coordinator_nodes_fixture(count: int = 1, **options):
     """A pytest fixture (function scope) starting `count` nodes on the test's fresh ZooKeeper chroot.
 
-        coordinator_nodes = coordinator_nodes_fixture(count=2)     # in a conftest.py or test module
-        def test_x(coordinator_nodes): ...
+    coordinator_nodes = coordinator_nodes_fixture(count=2)     # in a conftest.py or test module
+    def test_x(coordinator_nodes): ...
     """
     import pytest
 
