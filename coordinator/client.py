@@ -392,6 +392,7 @@ class CoordinatorMember:
         self._leader_counts: dict[str, int] | None = None
         self._watched: set[str] = set()
         self.fatal_error: BaseException | None = None
+        self._listener_error: BaseException | None = None
         self._threads: list[threading.Thread] = []
         # Counters an experiment reads (client-side cost of rebalancing).
         self.stats = {
@@ -450,6 +451,10 @@ class CoordinatorMember:
                 self._cv.notify_all()
         if self.fatal_error is not None:
             raise self.fatal_error
+        with self._cv:
+            err, self._listener_error = self._listener_error, None
+        if err is not None:
+            raise err
 
     def wait_stable(self, timeout: float) -> bool:
         """Block until the member holds a stable assignment (tests and benchmarks)."""
@@ -573,7 +578,7 @@ class CoordinatorMember:
         try:
             if owned:
                 lost = gen.generation_id == NO_GENERATION or not gen.member_id
-                call_listener(self.listener, "on_partitions_lost" if lost else "on_partitions_revoked", owned)
+                self._call_listener("on_partitions_lost" if lost else "on_partitions_revoked", owned)
         finally:
             with self._cv:
                 self._owned = set()
@@ -854,7 +859,7 @@ class CoordinatorMember:
             revoked = {tp for tp in owned if tp.topic not in self.topics}
             method = "on_partitions_revoked"
         if revoked:
-            call_listener(self.listener, method, revoked)
+            self._call_listener(method, revoked)
             with self._cv:
                 self._owned -= revoked
 
@@ -959,6 +964,16 @@ class CoordinatorMember:
         self._sleep(self.retry_backoff)
         return True
 
+    def _call_listener(self, method: str, partitions: set[TopicPartition]) -> None:
+        """Call the listener; an exception it raises is logged and re-raised by the next
+        `record_poll()` (Kafka rethrows listener errors from poll) instead of killing the group thread."""
+        try:
+            call_listener(self.listener, method, partitions)
+        except Exception as exc:
+            log.exception("group %s: rebalance listener %s failed", self.group_id, method)
+            with self._cv:
+                self._listener_error = exc
+
     def _fail(self, exc: BaseException) -> None:
         with self._cv:
             self.fatal_error = exc
@@ -1029,16 +1044,16 @@ class CoordinatorMember:
                 self._owned = set(assigned)
                 self._stable_generation = gen.generation_id
                 self._needs_join_prepare = True
-            call_listener(self.listener, "on_partitions_assigned", assigned)
+            self._call_listener("on_partitions_assigned", assigned)
         else:
             revoked, added = cooperative_changes(owned, assigned)
             if revoked:
-                call_listener(self.listener, "on_partitions_revoked", revoked)
+                self._call_listener("on_partitions_revoked", revoked)
             with self._cv:
                 self._owned = (owned - revoked) | added
                 self._stable_generation = gen.generation_id
                 self._needs_join_prepare = True
-            call_listener(self.listener, "on_partitions_assigned", added)
+            self._call_listener("on_partitions_assigned", added)
             if revoked:
                 # The revoked partitions go to their new owners in a follow-up rebalance (KIP-429).
                 self.request_rejoin(f"revoked {len(revoked)} partitions for their new owners")

@@ -357,8 +357,10 @@ class Consumer:
                 partitions &= self._fetcher.assignment()
                 if self.enable_auto_commit and partitions:
                     self._commit_on_revoke(partitions)
-                call_listener(self._listener, "on_partitions_revoked", partitions)
-                self._fetcher.assign(self._fetcher.assignment() - partitions)
+                try:
+                    call_listener(self._listener, "on_partitions_revoked", partitions)
+                finally:  # a failing listener must not leave revoked partitions being fetched
+                    self._fetcher.assign(self._fetcher.assignment() - partitions)
             elif what == "lost":
                 partitions &= self._fetcher.assignment()
                 self._fetcher.assign(self._fetcher.assignment() - partitions)

@@ -263,3 +263,22 @@ def test_a_second_member_with_the_same_instance_id_fences_the_first(zk, nodes):
     finally:
         first.close()
         second.close()
+
+
+def test_a_failing_listener_is_reported_by_the_next_poll_and_the_member_carries_on(zk, nodes):
+    create_topic(zk, "t", partitions=2)
+
+    class Broken:
+        def on_partitions_assigned(self, tps):
+            raise ValueError("listener bug")
+
+    m = member(zk, nodes, listener=Broken())
+    m.start()
+    try:
+        wait_for(lambda: len(m.assignment()) == 2, what="assigned despite the listener")
+        with pytest.raises(ValueError, match="listener bug"):
+            m.record_poll()
+        m.record_poll()  # reported once
+        assert m.fatal_error is None
+    finally:
+        m.close()
