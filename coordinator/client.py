@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,14 +43,24 @@ from enum import Enum
 from typing import Any
 
 from coordinator import protocol as wire
-from coordinator.assignors.base import Subscription, get_assignor
-from coordinator.assignors.payloads import (
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_cooperative_user_data,
-    encode_sticky_user_data,
-    encode_subscription,
+from coordinator.assignors.base import get_assignor
+from coordinator.assignors.payloads import decode_assignment
+from coordinator.client_connection import (
+    Connection,
+    ConnectionLost,
+    CoordinatorUnavailable,
+    error_name,
+    parse_address,
+    zk_bootstrap,
+    zk_partition_counts,
+)
+from coordinator.consumer_protocol import (
+    EAGER,
+    PROTOCOL_TYPE,
+    cooperative_changes,
+    join_protocols,
+    perform_assignment,
+    rebalance_protocol,
 )
 from coordinator.protocol import ErrorCode as E
 from core.errors import CommitFailed, GroupshiftError, RebalanceFailed
@@ -60,9 +69,6 @@ from pipeline.membership import NoopListener, call_listener
 
 log = logging.getLogger(__name__)
 
-PROTOCOL_TYPE = "consumer"
-COORDINATORS_PATH = "/groupshift/coordinators/ids"
-EAGER, COOPERATIVE = "eager", "cooperative"
 NO_GENERATION = -1
 
 # Errors after which a member's generation is gone: its partitions may already be someone else's.
@@ -98,221 +104,6 @@ class Generation:
     generation_id: int = NO_GENERATION
     member_id: str = ""
     protocol_name: str | None = None
-
-
-class CoordinatorUnavailable(GroupshiftError):
-    """No coordinator node answered for the group; start one (`groupshift coordinator serve`)."""
-
-
-class ConnectionLost(GroupshiftError):
-    """The connection to a coordinator node broke (or timed out) before the response arrived."""
-
-
-def error_name(code: int) -> str:
-    return wire.ERROR_NAMES.get(code, str(code))
-
-
-# --- pure parts ------------------------------------------------------------------------------
-
-
-def rebalance_protocol(assignor_names: Sequence[str]) -> str:
-    """The rebalance protocol for a member's assignors: cooperative only if every one supports it.
-
-    >>> rebalance_protocol(["cooperative-sticky"]), rebalance_protocol(["cooperative-sticky", "range"])
-    ('cooperative', 'eager')
-    """
-    protocols = [set(get_assignor(n).supported_protocols) for n in assignor_names]
-    return COOPERATIVE if all(COOPERATIVE in p for p in protocols) else EAGER
-
-
-def cooperative_changes(
-    owned: set[TopicPartition], assigned: set[TopicPartition]
-) -> tuple[set[TopicPartition], set[TopicPartition]]:
-    """(revoked, added) when a member that owned `owned` is given `assigned`.
-
-    >>> a, b, c = (TopicPartition("t", i) for i in range(3))
-    >>> cooperative_changes({a, b}, {b, c}) == ({a}, {c})
-    True
-    """
-    return owned - assigned, assigned - owned
-
-
-def subscription_user_data(protocol_name: str, owned: Iterable[TopicPartition], generation: int) -> bytes:
-    """The assignor's own bytes in a member's subscription (Kafka's `subscriptionUserData`)."""
-    if protocol_name == "sticky":
-        return encode_sticky_user_data(sorted(owned), generation)
-    if protocol_name == "cooperative-sticky":
-        return encode_cooperative_user_data(generation)
-    return b""
-
-
-def join_protocols(
-    assignor_names: Sequence[str],
-    topics: Sequence[str],
-    owned: Iterable[TopicPartition],
-    generation: int,
-    rack: str | None = None,
-    previous: Iterable[TopicPartition] | None = None,
-) -> list[dict[str, Any]]:
-    """JoinGroup `protocols`: one entry per assignor, most preferred first, each with its subscription.
-
-    `owned` are the partitions the member still holds (none after an eager revocation);
-    `previous` is its last assignment, which the eager ``sticky`` assignor keeps in its user data.
-    """
-    owned = sorted(owned)
-    previous = owned if previous is None else sorted(previous)
-    return [
-        {
-            "name": name,
-            "metadata": encode_subscription(
-                Subscription(
-                    list(topics),
-                    owned_partitions=owned,
-                    generation=generation,
-                    rack=rack,
-                    user_data=subscription_user_data(name, previous, generation),
-                )
-            ),
-        }
-        for name in assignor_names
-    ]
-
-
-def perform_assignment(
-    protocol_name: str,
-    members: Sequence[Mapping[str, Any]],
-    partitions_for: Callable[[str], int | None],
-) -> tuple[dict[str, bytes], dict[str, int]]:
-    """The leader's job: run the selected assignor over every member's subscription.
-
-    `members` are the JoinGroup response's `members`. Returns the SyncGroup assignment bytes per
-    member and the partition counts used (the leader watches them for changes).
-    """
-    assignor = get_assignor(protocol_name)
-    subscriptions = {
-        m["member_id"]: decode_subscription(m["metadata"], m.get("group_instance_id")) for m in members
-    }
-    topics = sorted({t for s in subscriptions.values() for t in s.topics})
-    counts = {}
-    for topic in topics:
-        n = partitions_for(topic)
-        if n:
-            counts[topic] = n
-    result = assignor.assign(counts, subscriptions)
-    return {member: encode_assignment(tps) for member, tps in result.items()}, counts
-
-
-# --- one connection to one coordinator node --------------------------------------------------
-
-
-class Connection:
-    """A blocking request/response connection to one node; one request in flight at a time.
-
-    The node answers a connection's requests in order and may park JoinGroup/SyncGroup, so the
-    member uses one connection for those and another for heartbeats and offsets.
-    """
-
-    def __init__(self, host: str, port: int, client_id: str, connect_timeout: float = 5.0):
-        self.address = (host, port)
-        self.client_id = client_id
-        self._lock = threading.Lock()
-        self._next_id = 0
-        self._decoder = wire.FrameDecoder(max_frame_bytes=64 << 20)
-        self._frames: list[bytes] = []
-        try:
-            self._sock = socket.create_connection(self.address, timeout=connect_timeout)
-        except OSError as exc:
-            raise ConnectionLost(f"cannot connect to coordinator node {host}:{port}: {exc}") from None
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.closed = False
-
-    def request(self, api: int, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-        """Send one request and wait for its response body; raises `ConnectionLost`."""
-        with self._lock:
-            if self.closed:
-                raise ConnectionLost("connection closed")
-            self._next_id = (self._next_id + 1) & 0x7FFFFFFF
-            rid = self._next_id
-            try:
-                self._sock.settimeout(timeout)
-                self._sock.sendall(wire.encode_request(api, rid, body, self.client_id))
-                while True:
-                    while self._frames:
-                        got, resp = wire.decode_response(self._frames.pop(0))
-                        if got == rid:
-                            return resp
-                    data = self._sock.recv(1 << 16)
-                    if not data:
-                        raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
-                    self._frames.extend(self._decoder.feed(data))
-            except (OSError, wire.ProtocolError) as exc:
-                self._close_locked()
-                raise ConnectionLost(f"{wire.API_NAMES.get(api, api)} to {self.address}: {exc}") from None
-            except ConnectionLost:
-                self._close_locked()
-                raise
-
-    def _close_locked(self) -> None:
-        self.closed = True
-        try:
-            self._sock.close()
-        except OSError:
-            pass
-
-    def abort(self) -> None:
-        """Break a request blocked in another thread (it raises `ConnectionLost`)."""
-        self.closed = True
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.abort()
-        try:
-            self._sock.close()
-        except OSError:
-            pass
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    host, _, port = text.strip().rpartition(":")
-    if not host or not port.isdigit():
-        raise GroupshiftError(f"bad coordinator address {text!r}; expected host:port")
-    return host, int(port)
-
-
-def zk_bootstrap(zk) -> list[tuple[str, int]]:
-    """Coordinator nodes registered in ZooKeeper (`/groupshift/coordinators/ids/<node>`)."""
-    from kazoo.exceptions import NoNodeError
-
-    try:
-        children = zk.get_children(COORDINATORS_PATH)
-    except NoNodeError:
-        return []
-    nodes = []
-    for child in children:
-        try:
-            data, _ = zk.get(f"{COORDINATORS_PATH}/{child}")
-            info = json.loads(data)
-            nodes.append((str(info["host"]), int(info["port"])))
-        except (NoNodeError, ValueError, KeyError, TypeError):
-            continue
-    return nodes
-
-
-def zk_partition_counts(zk) -> Callable[[str], int | None]:
-    """`partitions_for(topic)` reading `/brokers/topics/<t>` (None for an unknown topic)."""
-    from core.errors import UnknownTopic
-    from topics.registry import describe
-
-    def partitions_for(topic: str) -> int | None:
-        try:
-            return describe(zk, topic).num_partitions
-        except UnknownTopic:
-            return None
-
-    return partitions_for
 
 
 # --- the member ------------------------------------------------------------------------------

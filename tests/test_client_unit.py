@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.assignors.payloads import decode_assignment, decode_subscription
-from coordinator.client import (
+from coordinator.consumer_protocol import (
     COOPERATIVE,
     EAGER,
     cooperative_changes,

@@ -1,0 +1,141 @@
+"""A member's connection to a coordinator node, and where it finds the nodes and the topic sizes.
+
+`Connection` is blocking and thread-safe (one request in flight at a time; `abort()` breaks a
+request parked in another thread). Nodes register under `/groupshift/coordinators/ids/<node>`;
+topic sizes come from `/brokers/topics/<t>`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from coordinator import protocol as wire
+from core.errors import GroupshiftError
+
+COORDINATORS_PATH = "/groupshift/coordinators/ids"
+
+
+class CoordinatorUnavailable(GroupshiftError):
+    """No coordinator node answered for the group; start one (`groupshift coordinator serve`)."""
+
+
+class ConnectionLost(GroupshiftError):
+    """The connection to a coordinator node broke (or timed out) before the response arrived."""
+
+
+def error_name(code: int) -> str:
+    return wire.ERROR_NAMES.get(code, str(code))
+
+
+class Connection:
+    """A blocking request/response connection to one node; one request in flight at a time.
+
+    The node answers a connection's requests in order and may park JoinGroup/SyncGroup, so the
+    member uses one connection for those and another for heartbeats and offsets.
+    """
+
+    def __init__(self, host: str, port: int, client_id: str, connect_timeout: float = 5.0):
+        self.address = (host, port)
+        self.client_id = client_id
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._decoder = wire.FrameDecoder(max_frame_bytes=64 << 20)
+        self._frames: list[bytes] = []
+        try:
+            self._sock = socket.create_connection(self.address, timeout=connect_timeout)
+        except OSError as exc:
+            raise ConnectionLost(f"cannot connect to coordinator node {host}:{port}: {exc}") from None
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.closed = False
+
+    def request(self, api: int, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+        """Send one request and wait for its response body; raises `ConnectionLost`."""
+        with self._lock:
+            if self.closed:
+                raise ConnectionLost("connection closed")
+            self._next_id = (self._next_id + 1) & 0x7FFFFFFF
+            rid = self._next_id
+            try:
+                self._sock.settimeout(timeout)
+                self._sock.sendall(wire.encode_request(api, rid, body, self.client_id))
+                while True:
+                    while self._frames:
+                        got, resp = wire.decode_response(self._frames.pop(0))
+                        if got == rid:
+                            return resp
+                    data = self._sock.recv(1 << 16)
+                    if not data:
+                        raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
+                    self._frames.extend(self._decoder.feed(data))
+            except (OSError, wire.ProtocolError) as exc:
+                self._close_locked()
+                raise ConnectionLost(f"{wire.API_NAMES.get(api, api)} to {self.address}: {exc}") from None
+            except ConnectionLost:
+                self._close_locked()
+                raise
+
+    def _close_locked(self) -> None:
+        self.closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def abort(self) -> None:
+        """Break a request blocked in another thread (it raises `ConnectionLost`)."""
+        self.closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.abort()
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    host, _, port = text.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise GroupshiftError(f"bad coordinator address {text!r}; expected host:port")
+    return host, int(port)
+
+
+def zk_bootstrap(zk) -> list[tuple[str, int]]:
+    """Coordinator nodes registered in ZooKeeper (`/groupshift/coordinators/ids/<node>`)."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        children = zk.get_children(COORDINATORS_PATH)
+    except NoNodeError:
+        return []
+    nodes = []
+    for child in children:
+        try:
+            data, _ = zk.get(f"{COORDINATORS_PATH}/{child}")
+            info = json.loads(data)
+            nodes.append((str(info["host"]), int(info["port"])))
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            continue
+    return nodes
+
+
+def zk_partition_counts(zk) -> Callable[[str], int | None]:
+    """`partitions_for(topic)` reading `/brokers/topics/<t>` (None for an unknown topic)."""
+    from core.errors import UnknownTopic
+    from topics.registry import describe
+
+    def partitions_for(topic: str) -> int | None:
+        try:
+            return describe(zk, topic).num_partitions
+        except UnknownTopic:
+            return None
+
+    return partitions_for

@@ -1,0 +1,112 @@
+"""The consumer protocol on the member's side, pure: subscriptions, the rebalance protocol, the leader's job.
+
+What a member puts in JoinGroup (one subscription per assignor it lists, PROTOCOL.md "Consumer
+protocol payloads"), which rebalance protocol its assignors allow (cooperative only if all of
+them support it), what the leader sends in SyncGroup (`perform_assignment` runs the assignor the
+group voted for), and what a cooperative member revokes. No I/O: `coordinator.client` does that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from coordinator.assignors.base import Subscription, get_assignor
+from coordinator.assignors.payloads import (
+    decode_subscription,
+    encode_assignment,
+    encode_cooperative_user_data,
+    encode_sticky_user_data,
+    encode_subscription,
+)
+from core.types import TopicPartition
+
+PROTOCOL_TYPE = "consumer"
+EAGER, COOPERATIVE = "eager", "cooperative"
+
+
+def rebalance_protocol(assignor_names: Sequence[str]) -> str:
+    """The rebalance protocol for a member's assignors: cooperative only if every one supports it.
+
+    >>> rebalance_protocol(["cooperative-sticky"]), rebalance_protocol(["cooperative-sticky", "range"])
+    ('cooperative', 'eager')
+    """
+    protocols = [set(get_assignor(n).supported_protocols) for n in assignor_names]
+    return COOPERATIVE if all(COOPERATIVE in p for p in protocols) else EAGER
+
+
+def cooperative_changes(
+    owned: set[TopicPartition], assigned: set[TopicPartition]
+) -> tuple[set[TopicPartition], set[TopicPartition]]:
+    """(revoked, added) when a member that owned `owned` is given `assigned`.
+
+    >>> a, b, c = (TopicPartition("t", i) for i in range(3))
+    >>> cooperative_changes({a, b}, {b, c}) == ({a}, {c})
+    True
+    """
+    return owned - assigned, assigned - owned
+
+
+def subscription_user_data(protocol_name: str, owned: Iterable[TopicPartition], generation: int) -> bytes:
+    """The assignor's own bytes in a member's subscription (Kafka's `subscriptionUserData`)."""
+    if protocol_name == "sticky":
+        return encode_sticky_user_data(sorted(owned), generation)
+    if protocol_name == "cooperative-sticky":
+        return encode_cooperative_user_data(generation)
+    return b""
+
+
+def join_protocols(
+    assignor_names: Sequence[str],
+    topics: Sequence[str],
+    owned: Iterable[TopicPartition],
+    generation: int,
+    rack: str | None = None,
+    previous: Iterable[TopicPartition] | None = None,
+) -> list[dict[str, Any]]:
+    """JoinGroup `protocols`: one entry per assignor, most preferred first, each with its subscription.
+
+    `owned` are the partitions the member still holds (none after an eager revocation);
+    `previous` is its last assignment, which the eager ``sticky`` assignor keeps in its user data.
+    """
+    owned = sorted(owned)
+    previous = owned if previous is None else sorted(previous)
+    return [
+        {
+            "name": name,
+            "metadata": encode_subscription(
+                Subscription(
+                    list(topics),
+                    owned_partitions=owned,
+                    generation=generation,
+                    rack=rack,
+                    user_data=subscription_user_data(name, previous, generation),
+                )
+            ),
+        }
+        for name in assignor_names
+    ]
+
+
+def perform_assignment(
+    protocol_name: str,
+    members: Sequence[Mapping[str, Any]],
+    partitions_for: Callable[[str], int | None],
+) -> tuple[dict[str, bytes], dict[str, int]]:
+    """The leader's job: run the selected assignor over every member's subscription.
+
+    `members` are the JoinGroup response's `members`. Returns the SyncGroup assignment bytes per
+    member and the partition counts used (the leader watches them for changes).
+    """
+    assignor = get_assignor(protocol_name)
+    subscriptions = {
+        m["member_id"]: decode_subscription(m["metadata"], m.get("group_instance_id")) for m in members
+    }
+    topics = sorted({t for s in subscriptions.values() for t in s.topics})
+    counts = {}
+    for topic in topics:
+        n = partitions_for(topic)
+        if n:
+            counts[topic] = n
+    result = assignor.assign(counts, subscriptions)
+    return {member: encode_assignment(tps) for member, tps in result.items()}, counts
