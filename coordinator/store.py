@@ -329,19 +329,23 @@ class CoordinatorStore:
             self._notify()
 
         self._watches.append(ChildrenWatch(self.zk, COORDINATORS, on_coordinators))
-        for s in range(self.shards):
-
-            def on_leader(data, stat, s=s) -> None:
+        def leader_watcher(s: int) -> Callable:
+            # kazoo calls a DataWatch function with (data, stat, event) when it accepts three
+            # arguments, so the shard must not be a defaulted third parameter: bind it here.
+            def on_leader(data, stat, event=None) -> None:
                 record = None
                 if data:
                     try:
                         record = _leader_decoder.decode(data)
-                    except msgspec.DecodeError:
+                    except (msgspec.DecodeError, msgspec.ValidationError):
                         log.warning("unreadable leader znode of shard %d: %r", s, data[:100])
                 self.leaders[s] = record
                 self._notify()
 
-            self._watches.append(DataWatch(self.zk, f"{shard_path(s)}/leader", on_leader))
+            return on_leader
+
+        for s in range(self.shards):
+            self._watches.append(DataWatch(self.zk, f"{shard_path(s)}/leader", leader_watcher(s)))
 
     # -- shard leadership --------------------------------------------------------------------
 
