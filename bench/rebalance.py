@@ -51,6 +51,14 @@ def server_counts(host: str, port: int) -> dict[str, int]:
     return {"requests": int(m.get("zk_packets_received", 0)), "watch_notifications": watches}
 
 
+def watches(host: str, port: int) -> dict[str, int]:
+    """Watches held by the group at rest: `mntr` zk_watch_count and the sessions `wchc` lists."""
+    from core.zk import four_letter
+
+    sessions = sum(1 for line in four_letter(host, port, "wchc").splitlines() if line.startswith("0x"))
+    return {"watches": int(mntr(host, port).get("zk_watch_count", 0)), "watching_sessions": sessions}
+
+
 def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after}
 
@@ -102,6 +110,7 @@ def scheme_one(zk_connect: str, n: int, partitions: int, args, logdir: Path) -> 
         return {"error": f"scheme one: {n} members did not form a stable group in {args.timeout}s"}
     time.sleep(args.settle)
     host, port = args.zk_host_port
+    at_rest = watches(host, port)
     before = server_counts(host, port)
     t_join = time.monotonic()
     joiner = make(n)
@@ -118,7 +127,7 @@ def scheme_one(zk_connect: str, n: int, partitions: int, args, logdir: Path) -> 
         m.close()
     events = read_events(sorted(logdir.glob(f"{group}-*.jsonl")))
     window = [e for e in events if e.get("t", 0) >= t_join and (done is None or e["t"] <= done)]
-    result["server"] = delta(after, before)
+    result["server"] = delta(after, before) | at_rest
     result["client"] = {
         "requests": sum(1 for e in window if e["ev"] == "zk"),
         "watch_notifications": sum(1 for e in window if e["ev"] == "watch"),
@@ -167,6 +176,7 @@ def scheme_three(zk, nodes: CoordinatorNodes, n: int, partitions: int, args) -> 
     generation = members[0].generation
     zk_reads_before = sum(m.stats["zk_requests"] for m in members)
     host, port = args.zk_host_port
+    at_rest = watches(host, port)
     before = server_counts(host, port)
     t_join = time.monotonic()
     joiner = coordinator_member(zk, nodes, group, args)
@@ -182,7 +192,7 @@ def scheme_three(zk, nodes: CoordinatorNodes, n: int, partitions: int, args) -> 
     else:
         result["time_to_stable_ms"] = (done - t_join) * 1000
         result["generations"] = members[0].generation - generation
-    result["server"] = delta(after, before)
+    result["server"] = delta(after, before) | at_rest
     result["client"] = {
         "requests": sum(m.stats["zk_requests"] for m in everyone) - zk_reads_before,
         "watch_notifications": 0,
@@ -242,6 +252,17 @@ def table(results: dict) -> str:
             f"{one['server']['requests']} / {three['server']['requests']} | "
             f"{one['client']['requests']} / {three['client']['requests']} | "
             f"{one['server']['watch_notifications']} / {three['server']['watch_notifications']} |"
+        )
+    lines += [
+        "",
+        "| N | watches at rest one / three (`mntr`) | watching sessions one / three (`wchc`) |",
+        "|---|---|---|",
+    ]
+    for row in results["sizes"]:
+        one, three = row["scheme_one"]["server"], row["scheme_three"]["server"]
+        lines.append(
+            f"| {row['members']} | {one.get('watches', 0)} / {three.get('watches', 0)} | "
+            f"{one.get('watching_sessions', 0)} / {three.get('watching_sessions', 0)} |"
         )
     roll = results["rolling_restart"]
     lines += [
