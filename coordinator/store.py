@@ -329,6 +329,7 @@ class CoordinatorStore:
             self._notify()
 
         self._watches.append(ChildrenWatch(self.zk, COORDINATORS, on_coordinators))
+
         def leader_watcher(s: int) -> Callable:
             # kazoo calls a DataWatch function with (data, stat, event) when it accepts three
             # arguments, so the shard must not be a defaulted third parameter: bind it here.
