@@ -2,8 +2,8 @@
 
 Run on demand::
 
-    .venv/bin/python bench/assignors.py            # every case, each in its own process
-    .venv/bin/python bench/assignors.py --case sticky-uniform-owned
+    .venv/bin/python -m bench.assignors            # every case, each in its own process
+    .venv/bin/python -m bench.assignors --case sticky-uniform-owned
 
 Each case runs in a fresh subprocess so its peak memory is its own. Only the measured ``assign`` call
 is timed; building the input (and, for the "owned" cases, the first assignment that provides the

@@ -1,6 +1,6 @@
 """Data-plane benchmark: produce and fetch throughput, end-offset lookup with 1,000 segments.
 
-Run on demand:  .venv/bin/python bench/topics.py [--records 1000000] [--dir /tmp/x]
+Run on demand:  .venv/bin/python -m bench.topics [--records 1000000] [--dir /tmp/x]
 
 * produce: records/s for batches of 10k records with 100-byte values (Arrow tables in, one
   segment per batch), to one partition and keyed over 8 partitions (Kafka's partitioner);

@@ -4,8 +4,8 @@ For N members (default 5, 10, 25, 50) of one group on one topic with 2N partitio
 scenarios: a simultaneous cold start of N members, one member joining N, one of N+1 leaving.
 Members are faithful 0.8 members (default backoff 2000 ms, 4 attempts) in this process.
 
-    .venv/bin/python bench/zk_rebalance.py                 # all sizes
-    .venv/bin/python bench/zk_rebalance.py --sizes 5 10 --backoff-ms 2000 --json out.json
+    .venv/bin/python -m bench.zk_rebalance                 # all sizes
+    .venv/bin/python -m bench.zk_rebalance --sizes 5 10 --backoff-ms 2000 --json out.json
 
 Columns: `stable s` = event → every member stable and every partition owned exactly once;
 `rounds` = most `syncedRebalance` runs by one member; `attempts`/`failed` = all members'
