@@ -141,14 +141,17 @@ class Worker(threading.Thread):
         self.stop_event = threading.Event()
         self.commit_failures = 0
         self.snapshots: list[tuple[float, frozenset]] = []
+        self.fetched: list[tuple[float, TP]] = []  # (when, partition) of every non-empty poll
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             while not self.stop_event.is_set():
                 got = self.consumer.poll(timeout_ms=50)
+                now = time.monotonic()
                 for tp, records in got.items():
                     self.delivered.extend((tp, r.offset, self.name) for r in records)
+                    self.fetched.append((now, tp))
                 self.snapshots.append((time.monotonic(), frozenset(self.consumer.assignment())))
                 if got:
                     try:
@@ -441,6 +444,7 @@ def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
         w2 = Worker(coop("w2"), delivered, "w2")
         w2.start()
         wait_for(lambda: len(w2.consumer.assignment()) == 2, what="the new member gets its two partitions")
+        w2_assigned_at = time.monotonic()
         time.sleep(0.5)
         settled_at = time.monotonic()
         stop_producing.set()
@@ -456,7 +460,12 @@ def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
             during = [s for t, s in worker.snapshots if joined_at <= t <= settled_at]
             assert during and all(kept <= s for s in during)
             # ... and records of the kept partitions kept arriving while the group rebalanced
-            # (the producer appends every 20 ms)
+            # (the producer appends every 20 ms): between the join and the new member's assignment,
+            # and after it, every kept partition was fetched.
+            for tp in kept:
+                times = [t for t, p in worker.fetched if p == tp]
+                assert any(joined_at <= t <= w2_assigned_at for t in times), (name, tp, "not fetched")
+                assert any(w2_assigned_at < t <= settled_at for t in times), (name, tp, "not fetched after")
     finally:
         stop_producing.set()
         for w in (w0, w1):
