@@ -37,7 +37,7 @@ stamp=.venv/.groupshift-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   step "installing groupshift (editable, dev extras)"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q --config-settings editable_mode=compat -e '.[dev]' || fail "pip install -e .[dev]"
+  .venv/bin/pip install -q -e '.[dev]' || fail "pip install -e .[dev]"
   touch "$stamp"
 fi
 
