@@ -189,4 +189,13 @@ def test_metrics_from_synthetic_logs():
     assert zombie_lifetime(events, "a") == pytest.approx(1.0)
     assert zombie_lifetime(events, "b") is None
     assert zombie_lifetime(events + [ev(5, "c", "watch", kind="ids", left=["z"])], "z") == math.inf
+    # A member that had stopped fetching before the others saw it leave (fenced) has no zombie time,
+    # even though it fetches again later in a new session.
+    fenced = [e for e in events if not (e["member"] == "a" and e["t"] == 4.2)] + [
+        ev(3.1, "a", "fetch_stop", partition="t-0"),
+        ev(6.0, "a", "fetch_start", partition="t-0"),
+        ev(7.0, "a", "fetch_stop", partition="t-0"),
+    ]
+    fenced.sort(key=lambda e: e["t"])
+    assert zombie_lifetime(fenced, "a") == 0.0
     assert predicted_reads(10, 1, 1) == 10 * 18

@@ -197,7 +197,9 @@ def offset_regressions(events: list[dict]) -> list[dict]:
 def zombie_lifetime(events: list[dict], member: str) -> float | None:
     """S6: others see `member` leave `/ids` (server-side expiry) → `member` stops fetching.
 
-    None when nobody saw it leave; `inf` when it never stopped fetching in the log.
+    0 when its log shows it had already stopped fetching by then (a fenced member); None when
+    nobody saw it leave; `inf` when it never stopped fetching in the log (or has no fetch events:
+    its log is missing, so it is assumed to fetch on).
     """
     left = next(
         (
@@ -212,15 +214,21 @@ def zombie_lifetime(events: list[dict], member: str) -> float | None:
     )
     if left is None:
         return None
-    stop = next(
-        (
-            e["t"]
-            for e in events
-            if e["member"] == member and e["t"] >= left and e["ev"] in ("fetch_stop", "ownership_lost")
-        ),
-        None,
-    )
-    return (stop - left) if stop is not None else math.inf
+    fetching: set[str] = set()
+    seen = False
+    for e in events:  # in time order: replay the member's fetchers up to and past `left`
+        if e["member"] != member or e["ev"] not in ("fetch_start", "fetch_stop"):
+            continue
+        seen = True
+        if e["t"] >= left and not fetching:
+            break
+        if e["ev"] == "fetch_start":
+            fetching.add(e["partition"])
+        else:
+            fetching.discard(e["partition"])
+        if e["t"] >= left and not fetching:
+            return e["t"] - left
+    return 0.0 if seen and not fetching else math.inf
 
 
 def coverage(zk, group: str, partitions: dict[str, int]) -> dict:
