@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from assignor_helpers import sub, text, tps
 
 from coordinator.assignors import (
     CooperativeStickyAssignor,
@@ -16,26 +17,6 @@ from coordinator.assignors.payloads import encode_cooperative_user_data, encode_
 from core.types import TopicPartition
 
 STICKY = ["sticky", "cooperative-sticky"]
-
-
-def tps(text: str) -> list[TopicPartition]:
-    """'t1-0 t2-1' -> [TopicPartition('t1', 0), TopicPartition('t2', 1)]."""
-    out = []
-    for item in text.replace(",", " ").split():
-        topic, _, p = item.rpartition("-")
-        out.append(TopicPartition(topic, int(p)))
-    return out
-
-
-def sub(
-    topics: list[str] | str, owned: str | list[TopicPartition] = "", generation: int = -1, **kw
-) -> Subscription:
-    """A subscription as Kafka's `buildSubscriptionV2Above`: owned partitions and generation in the protocol
-    fields and, for the eager sticky assignor, in its user data too."""
-    topics = topics.split() if isinstance(topics, str) else topics
-    owned = tps(owned) if isinstance(owned, str) else owned
-    user_data = encode_sticky_user_data(owned, generation) if owned or generation >= 0 else b""
-    return Subscription(topics, owned_partitions=owned, generation=generation, user_data=user_data, **kw)
 
 
 def settle(
@@ -51,10 +32,6 @@ def settle(
         assignment = assignor.assign(counts, subs)
     assert not any(set(s.owned_partitions) - set(assignment[m]) for m, s in subs.items())
     return assignment
-
-
-def text(assignment: dict[str, list[TopicPartition]]) -> dict[str, str]:
-    return {m: " ".join(map(str, v)) for m, v in assignment.items()}
 
 
 def sorted_text(assignment: dict[str, list[TopicPartition]]) -> dict[str, str]:
