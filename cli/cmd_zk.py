@@ -12,15 +12,27 @@ from core.embedded import DEFAULT_PORT, EmbeddedZooKeeper
 
 @main.group("zk")
 def zk_group() -> None:
-    """The embedded ZooKeeper every command uses when neither --zk nor GROUPSHIFT_ZK is given."""
+    """The embedded ZooKeeper every command uses when neither --zk nor GROUPSHIFT_ZK is given.
+
+    Its data, config and log live under $GROUPSHIFT_HOME/zk (default ./.groupshift/zk).
+    """
 
 
 @zk_group.command("start")
-@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Client port on 127.0.0.1.")
-def zk_start(port: int) -> None:
-    """Start the embedded ZooKeeper (a local java process) and wait until it serves."""
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help=f"Client port on 127.0.0.1 [default: {DEFAULT_PORT}, or the port the running one uses].",
+)
+def zk_start(port: int | None) -> None:
+    """Start the embedded ZooKeeper (a local java process) and wait until it serves.
+
+    When it already runs, prints its address; asking for another port than the one it runs on
+    is an error that names the address it runs on.
+    """
     zk = EmbeddedZooKeeper(port=port)
-    already = zk.pid() is not None
+    already = zk.running_port() is not None
     connect = zk.start()
     click.echo(f"{'already running' if already else 'started'}: {connect} (data in {zk.dir})")
 

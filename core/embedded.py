@@ -1,7 +1,9 @@
 """The embedded default: a single-node ZooKeeper run as a local process from Debian's jars.
 
 `groupshift zk start|stop|status` drive it; `core.zk.resolve_zk()` falls back to it. Its data,
-config, log and pid live under `$GROUPSHIFT_HOME/zk` (default `./.groupshift/zk`).
+config, log and pid live under `$GROUPSHIFT_HOME/zk` (default `./.groupshift/zk`): one server per
+home directory, so tests (and several users of one machine) each set their own `GROUPSHIFT_HOME`
+and a port of their own, and never touch another's server.
 
     zk = EmbeddedZooKeeper(port=2181)
     zk.start()          # returns once the server answers `ruok` with `imok`
@@ -74,9 +76,32 @@ class EmbeddedZooKeeper:
             return None
         return pid if MAIN_CLASS.encode() in cmdline and str(self.dir).encode() in cmdline else None
 
+    def running_port(self) -> int | None:
+        """The client port of our running server (whatever port was asked for), or None."""
+        if self.pid() is None:
+            return None
+        state = self._state()
+        return int(state["port"]) if state else None
+
+    def serving(self) -> bool:
+        """True when our server runs and accepts connections on its client port."""
+        port = self.running_port()
+        return port is not None and _accepts("127.0.0.1", port)
+
     def start(self, timeout: float = 30.0) -> str:
-        """Start the server (or reuse ours if it runs) and return its connect string."""
-        if self.pid():
+        """Start the server (or reuse ours if it runs) and return the connect string that serves.
+
+        When ours already runs on another port than the one asked for, it is left alone and
+        `EmbeddedZooKeeperError` names the address that runs (one server per home directory).
+        """
+        running = self.running_port()
+        if running is not None:
+            if self._port is not None and self._port != running:
+                raise EmbeddedZooKeeperError(
+                    f"the embedded ZooKeeper already runs on 127.0.0.1:{running} (port {self._port} was "
+                    f"asked for); stop it first with `groupshift zk stop` to move it, or use it as it is"
+                )
+            self._port = running
             return self.connect_string()
         java = shutil.which("java")
         if not java:
@@ -156,11 +181,12 @@ class EmbeddedZooKeeper:
         return True
 
     def status(self) -> dict:
-        pid = self.pid()
-        if not pid:
+        pid, port = self.pid(), self.running_port()
+        if not pid or port is None:
             return {"running": False, "connect": self.connect_string(), "dir": str(self.dir)}
+        self._port = port
         try:
-            srvr = four_letter("127.0.0.1", self.port, "srvr")
+            srvr = four_letter("127.0.0.1", port, "srvr")
             mode = next((ln[6:].strip() for ln in srvr.splitlines() if ln.startswith("Mode:")), "unknown")
         except OSError:
             mode = "not answering"
@@ -174,12 +200,27 @@ class EmbeddedZooKeeper:
 
 
 def _port_free(port: int) -> bool:
+    """Whether ZooKeeper could bind the port now.
+
+    SO_REUSEADDR as ZooKeeper's own server socket sets it: without it, the TIME_WAIT sockets a
+    stopped server leaves behind (it closed its clients' connections first) make the port look
+    busy for a minute while nothing listens. A live listener still makes the bind fail.
+    """
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
             return False
     return True
+
+
+def _accepts(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _ruok(host: str, port: int) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -24,6 +25,8 @@ from core.errors import GroupshiftError, ZooKeeperUnavailable
 ENV_ZK = "GROUPSHIFT_ZK"
 # Reconnect quickly: kazoo's default backoff grows to an hour between attempts (ENVIRONMENT.md).
 CONNECTION_RETRY = dict(max_tries=-1, delay=0.1, backoff=1.5, max_delay=1.0)
+# A connect slower than this prints what it waits for (a reachable server answers in milliseconds).
+WAIT_NOTICE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -60,14 +63,24 @@ def _normalise_chroot(chroot: str) -> str:
 
 
 def resolve_zk(explicit: str | None = None) -> str:
-    """The connect string to use: `--zk`, else `$GROUPSHIFT_ZK`, else the embedded ZooKeeper."""
+    """The connect string to use: `--zk`, else `$GROUPSHIFT_ZK`, else the embedded ZooKeeper.
+
+    The embedded one is used only when it serves: when nothing accepts connections on its port,
+    this raises `ZooKeeperUnavailable` at once rather than letting the caller wait out a connect
+    timeout for a server that is known to be down.
+    """
     if explicit:
         return explicit
     if os.environ.get(ENV_ZK):
         return os.environ[ENV_ZK]
     from core.embedded import EmbeddedZooKeeper
 
-    return EmbeddedZooKeeper().connect_string()
+    embedded = EmbeddedZooKeeper()
+    if not embedded.serving():
+        raise ZooKeeperUnavailable(
+            "the embedded ZooKeeper is not running; start it with `groupshift zk start` or pass --zk"
+        )
+    return embedded.connect_string()
 
 
 def connect(
@@ -111,15 +124,38 @@ def _start(hosts, session_timeout, connect_timeout, digest, read_only) -> KazooC
         **kwargs,
     )
     try:
-        client.start(timeout=connect_timeout)
-    except (KazooTimeoutError, OSError) as exc:
+        _start_waiting(client, hosts, connect_timeout)
+    except (KazooTimeoutError, OSError):
         client.stop()
         client.close()
         raise ZooKeeperUnavailable(
-            f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g}s ({exc.__class__.__name__}); "
-            "start it with `groupshift zk start` or pass --zk HOST:PORT (or set GROUPSHIFT_ZK)"
+            f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g}s; "
+            "check that it runs and the address is right, or pass another --zk HOST:PORT "
+            "(or GROUPSHIFT_ZK; `groupshift zk start` runs the embedded one)"
         ) from None
     return client
+
+
+def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> None:
+    """`client.start(connect_timeout)`, saying on stderr what it waits for once that takes a while.
+
+    A server that answers connects well within WAIT_NOTICE_S and nothing is printed; otherwise
+    one line tells the user which address is being waited for and for how long, instead of
+    a silent pause until the timeout.
+    """
+    event = client.start_async()
+    if event.wait(min(WAIT_NOTICE_S, connect_timeout)) and client.connected:
+        return
+    remaining = connect_timeout - WAIT_NOTICE_S
+    if remaining <= 0:
+        raise KazooTimeoutError("Connection time-out")
+    print(
+        f"groupshift: waiting up to {connect_timeout:g}s for ZooKeeper at {hosts} ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    if not event.wait(remaining) or not client.connected:
+        raise KazooTimeoutError("Connection time-out")
 
 
 def _world_read():
