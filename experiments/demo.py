@@ -6,13 +6,22 @@ after every poll; one more consumer then joins. Per scheme the demo reports the 
 group first covers every partition, the consumption time, the time for the join to settle, and
 checks that every record was delivered exactly once and every committed offset reached the log end.
 
-    results = run_demo("127.0.0.1:2181", Path(".groupshift/data"))
+The demo runs in a namespace of its own (`DemoNamespace`): a fresh ZooKeeper chroot
+`<chroot>/groupshift-demo-<pid>-<random>` below the one it is given, holding its topic, its groups
+and its coordinator node's registration and shards, and a fresh log directory. An operator's
+coordinator nodes, groups and topics on the same ZooKeeper are in other namespaces and neither
+see the demo nor disturb it. Both are deleted when the demo ends, also on failure or Ctrl-C.
+
+    results = run_demo("127.0.0.1:2181")
     print(format_table(results))
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -20,9 +29,11 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+
 from core.errors import CommitFailed, GroupshiftError
 from core.types import TopicPartition
-from core.zk import connect
+from core.zk import connect, parse_zk
 from experiments.coordinator_nodes import CoordinatorNodes
 from pipeline.consumer import Consumer
 from topics.store import TopicStore
@@ -89,7 +100,14 @@ def _wait(check, timeout: float, what: str) -> float:
 
 def _covers(workers: list[_Worker], tps: set[TopicPartition]) -> bool:
     owned = [w.consumer.assignment() for w in workers]
-    return sum(len(a) for a in owned) == len(tps) and set().union(*owned) == tps and all(owned)
+    # Every partition owned exactly once, by as many members as can own one (more members than
+    # partitions leaves some idle).
+    busy = sum(1 for a in owned if a)
+    return (
+        sum(len(a) for a in owned) == len(tps)
+        and set().union(*owned) == tps
+        and busy == min(len(owned), len(tps))
+    )
 
 
 def run_scheme(
@@ -168,9 +186,76 @@ def run_scheme(
     )
 
 
+class DemoNamespace:
+    """The demo's own ZooKeeper chroot and log directory; `close()` deletes both.
+
+    with DemoNamespace("127.0.0.1:2181/team") as ns:
+        ns.zk_connect    # "127.0.0.1:2181/team/groupshift-demo-4242-1a2b3c"
+        ns.data          # a fresh directory under the system temp dir (or `data_parent`)
+
+    Parents of the chroot that did not exist are created, and removed again on close when empty.
+    """
+
+    def __init__(self, zk_connect: str, data_parent: Path | None = None):
+        if data_parent is not None and not Path(data_parent).is_dir():
+            raise GroupshiftError(f"demo: {data_parent} is not a directory; create it or pass another one")
+        address = parse_zk(zk_connect)
+        self.name = f"groupshift-demo-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.hosts = address.hosts
+        self.chroot = address.with_chroot(self.name).chroot
+        self.zk_connect = self.hosts + self.chroot
+        self._root = connect(self.hosts)
+        self._created: list[str] = []
+        self._closed = False
+        try:
+            path = ""
+            for part in self.chroot.strip("/").split("/"):
+                path += "/" + part
+                try:
+                    self._root.create(path)
+                    self._created.append(path)
+                except NodeExistsError:
+                    if path == self.chroot:
+                        raise GroupshiftError(f"demo: {path} already exists; run the demo again") from None
+            self.data = Path(tempfile.mkdtemp(prefix=self.name + "-", dir=data_parent))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Delete the chroot (with what any demo process left in it) and the log directory."""
+        if self._closed:
+            return
+        self._closed = True
+        data = getattr(self, "data", None)
+        if data is not None:
+            shutil.rmtree(data, ignore_errors=True)
+        try:
+            for path in reversed(self._created):
+                for _ in range(20):  # a closing session may still be dropping its ephemeral nodes
+                    try:
+                        self._root.delete(path, recursive=path == self.chroot)
+                        break
+                    except NoNodeError:
+                        break
+                    except NotEmptyError:
+                        if path != self.chroot:
+                            break  # a parent someone else now uses: not ours to delete
+                        time.sleep(0.1)
+        finally:
+            self._root.stop()
+            self._root.close()
+
+    def __enter__(self) -> DemoNamespace:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def run_demo(
     zk_connect: str,
-    data: Path,
+    data_parent: Path | None = None,
     *,
     partitions: int = 6,
     records_per_partition: int = 20_000,
@@ -178,12 +263,25 @@ def run_demo(
     rebalancers: tuple[str, ...] = ("zk", "coordinator"),
     out: Path | None = None,
 ) -> list[DemoResult]:
-    """Create and fill the demo topic, then run each scheme; results are also written as JSON."""
-    zk = connect(zk_connect)
+    """Create and fill the demo topic, then run each scheme; results are also written as JSON.
+
+    Everything happens in a `DemoNamespace` below `zk_connect` (its log directory under
+    `data_parent`, default the system temp dir) that is deleted before this returns or raises.
+    """
+    with DemoNamespace(zk_connect, data_parent) as ns:
+        results = _run(ns, partitions, records_per_partition, members, rebalancers)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return results
+
+
+def _run(
+    ns: DemoNamespace, partitions: int, records_per_partition: int, members: int, rebalancers: tuple[str, ...]
+) -> list[DemoResult]:
+    zk = connect(ns.zk_connect)
     try:
-        store = TopicStore(data, zk)
-        if TOPIC in store.list_topics():
-            store.delete_topic(TOPIC)
+        store = TopicStore(ns.data, zk)
         store.create_topic(TOPIC, partitions=partitions)
     finally:
         zk.stop()
@@ -199,13 +297,12 @@ def run_demo(
     results = []
     for rebalancer in rebalancers:
         if rebalancer == "coordinator":
-            with CoordinatorNodes(zk_connect, count=1, group_initial_rebalance_delay_ms=0) as nodes:
-                results.append(run_scheme(rebalancer, zk_connect, data, ends, members, nodes.bootstrap))
+            # Its node registers and leads shards inside the demo's chroot only; it listens on a
+            # free port. An operator's nodes (any ids) live in other chroots and share nothing.
+            with CoordinatorNodes(ns.zk_connect, count=1, group_initial_rebalance_delay_ms=0) as nodes:
+                results.append(run_scheme(rebalancer, ns.zk_connect, ns.data, ends, members, nodes.bootstrap))
         else:
-            results.append(run_scheme(rebalancer, zk_connect, data, ends, members, None))
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps([asdict(r) for r in results], indent=2))
+            results.append(run_scheme(rebalancer, ns.zk_connect, ns.data, ends, members, None))
     return results
 
 
@@ -232,3 +329,25 @@ def format_table(results: list[DemoResult]) -> str:
             f"({b.rebalancer} members learn of a rebalance at their next heartbeat)"
         )
     return "\n".join(lines)
+
+
+def plot(results: list[DemoResult], path: Path) -> None:
+    """Bar chart of the timings per rebalancer as a PNG (needs the 'experiments' extra)."""
+    from core.extras import require
+
+    matplotlib = require("matplotlib", "experiments")
+    matplotlib.use("Agg")
+    pyplot = require("matplotlib.pyplot", "experiments")
+    metrics = ["first_stable_s", "consume_s", "join_settle_s"]
+    fig, ax = pyplot.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, len(results))
+    for i, r in enumerate(results):
+        xs = [m + i * width for m in range(len(metrics))]
+        ax.bar(xs, [getattr(r, m) for m in metrics], width, label=r.rebalancer)
+    ax.set_xticks([m + width * (len(results) - 1) / 2 for m in range(len(metrics))], metrics)
+    ax.set_ylabel("seconds")
+    ax.set_title(f"groupshift demo: {results[0].members} members, {results[0].records} records")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    pyplot.close(fig)

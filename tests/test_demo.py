@@ -1,17 +1,37 @@
-"""The demo job (`make demo`) on real ZooKeeper and real coordinator node processes."""
+"""The demo job (`make demo`) on real ZooKeeper and real coordinator node processes.
+
+The demo works in a namespace of its own (a chroot and a log directory) and leaves nothing
+behind: these tests compare the whole ZooKeeper tree, from the server's root, before and after.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from experiments.demo import format_table, run_demo
+from kazoo.client import KazooClient
+from snapshots import dir_tree, zk_tree
+
+from experiments.coordinator_nodes import CoordinatorNodes
+from experiments.demo import DemoNamespace, format_table, run_demo
+
+REPO = Path(__file__).resolve().parent.parent
 
 
-def test_demo_consumes_exactly_once_under_both_rebalancers(zk_connect, tmp_path):
-    out = tmp_path / "results.json"
-    results = run_demo(
-        zk_connect, tmp_path / "data", partitions=3, records_per_partition=300, members=2, out=out
-    )
+def test_demo_consumes_exactly_once_under_both_rebalancers_and_leaves_nothing(
+    zk_server, zk, zk_connect, tmp_path
+):
+    zk.ensure_path("/")  # the test's chroot exists before, so the snapshot holds it
+    before = zk_tree(zk_server.connect_string)
+    out = tmp_path / "out" / "results.json"
+    data = tmp_path / "data"
+    data.mkdir()
+    results = run_demo(zk_connect, data, partitions=3, records_per_partition=300, members=2, out=out)
     assert [r.rebalancer for r in results] == ["zk", "coordinator"]
     for r in results:
         assert (r.records, r.delivered, r.duplicates, r.missing) == (900, 900, 0, 0), r
@@ -19,3 +39,97 @@ def test_demo_consumes_exactly_once_under_both_rebalancers(zk_connect, tmp_path)
         assert r.first_stable_s > 0 and r.join_settle_s > 0
     assert len(json.loads(out.read_text())) == 2
     assert "join settle time" in format_table(results)
+    assert zk_tree(zk_server.connect_string) == before
+    assert dir_tree(data) == {}
+
+
+def _wait(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _leaders(zk) -> int:
+    shards = zk.get_children("/groupshift/shards") if zk.exists("/groupshift/shards") else []
+    return sum(1 for s in shards if zk.exists(f"/groupshift/shards/{s}/leader"))
+
+
+def test_demo_beside_an_operators_nodes_1_and_2_succeeds_and_changes_nothing(
+    zk_server, zk, zk_connect, tmp_path
+):
+    # The operator's own coordinator nodes 1 and 2 serve the namespace the demo is pointed at.
+    with CoordinatorNodes(zk_connect, count=2, shard_handoff=False) as operator:
+        _wait(lambda: _leaders(zk) == 50, 60, "the operator's nodes to lead every shard")
+        before = zk_tree(zk_server.connect_string)
+        results = run_demo(zk_connect, tmp_path, partitions=2, records_per_partition=200, members=2)
+        for r in results:
+            assert (r.delivered, r.duplicates, r.missing, r.committed_at_end) == (400, 0, 0, True), r
+        assert zk_tree(zk_server.connect_string) == before
+        assert all(node.alive for node in operator.nodes.values())
+        assert sorted(zk.get_children("/groupshift/coordinators/ids")) == ["1", "2"]
+    assert dir_tree(tmp_path) == {}
+
+
+def test_demo_namespace_removes_the_chroot_parents_it_created(zk_server, zk_connect, tmp_path):
+    before = zk_tree(zk_server.connect_string)
+    with DemoNamespace(zk_connect + "/deeper", tmp_path) as ns:
+        assert ns.zk_connect.startswith(zk_connect + "/deeper/groupshift-demo-")
+        root = KazooClient(hosts=zk_server.connect_string)
+        root.start(timeout=10)
+        try:
+            root.create(ns.chroot + "/consumers/g/ids/c1", b"{}", ephemeral=True, makepath=True)
+            assert root.exists(ns.chroot + "/consumers/g/ids/c1")
+            ns.close()  # deletes what a session still holds too
+        finally:
+            root.stop()
+            root.close()
+        assert zk_tree(zk_server.connect_string) == before
+    assert dir_tree(tmp_path) == {}
+
+
+def test_interrupted_demo_cleans_up(zk_server, zk, zk_connect, tmp_path):
+    zk.ensure_path("/")
+    before = zk_tree(zk_server.connect_string)
+    env = dict(os.environ, GROUPSHIFT_HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cli",
+            "demo",
+            "--zk",
+            zk_connect,
+            "--data",
+            str(tmp_path),
+            "--records",
+            "2000",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Interrupt once the demo has its namespace and its first group is consuming.
+        _wait(
+            lambda: (
+                any(zk.exists(f"/{c}/consumers") for c in zk.get_children("/")) or proc.poll() is not None
+            ),
+            120,
+            "the demo's first group",
+        )
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "Aborted!"
+    assert zk_tree(zk_server.connect_string) == before
+    assert dir_tree(tmp_path) == {}
