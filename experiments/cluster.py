@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 
 from core.errors import GroupshiftError
+from core.extras import require
 from core.zk import four_letter, mntr
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ class ZkServer:
         servers: tuple[int, ...] = (),
         network=None,
     ):
-        from testcontainers.core.container import DockerContainer
+        DockerContainer = require("testcontainers.core.container", "experiments").DockerContainer
 
         self.name, self.myid, self.network = name, myid, network
         wait_dns = "".join(f"until getent hosts zk{i} >/dev/null; do sleep 0.1; done; " for i in servers)
@@ -281,7 +282,7 @@ class ZkEnsemble:
     """Three servers `zk1..zk3` on their own docker network, with partition faults between peers."""
 
     def __init__(self, tick_ms: int = 1000):
-        from testcontainers.core.network import Network
+        Network = require("testcontainers.core.network", "experiments").Network
 
         tag = uuid.uuid4().hex[:8]
         labels = {OWNER_LABEL: str(os.getpid()), "groupshift.test": "1"}

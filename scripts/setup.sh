@@ -28,16 +28,18 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null || fail "apt-get install ${need[*]}"
 fi
 
-# 2) Python virtualenv with the project editable and its dev extras.
+# 2) Python virtualenv with the project editable, both extras and the dev tools, at the exact
+#    versions of constraints.txt (refresh that file with scripts/lock.sh).
 if [ ! -x .venv/bin/python ]; then
   step "creating .venv"
   python3 -m venv .venv || fail "python3 -m venv .venv"
 fi
 stamp=.venv/.groupshift-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  step "installing groupshift (editable, dev extras)"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+  step "installing groupshift (editable, extras spark+experiments, dev tools; versions from constraints.txt)"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev]' || fail "pip install -e .[dev]"
+  .venv/bin/pip install -q -c constraints.txt -e '.[dev]' \
+    || fail "pip install -c constraints.txt -e .[dev] (if a pinned version is gone, refresh the pins: scripts/lock.sh)"
   touch "$stamp"
 fi
 

@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 from snapshots import dir_tree, zk_tree
 
 from experiments.coordinator_nodes import CoordinatorNodes
-from experiments.demo import DemoNamespace, format_table, run_demo
+from experiments.demo import DemoNamespace, format_table, plot, run_demo
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,6 +41,8 @@ def test_demo_consumes_exactly_once_under_both_rebalancers_and_leaves_nothing(
     assert "join settle time" in format_table(results)
     assert zk_tree(zk_server.connect_string) == before
     assert dir_tree(data) == {}
+    plot(results, tmp_path / "demo.png")
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def _wait(check, timeout: float, what: str) -> None:
