@@ -272,6 +272,149 @@ def test_no_record_is_committed_twice_or_never_under_churn(rebalancer, zk, zk_co
     assert group_offsets == {TP("t", p): end for p, end in ends.items()}  # the group is at the log end
 
 
+# --- in one process: where each scheme changes the assignment ------------------------------------
+
+
+FAST = dict(session_timeout_ms=1500, heartbeat_interval_ms=100, max_poll_interval_ms=10_000)
+
+
+def topic_with_records(zk, root: Path, partitions: int, per_partition: int) -> Log:
+    log = Log(root)
+    create_topic(zk, "t", partitions=partitions)
+    log.create("t", partitions)
+    for p in range(partitions):
+        log.produce("t", [(b"k", b"v")] * per_partition, partition=p)
+    return log
+
+
+def poll_until(consumer: Consumer, cond, what: str, timeout: float = 20) -> dict:
+    got: dict = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for tp, rs in consumer.poll(50).items():
+            got.setdefault(tp, []).extend(r.offset for r in rs)
+        if cond(got):
+            return got
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def test_scheme_one_commit_after_a_background_release_raises_and_the_records_come_again(
+    zk, zk_connect, tmp_path
+):
+    log = topic_with_records(zk, tmp_path, partitions=2, per_partition=30)
+    opts = dict(
+        rebalancer="zk",
+        zk=zk_connect,
+        log=log,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        membership_options={"fence_commits": True, "rebalance_backoff_ms": 100, "rebalance_max_retries": 40},
+        **FAST,
+    )
+    a = Consumer("g1", ["t"], **opts)
+    b = None
+    try:
+        got = poll_until(a, lambda g: len(g) == 2, "records of both partitions")
+        before = a.assignment()
+        b = Consumer("g1", ["t"], **opts)  # scheme one: a's member releases on its own thread
+        wait_for(lambda: a.assignment() != before, 30, "a's member to release its partitions")
+        with pytest.raises(CommitFailed, match="changed hands"):
+            a.commit()
+        probe = a.committed([TP("t", 0), TP("t", 1)])
+        assert probe == {TP("t", 0): None, TP("t", 1): None}  # nothing was committed
+        wait_for(lambda: len(a.assignment()) == 1 and len(b.assignment()) == 1, 30, "one partition each")
+        (kept,) = a.assignment()
+        again = poll_until(a, lambda g: kept in g, "a's partition again")
+        assert again[kept][0] == 0 and got[kept][0] == 0  # its records are delivered again
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_scheme_three_changes_the_assignment_only_inside_poll_on_the_callers_thread(zk, zk_connect, tmp_path):
+    log = topic_with_records(zk, tmp_path, partitions=2, per_partition=30)
+    calls: list[tuple[str, int]] = []
+
+    class Listener:
+        def on_partitions_revoked(self, tps):
+            calls.append(("revoked", threading.get_ident()))
+
+        def on_partitions_assigned(self, tps):
+            calls.append(("assigned", threading.get_ident()))
+
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        opts = dict(
+            rebalancer="coordinator",
+            zk=zk_connect,
+            log=log,
+            bootstrap=nodes.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **FAST,
+        )
+        a = Consumer("g3", ["t"], listener=Listener(), **opts)
+        b = Consumer("g3", ["t"], **opts)
+        stop = threading.Event()
+        b_got: dict = {}
+
+        def poll_b():
+            while not stop.is_set():
+                for tp, rs in b.poll(50).items():
+                    b_got.setdefault(tp, []).extend(r.offset for r in rs)
+
+        poller = threading.Thread(target=poll_b, daemon=True)
+        try:
+            poll_until(a, lambda g: sum(map(len, g.values())) == 60, "a reads both partitions")
+            before, generation = a.assignment(), a.generation
+            poller.start()  # b joins; a's heartbeat thread learns that a rebalance started
+            wait_for(lambda: a.membership._rejoin_needed, 20, "a's heartbeat to flag the rebalance")
+            time.sleep(0.5)  # no poll: nothing may change
+            assert a.assignment() == before and a.generation == generation
+            a.commit()  # the caller commits before it gives anything up
+            positions = {tp: a.position(tp) for tp in before}
+            assert a.committed(list(before)) == positions
+            wait_for(
+                lambda: a.poll(50) is not None and len(a.assignment()) == 1, 30, "a rebalanced in poll()"
+            )
+            me = threading.get_ident()
+            assert [k for k, _ in calls][-2:] == ["revoked", "assigned"]
+            assert all(ident == me for _, ident in calls)  # the listener ran on the caller's thread
+            wait_for(lambda: len(b.assignment()) == 1, 20, "b assigned")
+            assert not b_got  # b starts at a's committed offsets: nothing to re-read
+        finally:
+            stop.set()
+            if poller.is_alive():
+                poller.join(30)
+            a.close()
+            b.close()
+
+
+def test_a_slow_caller_within_max_poll_interval_stays_in_the_group(zk, zk_connect, tmp_path):
+    log = topic_with_records(zk, tmp_path, partitions=2, per_partition=10)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        c = Consumer(
+            "gslow",
+            ["t"],
+            rebalancer="coordinator",
+            zk=zk_connect,
+            log=log,
+            bootstrap=nodes.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            **FAST,
+        )
+        try:
+            poll_until(c, lambda g: sum(map(len, g.values())) == 20, "every record")
+            generation = c.generation
+            time.sleep(3 * FAST["session_timeout_ms"] / 1000)  # processing: heartbeats go on meanwhile
+            c.commit()
+            assert c.generation == generation
+            assert c.committed([TP("t", 0), TP("t", 1)]) == {TP("t", 0): 10, TP("t", 1): 10}
+        finally:
+            c.close()
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", required=True)

@@ -505,6 +505,33 @@ def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
     assert all(n == 1 for n in counts.values())
 
 
+def test_no_coordinator_node_raises_coordinator_unavailable_saying_what_to_do(zk, zk_connect, tmp_path):
+    from coordinator.client_connection import CoordinatorUnavailable
+
+    env = Env("coordinator", zk, zk_connect, tmp_path, None)  # no coordinator node runs
+    env.topic("t", partitions=1, per_partition=5)
+    c = env.consumer("gu", ["t"], coordinator_timeout_ms=300)
+    try:
+        with pytest.raises(CoordinatorUnavailable) as raised:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                assert c.poll(100) == {}
+        message = str(raised.value)
+        chroot = zk_connect[zk_connect.index("/") :]
+        assert "FindCoordinator" in message and "'gu'" in message and chroot in message
+        assert "groupshift coordinator serve --zk" in message
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "30000", 10**12])
+def test_a_bad_coordinator_timeout_is_refused(zk_connect, tmp_path, bad):
+    with pytest.raises(GroupshiftError, match="coordinator_timeout_ms"):
+        Consumer(
+            "g", [], rebalancer="coordinator", zk=zk_connect, log=Log(tmp_path), coordinator_timeout_ms=bad
+        )
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", required=True)
