@@ -1,12 +1,22 @@
 """Scheme three's consumer side: a group member talking to the coordinator (seed 003's four phases).
 
-`CoordinatorMember` implements `pipeline.membership.Membership`. After `start()` a *group thread*
-finds the coordinator (FindCoordinator to any node), joins (MEMBER_ID_REQUIRED and
-REBALANCE_IN_PROGRESS answered by joining again), runs the assignor the group's vote selected when
-it is the leader, syncs, and then waits for the next reason to rejoin; a *heartbeat thread* keeps
-the session alive and is how the member learns that a rebalance started (REBALANCE_IN_PROGRESS) or
-that it was fenced (UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION). Listener callbacks run on the group
-thread in Kafka's order:
+`CoordinatorMember` implements `pipeline.membership.Membership`. The group work — find the
+coordinator (FindCoordinator to any node), join (MEMBER_ID_REQUIRED and REBALANCE_IN_PROGRESS
+answered by joining again), run the assignor the group's vote selected when it is the leader, sync,
+and the listener callbacks — happens in `poll()`, on the caller's thread, as in Kafka's
+`ConsumerCoordinator.poll`. A *heartbeat thread* keeps the session alive between polls and is how
+the member learns that a rebalance started (REBALANCE_IN_PROGRESS: it only flags the rejoin, the
+next `poll()` performs it) or that it was fenced (UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION: it forgets
+the generation, so commits fail, and the next `poll()` reports the partitions lost). It also looks
+the coordinator up again when it moved, and leaves the group when `poll()` is not called for
+`max_poll_interval_ms`. So the partitions a caller holds change only inside its own `poll()`:
+between two polls it can always commit what it processed, or learn (CommitFailed) that it can't.
+
+`pipeline.Consumer` uses `poll_driven=True`. With the default `poll_driven=False` (benchmarks,
+tests, tools that only need a member) a *group thread* calls the same code in a loop, so the
+member rebalances by itself and callbacks run on that thread.
+
+Listener callbacks run in Kafka's order:
 
 * eager protocols (range, roundrobin, sticky): `on_partitions_revoked(all)` before JoinGroup,
   `on_partitions_assigned(all)` after SyncGroup;
@@ -19,15 +29,16 @@ thread in Kafka's order:
     member = CoordinatorMember("billing", ["clicks"], zk=zk, assignors=["cooperative-sticky", "range"],
                                listener=my_listener, session_timeout_ms=10_000)
     member.start()
-    member.record_poll()                          # the consumer's poll loop calls this; see below
+    member.poll(1.0)                              # poll_driven=True: rebalances run in here
     member.commit({TopicPartition("clicks", 0): OffsetAndMetadata(42)}, member.generation)
     member.close()                                # revoke, LeaveGroup (dynamic members only)
 
-A member whose owner stops calling `record_poll()` for `max_poll_interval_ms` leaves the group
-(Kafka's poll timeout) and rejoins on the next `record_poll()`. Static members
+A member whose owner stops calling `poll()` (or `record_poll()`) for `max_poll_interval_ms` leaves
+the group (Kafka's poll timeout) and rejoins on the next call. Static members
 (`group_instance_id`) never send LeaveGroup, so a restart within the session timeout causes no
 rebalance. NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a dropped connection make the member
-look the coordinator up again; its membership survives (the group lives in ZooKeeper).
+look the coordinator up again; its membership survives (the group lives in ZooKeeper). When no
+node answers FindCoordinator for `coordinator_timeout_ms`, `poll()` raises `CoordinatorUnavailable`.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ from coordinator.client_connection import (
     CoordinatorUnavailable,
     error_name,
     parse_address,
+    zk_address,
     zk_bootstrap,
     zk_partition_counts,
 )
@@ -131,11 +143,18 @@ class CoordinatorMember:
         request_timeout_ms: int = 30_000,
         partitions_for: Callable[[str], int | None] | None = None,
         rack: str | None = None,
+        poll_driven: bool = False,
+        coordinator_timeout_ms: int = 30_000,
     ):
         if not assignors:
             raise GroupshiftError("a member needs at least one assignor (partition.assignment.strategy)")
         for name in assignors:
             get_assignor(name)  # fail fast with the list of known names
+        if not isinstance(coordinator_timeout_ms, int) or coordinator_timeout_ms <= 0:
+            raise GroupshiftError(
+                f"coordinator_timeout_ms must be a positive integer (milliseconds), "
+                f"not {coordinator_timeout_ms!r}"
+            )
         if isinstance(bootstrap, str):
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
         self.group_id = group_id
@@ -153,6 +172,8 @@ class CoordinatorMember:
         self.retry_backoff = retry_backoff_ms / 1000
         self.request_timeout = request_timeout_ms / 1000
         self.rack = rack
+        self.poll_driven = poll_driven
+        self.coordinator_timeout = coordinator_timeout_ms / 1000
         self._zk = zk
         self._bootstrap = [parse_address(b) for b in bootstrap or []]
         if not self._bootstrap and zk is None:
@@ -172,6 +193,9 @@ class CoordinatorMember:
         self._owned: set[TopicPartition] = set()
         self._last_assignment: set[TopicPartition] = set()  # survives an eager revocation (sticky)
         self._coordinator: tuple[str, int] | None = None
+        self._unknown_since: float | None = None  # when the coordinator became unknown
+        self._discovery_lock = threading.Lock()  # one FindCoordinator round at a time
+        self._in_poll = 0  # a poll() is running (its join may outlast max_poll_interval_ms)
         self._join_conn: Connection | None = None
         self._ctl_conn: Connection | None = None
         self._rejoin_needed = True
@@ -216,15 +240,20 @@ class CoordinatorMember:
             return self._generation.member_id
 
     def start(self) -> None:
-        """Start the group and heartbeat threads; returns at once (the join happens in the background)."""
+        """Start the heartbeat thread (and the group thread unless `poll_driven`); returns at once."""
         with self._cv:
             if self._threads:
                 return
             self._last_poll = time.monotonic()
+            if self._coordinator is None and self._unknown_since is None:
+                self._unknown_since = time.monotonic()
             self._threads = [
-                threading.Thread(target=self._group_loop, name=f"group-{self.group_id}", daemon=True),
-                threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.group_id}", daemon=True),
+                threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.group_id}", daemon=True)
             ]
+            if not self.poll_driven:
+                self._threads.append(
+                    threading.Thread(target=self._group_loop, name=f"group-{self.group_id}", daemon=True)
+                )
         for t in self._threads:
             t.start()
 
@@ -233,19 +262,70 @@ class CoordinatorMember:
             return set(self._owned)
 
     def record_poll(self) -> None:
-        """The consumer polled: reset the poll timer (and rejoin if a poll timeout made us leave)."""
+        """The consumer polled: reset the poll timer (and rejoin if a poll timeout made us leave).
+
+        Raises the member's fatal error, or the exception a listener callback raised since the
+        last call (once)."""
         with self._cv:
             self._last_poll = time.monotonic()
             if self._poll_timed_out:
                 self._poll_timed_out = False
                 self._rejoin_needed = True
                 self._cv.notify_all()
+        self._raise_pending()
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Kafka's `ConsumerCoordinator.poll`: reset the poll timer and do the group work here.
+
+        With `poll_driven=True` this is where partitions change hands: lost partitions are
+        reported, the coordinator is looked up (retried until `timeout` seconds passed), and a
+        pending rebalance runs to completion — `on_partitions_revoked`, JoinGroup, SyncGroup,
+        `on_partitions_assigned`, all on the calling thread. A rebalance blocks the call until the
+        group completes it (at most the rebalance timeout, `max_poll_interval_ms`). Raises
+        `CoordinatorUnavailable` once no node answered FindCoordinator for `coordinator_timeout_ms`,
+        and whatever a listener callback raised. Without `poll_driven` it is `record_poll()`.
+        """
+        self.record_poll()
+        if not self.poll_driven:
+            return
+        with self._cv:
+            self._in_poll += 1
+        try:
+            self._drive(time.monotonic() + max(timeout, 0.0))
+        finally:
+            with self._cv:
+                self._in_poll -= 1
+                self._last_poll = time.monotonic()
+        self._raise_pending()
+        with self._cv:
+            since = self._unknown_since
+            if self._coordinator is None and since is not None and self._threads and not self._closed:
+                waited = time.monotonic() - since
+                if waited >= self.coordinator_timeout:
+                    self._unknown_since = time.monotonic()  # the next error after another full timeout
+                    raise CoordinatorUnavailable(self._unavailable_message(waited))
+
+    def _raise_pending(self) -> None:
         if self.fatal_error is not None:
             raise self.fatal_error
         with self._cv:
             err, self._listener_error = self._listener_error, None
         if err is not None:
             raise err
+
+    def _unavailable_message(self, waited: float) -> str:
+        where = []
+        if self._zk is not None:
+            where.append(zk_address(self._zk))
+        if self._bootstrap:
+            where.append("bootstrap " + ",".join(f"{h}:{p}" for h, p in self._bootstrap))
+        at = " and ".join(where) or "no address"
+        zk = zk_address(self._zk) if self._zk is not None else "HOST:PORT[/CHROOT]"
+        return (
+            f"no coordinator node answered FindCoordinator for group {self.group_id!r} at {at} for "
+            f"{waited:.0f}s; start one with `groupshift coordinator serve --zk {zk} --node-id N` or check "
+            "--zk (and bootstrap); the consumer keeps looking while you keep polling"
+        )
 
     def wait_stable(self, timeout: float) -> bool:
         """Block until the member holds a stable assignment (tests and benchmarks)."""
@@ -280,9 +360,9 @@ class CoordinatorMember:
             ):
                 raise CommitFailed(
                     f"commit for generation {generation} refused: the member holds generation "
-                    f"{self._stable_generation} ({self.state.value}); the group rebalanced, so the "
-                    "partitions' new owners will read these records again — poll() and process the "
-                    "current assignment"
+                    f"{self._stable_generation} ({self.state.value}); the group rebalanced or fenced this "
+                    "member, so these records will be delivered again — keep calling poll() (it rejoins) "
+                    "and process what it returns"
                 )
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp, om in sorted(offsets.items()):
@@ -417,7 +497,17 @@ class CoordinatorMember:
             self._sleep(self.retry_backoff, interruptible=stop_on_close)
 
     def _discover_once(self) -> bool:
-        """One FindCoordinator round over the known nodes; True when connected to the coordinator."""
+        """One FindCoordinator round over the known nodes; True when connected to the coordinator.
+
+        The caller's thread and the heartbeat thread may both look; one round runs at a time and a
+        round that finds the coordinator already known (the other thread found it) stops at once."""
+        with self._discovery_lock:
+            with self._cv:
+                if self._coordinator is not None and self._ctl_conn is not None and not self._ctl_conn.closed:
+                    return True
+            return self._find_coordinator()
+
+    def _find_coordinator(self) -> bool:
         self.stats["coordinator_lookups"] += 1
         for host, port in self._bootstrap_nodes():
             try:
@@ -444,6 +534,7 @@ class CoordinatorMember:
                 self._drop_connections()
                 self._coordinator = (resp["host"], resp["port"])
                 self._ctl_conn, self._join_conn = ctl, join
+                self._unknown_since = None
                 self._last_heartbeat_ok = time.monotonic()
                 self._cv.notify_all()
             log.info(
@@ -463,6 +554,8 @@ class CoordinatorMember:
                     conn.close()
             self._ctl_conn = self._join_conn = None
             self._coordinator = None
+            if self._unknown_since is None:
+                self._unknown_since = time.monotonic()
 
     def mark_coordinator_unknown(self, why: str) -> None:
         with self._cv:
@@ -485,8 +578,7 @@ class CoordinatorMember:
         while True:
             if not self._ensure_coordinator(deadline, stop_on_close=False):
                 raise CoordinatorUnavailable(
-                    f"{wire.API_NAMES[api]} for group {self.group_id!r}: no coordinator found within "
-                    f"{self.request_timeout:g}s; check that coordinator nodes are running"
+                    f"{wire.API_NAMES[api]} failed: " + self._unavailable_message(self.request_timeout)
                 )
             with self._cv:
                 conn = self._ctl_conn
@@ -571,32 +663,16 @@ class CoordinatorMember:
     # -- the group thread --------------------------------------------------------------------------
 
     def _group_loop(self) -> None:
+        """`poll_driven=False` only: the member drives itself (as if polled whenever there is work)."""
         try:
             while True:
                 with self._cv:
                     if self._closed:
                         return
-                    expired = self._poll_expired_locked()
-                    if expired:
-                        self._leave_on_poll_timeout()
-                if expired:
-                    # The partitions are someone else's from now on: report them lost at once,
-                    # so the consumer stops fetching them before its next poll().
-                    self._on_join_prepare()
-                    continue
-                with self._cv:
-                    if self._poll_timed_out:
-                        self._cv.wait(0.1)
+                    if not self._work_pending_locked():
+                        self._cv.wait(1.0)
                         continue
-                    need = self._rejoin_needed or self.state != MemberState.STABLE
-                    unknown = self._coordinator is None
-                    if not need and not unknown:
-                        self._cv.wait(self._poll_wait_locked())
-                        continue
-                if not self._ensure_coordinator():
-                    return
-                if need:
-                    self._join_group_if_needed()
+                self._drive(None)
         except Exception as exc:  # a bug or a fatal group error: surface it through record_poll()
             if not isinstance(exc, GroupshiftError):
                 log.exception("group %s: group thread failed", self.group_id)
@@ -604,16 +680,45 @@ class CoordinatorMember:
                 self.fatal_error = exc
                 self._cv.notify_all()
 
+    def _work_pending_locked(self) -> bool:
+        if self._fenced_with_partitions_locked():
+            return True
+        if self._poll_timed_out:
+            return False
+        return self._rejoin_needed or self.state != MemberState.STABLE or self._coordinator is None
+
+    def _fenced_with_partitions_locked(self) -> bool:
+        gen = self._generation
+        return bool(self._owned) and (gen.generation_id == NO_GENERATION or not gen.member_id)
+
+    def _drive(self, deadline: float | None) -> None:
+        """One round of the group work (the body of `poll()`): report partitions lost to a fencing
+        or a poll timeout, find the coordinator (until `deadline`; None: until found or closed),
+        and complete a pending rebalance."""
+        with self._cv:
+            fenced = self._fenced_with_partitions_locked()
+        if fenced:
+            # The generation is gone (heartbeat or commit answered UNKNOWN_MEMBER_ID /
+            # ILLEGAL_GENERATION, or the poll timeout made us leave): the partitions may be someone
+            # else's already. Report them lost now, before the caller fetches again.
+            self._on_join_prepare()
+        with self._cv:
+            if self._closed or self._poll_timed_out:
+                return
+        if not self._ensure_coordinator(deadline):
+            return
+        with self._cv:
+            need = self._rejoin_needed or self.state != MemberState.STABLE
+        if need:
+            self._join_group_if_needed()
+
     def _poll_expired_locked(self) -> bool:
         return (
             not self._poll_timed_out
+            and self._in_poll == 0
             and self.state != MemberState.UNJOINED
             and time.monotonic() - self._last_poll > self.max_poll_interval_ms / 1000
         )
-
-    def _poll_wait_locked(self) -> float:
-        left = self.max_poll_interval_ms / 1000 - (time.monotonic() - self._last_poll)
-        return max(0.01, min(left, 1.0))
 
     def _leave_on_poll_timeout(self) -> None:
         """Kafka's poll timeout: a member that stopped polling leaves so the others can take over."""
@@ -901,15 +1006,24 @@ class CoordinatorMember:
                 if self._closed:
                     return
                 next_beat = time.monotonic() + interval
+                if self._poll_expired_locked():
+                    # Kafka's heartbeat thread enforces max.poll.interval.ms: leave, so the others
+                    # take the partitions; the caller's next poll() reports them lost and rejoins.
+                    self._leave_on_poll_timeout()
+                    continue
                 if self.state not in (MemberState.STABLE, MemberState.COMPLETING_REBALANCE):
                     continue
-                if self._coordinator is None or self._ctl_conn is None:
-                    continue
+                rediscover = self._coordinator is None or self._ctl_conn is None
                 gen, conn = self._generation, self._ctl_conn
-                if time.monotonic() - self._last_heartbeat_ok > self.session_timeout_ms / 1000:
-                    # No successful heartbeat for a whole session: the coordinator is probably gone.
-                    self.mark_coordinator_unknown("no heartbeat response within the session timeout")
-                    continue
+            if rediscover:
+                # Keep the session alive while the caller processes: follow the group to its new
+                # coordinator from here rather than waiting for the next poll().
+                self._discover_once()
+                continue
+            if time.monotonic() - self._last_heartbeat_ok > self.session_timeout_ms / 1000:
+                # No successful heartbeat for a whole session: the coordinator is probably gone.
+                self.mark_coordinator_unknown("no heartbeat response within the session timeout")
+                continue
             body = {
                 "group_id": self.group_id,
                 "generation_id": gen.generation_id,

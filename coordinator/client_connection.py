@@ -20,7 +20,10 @@ COORDINATORS_PATH = "/groupshift/coordinators/ids"
 
 
 class CoordinatorUnavailable(GroupshiftError):
-    """No coordinator node answered for the group; start one (`groupshift coordinator serve`)."""
+    """No coordinator node answered for the group in time; start one (`groupshift coordinator serve`).
+
+    `CoordinatorMember.poll()` raises it after `coordinator_timeout_ms` without an answer to
+    FindCoordinator; a commit or offset fetch after `request_timeout_ms`."""
 
 
 class ConnectionLost(GroupshiftError):
@@ -106,6 +109,15 @@ def parse_address(text: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise GroupshiftError(f"bad coordinator address {text!r}; expected host:port")
     return host, int(port)
+
+
+def zk_address(zk) -> str:
+    """A kazoo client's `host:port,...[/chroot]`, for messages that tell the user where we looked."""
+    try:
+        hosts = ",".join(f"{h}:{p}" for h, p in zk.hosts)
+    except (TypeError, ValueError):
+        hosts = "ZooKeeper"
+    return hosts + (getattr(zk, "chroot", None) or "")
 
 
 def zk_bootstrap(zk) -> list[tuple[str, int]]:

@@ -13,12 +13,29 @@
 ZooKeeper watches); `rebalancer="coordinator"` a scheme-three member
 (`coordinator.client.CoordinatorMember`). Nothing else in the calling code changes.
 
-Rebalances run on the membership's thread. The consumer applies them under its lock, so a
-`poll()` never returns a record of a partition after that partition was revoked: when partitions
-are revoked the consumer (auto-commit) commits their positions, calls the listener's
-`on_partitions_revoked`, and stops fetching them; newly assigned partitions start at the group's
-committed offset (or `auto_offset_reset`) after `on_partitions_assigned`. Lost partitions (the
-member was fenced) are dropped without a commit. Listener callbacks may call `commit()`,
+The commit guarantee, under both schemes: `commit()` either commits every record `poll()`
+returned since the previous `commit()` call, or raises `CommitFailed` and commits nothing; after a
+`CommitFailed` those records are delivered again (by this consumer, which rewinds the partitions it
+still holds to their last committed offsets, or by the partitions' new owners).
+
+Where rebalances run differs, as it does between Kafka's consumer and Kafka 0.8's:
+
+* scheme three (`"coordinator"`): as in Kafka, inside `poll()`, on the caller's thread. The
+  heartbeat thread only notices that a rebalance started; the next `poll()` calls
+  `on_partitions_revoked`, rejoins, and calls `on_partitions_assigned`. Between two polls the
+  assignment cannot change, so the caller can always commit what it processed; a commit after the
+  member was fenced raises `CommitFailed`.
+* scheme one (`"zk"`): 0.8's member releases and claims partitions on its own thread, at its own
+  pace. The consumer applies each change under its lock, and `commit()` holds that lock while it
+  writes, so a release waits for a commit in flight. `commit()` raises `CommitFailed` when a
+  partition that `poll()` returned since the previous commit was released (or released and claimed
+  again) in between.
+
+Either way a `poll()` never returns a record of a partition after that partition was revoked:
+when partitions are revoked the consumer (auto-commit) commits their positions, calls the
+listener's `on_partitions_revoked`, and stops fetching them; newly assigned partitions start at the
+group's committed offset (or `auto_offset_reset`) after `on_partitions_assigned`. Lost partitions
+(the member was fenced) are dropped without a commit. Listener callbacks may call `commit()`,
 `position()` and `seek()`.
 
 `assign(partitions)` is manual assignment: no group membership, but `commit()` and `committed()`
@@ -46,6 +63,7 @@ from topics.fetcher import ConsumerRecord, Fetcher, records
 log = logging.getLogger(__name__)
 
 REBALANCERS = ("zk", "coordinator")
+MAX_COORDINATOR_TIMEOUT_MS = 3_600_000  # an hour: beyond that, a consumer should rather fail
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
 
 
@@ -77,11 +95,21 @@ class Consumer:
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5_000,
         auto_offset_reset: str = "latest",
+        coordinator_timeout_ms: int = 30_000,
         membership_options: Mapping[str, Any] | None = None,
         fetcher_options: Mapping[str, Any] | None = None,
     ):
         if rebalancer not in REBALANCERS:
             raise GroupshiftError(f"rebalancer must be one of {', '.join(REBALANCERS)}, not {rebalancer!r}")
+        if isinstance(coordinator_timeout_ms, bool) or not isinstance(coordinator_timeout_ms, int):
+            raise GroupshiftError(
+                f"coordinator_timeout_ms must be an integer, not {coordinator_timeout_ms!r}"
+            )
+        if not 0 < coordinator_timeout_ms <= MAX_COORDINATOR_TIMEOUT_MS:
+            raise GroupshiftError(
+                f"coordinator_timeout_ms must be between 1 and {MAX_COORDINATOR_TIMEOUT_MS}, "
+                f"not {coordinator_timeout_ms}"
+            )
         self.group_id = group_id
         self.rebalancer = rebalancer
         self.client_id = client_id or f"{group_id}-consumer"
@@ -94,6 +122,7 @@ class Consumer:
             heartbeat_interval_ms=heartbeat_interval_ms,
             max_poll_interval_ms=max_poll_interval_ms,
             bootstrap=bootstrap,
+            coordinator_timeout_ms=coordinator_timeout_ms,
         )
         self._membership_options = dict(membership_options or {})
         from core.zk import resolve_zk
@@ -126,6 +155,11 @@ class Consumer:
         self._async_queue: queue.Queue | None = None
         self._async_thread: threading.Thread | None = None
         self.generations: list[int] = []  # every generation this consumer was assigned under
+        # The commit guarantee's bookkeeping (all under self._lock):
+        self._assigned_seq: dict[TopicPartition, int] = {}  # which assignment of a partition this is
+        self._next_seq = 0
+        self._delivered: dict[TopicPartition, int] = {}  # returned since the last commit(): tp -> seq
+        self._base: dict[TopicPartition, int] = {}  # last committed (or first delivered) offset
         if topics:
             self.subscribe(topics, listener=listener)
         elif listener is not None:
@@ -165,6 +199,8 @@ class Consumer:
             self._manual = True
             added = partitions - self._fetcher.assignment()
             self._fetcher.assign(partitions)
+            self._forget(set(self._assigned_seq) - partitions)
+            self._track_assigned(added)
             self._seek_to_committed(added)
 
     def unsubscribe(self) -> None:
@@ -199,11 +235,14 @@ class Consumer:
     def poll_batches(self, timeout_ms: int = 0) -> dict[TopicPartition, pa.RecordBatch]:
         """Like `poll` but one Arrow batch (offset, key, value, timestamp) per partition."""
         self._check_open()
-        member = self._membership
-        if member is not None and hasattr(member, "record_poll"):
-            member.record_poll()  # the poll timer; raises the member's fatal error, if any
-        self._maybe_auto_commit()
         deadline = time.monotonic() + timeout_ms / 1000
+        member = self._membership
+        if member is not None and hasattr(member, "poll"):
+            # Scheme three: the poll timer, and any pending rebalance with its listener callbacks,
+            # right here on the caller's thread. Raises the member's fatal error, a listener's
+            # exception, or CoordinatorUnavailable.
+            member.poll(timeout_ms / 1000)
+        self._maybe_auto_commit()
         while True:
             if self._callback_pending:
                 time.sleep(0.001)  # let a rebalance callback take the lock first
@@ -211,6 +250,7 @@ class Consumer:
                 self._check_open()
                 left = deadline - time.monotonic()
                 got = self._fetcher.poll(min(max(left, 0.0), 0.02))
+                self._note_delivered(got)
             if got or time.monotonic() >= deadline:
                 return got
 
@@ -254,14 +294,30 @@ class Consumer:
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
         """Commit `offsets` (default: the positions of every assigned partition) synchronously.
 
-        Raises `CommitFailed` when the group rebalanced since the assignment (the member's
-        generation is stale): those records will be read again by the partitions' new owners.
+        Commits every record `poll()` returned since the previous `commit()` call, or raises
+        `CommitFailed` and commits nothing: the group rebalanced (the member's generation is stale,
+        or a partition those records came from was revoked in between). The records are then
+        delivered again: partitions this consumer still holds are rewound to their last committed
+        offsets, the others are read by their new owners.
         """
         with self._lock:
             self._check_open()
+            explicit = offsets is not None
             offsets = self._offsets_to_commit(offsets)
-            generation = self.generation
-        self._commit(offsets, generation)
+            delivered = self._take_delivered(offsets if explicit else None)
+            moved = self._moved_since_delivery(delivered)
+            try:
+                if moved:
+                    raise CommitFailed(
+                        f"commit refused: {_names(moved)} changed hands after poll() returned their "
+                        "records (the group rebalanced); nothing was committed and the records will be "
+                        "delivered again — keep polling and process what poll() returns"
+                    )
+                self._commit(offsets, self.generation)
+            except CommitFailed:
+                self._rewind(set(offsets) | set(delivered))
+                raise
+            self._note_committed(offsets)
 
     def commit_async(
         self,
@@ -271,7 +327,9 @@ class Consumer:
         """Commit in the background, in call order; `callback(offsets, exception_or_None)` after."""
         with self._lock:
             self._check_open()
+            explicit = offsets is not None
             offsets = self._offsets_to_commit(offsets)
+            moved = self._moved_since_delivery(self._take_delivered(offsets if explicit else None))
             generation = self.generation
             if self._async_queue is None:
                 self._async_queue = queue.Queue()
@@ -279,7 +337,12 @@ class Consumer:
                     target=self._async_loop, name=f"commit-{self.group_id}", daemon=True
                 )
                 self._async_thread.start()
-        self._async_queue.put((offsets, generation, callback))
+        refused = None
+        if moved:
+            refused = CommitFailed(
+                f"async commit refused: {_names(moved)} changed hands after poll() returned their records"
+            )
+        self._async_queue.put((offsets, generation, callback, refused))
 
     def _async_loop(self) -> None:
         assert self._async_queue is not None
@@ -287,10 +350,12 @@ class Consumer:
             item = self._async_queue.get()
             if item is None:
                 return
-            offsets, generation, callback = item
-            exc: BaseException | None = None
+            offsets, generation, callback, exc = item
             try:
-                self._commit(offsets, generation)
+                if exc is None:
+                    self._commit(offsets, generation)
+                    with self._lock:
+                        self._note_committed(offsets)
             except GroupshiftError as e:
                 exc = e
                 log.info("group %s: async commit failed: %s", self.group_id, e)
@@ -311,10 +376,58 @@ class Consumer:
     def _commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int) -> None:
         if not offsets:
             return
+        # Under the lock: scheme one's member applies a release through this lock (_apply), so it
+        # cannot give the partitions away while their offsets are being written.
+        with self._lock:
+            if self._manual or self._membership is None:
+                self._offsets().commit(offsets, -1)
+            else:
+                self._membership.commit(self._for_backend(offsets), generation)
+
+    # -- the commit guarantee's bookkeeping (called with self._lock held) ---------------------------
+
+    def _track_assigned(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._next_seq += 1
+            self._assigned_seq[tp] = self._next_seq
+            self._base.pop(tp, None)
+
+    def _forget(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._assigned_seq.pop(tp, None)
+            self._base.pop(tp, None)
+
+    def _note_delivered(self, got: Mapping[TopicPartition, pa.RecordBatch]) -> None:
+        for tp, batch in got.items():
+            self._delivered[tp] = self._assigned_seq.get(tp, 0)
+            if tp not in self._base and batch.num_rows:
+                self._base[tp] = batch.column("offset")[0].as_py()  # nothing committed: rewind here
+
+    def _note_committed(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        for tp, om in offsets.items():
+            if tp in self._assigned_seq:
+                self._base[tp] = om.offset
+
+    def _take_delivered(self, only: Mapping[TopicPartition, Any] | None) -> dict[TopicPartition, int]:
+        """The partitions delivered since the last commit (those in `only`), now being committed."""
+        if only is None:
+            taken, self._delivered = self._delivered, {}
+            return taken
+        return {tp: self._delivered.pop(tp) for tp in list(self._delivered) if tp in only}
+
+    def _moved_since_delivery(self, delivered: Mapping[TopicPartition, int]) -> list[TopicPartition]:
+        """Delivered partitions revoked (or revoked and assigned again) since poll() returned them."""
         if self._manual or self._membership is None:
-            self._offsets().commit(offsets, -1)
-        else:
-            self._membership.commit(self._for_backend(offsets), generation)
+            return []
+        return sorted(tp for tp, seq in delivered.items() if self._assigned_seq.get(tp) != seq)
+
+    def _rewind(self, partitions: Iterable[TopicPartition]) -> None:
+        """After CommitFailed: deliver the uncommitted records of partitions still held again."""
+        for tp in partitions:
+            base = self._base.get(tp)
+            if base is not None and tp in self._assigned_seq and tp in self._fetcher.assignment():
+                if self._fetcher.position(tp) != base:
+                    self._fetcher.seek(tp, base)
 
     def _for_backend(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> dict:
         # Scheme one stores a bare decimal offset per partition (Kafka 0.8 has no metadata).
@@ -345,6 +458,7 @@ class Consumer:
         for tp, offset in self._offsets().committed(partitions).items():
             if offset is not None:
                 self._fetcher.seek(tp, offset)
+                self._base[tp] = offset
 
     # -- rebalance callbacks (membership thread) ----------------------------------------------------
 
@@ -361,9 +475,11 @@ class Consumer:
                     call_listener(self._listener, "on_partitions_revoked", partitions)
                 finally:  # a failing listener must not leave revoked partitions being fetched
                     self._fetcher.assign(self._fetcher.assignment() - partitions)
+                    self._forget(partitions)
             elif what == "lost":
                 partitions &= self._fetcher.assignment()
                 self._fetcher.assign(self._fetcher.assignment() - partitions)
+                self._forget(partitions)
                 if hasattr(self._listener, "on_partitions_lost"):
                     call_listener(self._listener, "on_partitions_lost", partitions)
                 else:  # Kafka's default onPartitionsLost calls onPartitionsRevoked
@@ -371,6 +487,7 @@ class Consumer:
             else:
                 current = self._fetcher.assignment()
                 self._fetcher.assign(current | partitions)
+                self._track_assigned(partitions - current)
                 self._seek_to_committed(partitions - current)
                 self.generations.append(self.generation)
                 call_listener(self._listener, "on_partitions_assigned", partitions)
@@ -455,7 +572,9 @@ class Consumer:
                 max_poll_interval_ms=o["max_poll_interval_ms"],
                 group_instance_id=o["group_instance_id"],
                 client_id=self.client_id,
+                coordinator_timeout_ms=o["coordinator_timeout_ms"],
                 **self._membership_options,
+                poll_driven=not offsets_only,  # rebalances run inside poll(), on the caller's thread
             )
         from zk_rebalance.member import ZkGroupMember
 
@@ -523,6 +642,11 @@ class _Applier:
 
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
         self._consumer._apply("lost", set(partitions))
+
+
+def _names(partitions: Sequence[TopicPartition], limit: int = 5) -> str:
+    shown = ", ".join(map(str, partitions[:limit]))
+    return shown + (f" and {len(partitions) - limit} more" if len(partitions) > limit else "")
 
 
 def _flatten(partitions: Iterable[Any]) -> set[TopicPartition]:

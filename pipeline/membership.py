@@ -13,7 +13,9 @@ interchangeable (ARCHITECTURE.md, "One consumer API for both schemes"):
 
 Committed offsets are Kafka's: the offset of the *next* record to read.
 
-The listener is called from the membership's own thread, in Kafka's order: `on_partitions_revoked`
+The listener is called in Kafka's order — by scheme one from the member's own thread, by scheme
+three from `member.poll()` on the caller's thread (`poll_driven=True`, as `pipeline.Consumer` uses
+it; otherwise from its group thread): `on_partitions_revoked`
 before the member (re)joins (eager) or after the new assignment arrived (cooperative, only the
 partitions that move), `on_partitions_assigned` once the new assignment is known, and
 `on_partitions_lost` instead of revoked when the member learns it was fenced (its partitions may

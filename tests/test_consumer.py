@@ -179,6 +179,33 @@ def wait_for(cond, timeout: float = 20.0, what: str = "condition") -> None:
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
+def polled(*consumers: Consumer) -> bool:
+    """Poll each consumer once (scheme three rebalances only inside poll(), as Kafka does)."""
+    for c in consumers:
+        c.poll(0)
+    return True
+
+
+def wait_polling(consumers: list[Consumer], cond, what: str, timeout: float = 20.0) -> None:
+    """Poll every consumer from its own thread until `cond()`: a scheme-three rebalance completes
+    only once every member has polled, and a poll blocks while its member rejoins."""
+    stop = threading.Event()
+
+    def loop(c: Consumer) -> None:
+        while not stop.is_set():
+            c.poll(20)
+
+    threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in consumers]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(cond, timeout, what)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+
+
 def committed_all(env: Env, group: str, ends: dict[TP, int]) -> bool:
     probe = next(c for c in env.consumers if not c._closed and c.group_id == group)
     try:
@@ -346,7 +373,8 @@ def test_position_seek_pause_resume_and_async_and_auto_commits(env):
     env.topic("t", partitions=2, per_partition=20)
     t0, t1 = TP("t", 0), TP("t", 1)
     c = env.consumer("ga", ["t"], max_poll_records=100, auto_commit_interval_ms=100)
-    wait_for(lambda: c.assignment() == {t0, t1}, what="both partitions assigned")
+    wait_for(lambda: polled(c) and c.assignment() == {t0, t1}, what="both partitions assigned")
+    c.seek_to_beginning()  # the polls that completed the join may have returned records already
 
     def drain(timeout=3.0):
         out: dict = {}
@@ -385,14 +413,15 @@ def test_static_member_restarted_within_its_session_timeout_causes_no_rebalance(
     env.topic("t", partitions=4)
     a = env.consumer("gs", ["t"], group_instance_id="a", session_timeout_ms=5000)
     b = env.consumer("gs", ["t"], group_instance_id="b", session_timeout_ms=5000)
-    wait_for(
+    wait_polling(
+        [a, b],
         lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2 and a.generation == b.generation,
         what="two static members stable",
     )
     generation, a_parts, b_gens = a.generation, a.assignment(), list(b.generations)
     a.close()  # a static member sends no LeaveGroup
     a2 = env.consumer("gs", ["t"], group_instance_id="a", session_timeout_ms=5000)
-    wait_for(lambda: len(a2.assignment()) == 2, what="the restarted static member assigned")
+    wait_for(lambda: polled(a2) and len(a2.assignment()) == 2, what="the restarted static member assigned")
     a2.poll(0)
     time.sleep(1.0)  # several heartbeats: no REBALANCE_IN_PROGRESS may reach b
     assert a2.assignment() == a_parts
@@ -474,6 +503,33 @@ def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
             w2.stop()
     counts = Counter((tp, off) for tp, off, _ in delivered)
     assert all(n == 1 for n in counts.values())
+
+
+def test_no_coordinator_node_raises_coordinator_unavailable_saying_what_to_do(zk, zk_connect, tmp_path):
+    from coordinator.client_connection import CoordinatorUnavailable
+
+    env = Env("coordinator", zk, zk_connect, tmp_path, None)  # no coordinator node runs
+    env.topic("t", partitions=1, per_partition=5)
+    c = env.consumer("gu", ["t"], coordinator_timeout_ms=300)
+    try:
+        with pytest.raises(CoordinatorUnavailable) as raised:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                assert c.poll(100) == {}
+        message = str(raised.value)
+        chroot = zk_connect[zk_connect.index("/") :]
+        assert "FindCoordinator" in message and "'gu'" in message and chroot in message
+        assert "groupshift coordinator serve --zk" in message
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "30000", 10**12])
+def test_a_bad_coordinator_timeout_is_refused(zk_connect, tmp_path, bad):
+    with pytest.raises(GroupshiftError, match="coordinator_timeout_ms"):
+        Consumer(
+            "g", [], rebalancer="coordinator", zk=zk_connect, log=Log(tmp_path), coordinator_timeout_ms=bad
+        )
 
 
 if __name__ == "__main__":
