@@ -792,7 +792,8 @@ class CoordinatorNode:
         """kazoo's connection state, on the event loop (see the module docstring)."""
         if self._stopping:
             return
-        log.info("ZooKeeper session %s", state, extra={"event": "zk_state", "state": str(state)})
+        if state != KazooState.CONNECTED:  # (CONNECTED is logged once its consequences are applied)
+            log.info("ZooKeeper session %s", state, extra={"event": "zk_state", "state": str(state)})
         now = time.monotonic()
         if state == KazooState.SUSPENDED:
             if self._suspended_since is None:
@@ -812,6 +813,7 @@ class CoordinatorNode:
             elif since is not None and now - since > self.config.zk_session_timeout_ms / 1000:
                 self._lose_all("ZooKeeper was away longer than the session timeout")
             self._session = session
+            log.info("ZooKeeper session %s", state, extra={"event": "zk_state", "state": str(state)})
             self.serving = True
             self._schedule_timer()
             self._wake.set()

@@ -280,7 +280,11 @@ class Scenario:
         self.producer.join()
         ends = {tp: self.log.latest(tp) for tp in self.tps}
         for rebalancer in self.workers:
-            wait_for(lambda r=rebalancer: self.committed(r) == ends, 60, f"the {rebalancer} group committing the end")
+            wait_for(
+                lambda r=rebalancer: self.committed(r) == ends,
+                60,
+                f"the {rebalancer} group committing the end",
+            )
         for ws in self.workers.values():
             for w in ws:
                 w.stop()
@@ -294,9 +298,7 @@ class Scenario:
                 counts[(tp, off)] += 1
         missing = [(tp, o) for tp, end in self.ends.items() for o in range(end) if (tp, o) not in counts]
         assert not missing, f"{rebalancer}: {len(missing)} records skipped, e.g. {missing[:5]}"
-        early = [
-            (tp, o) for (tp, o), n in counts.items() if n > 1 and o < (committed_before.get(tp) or 0)
-        ]
+        early = [(tp, o) for (tp, o), n in counts.items() if n > 1 and o < (committed_before.get(tp) or 0)]
         assert not early, f"{rebalancer}: redelivered below the committed offset: {sorted(early)[:5]}"
 
 
