@@ -62,10 +62,10 @@ def test_a_write_with_an_epoch_from_an_expired_session_is_refused(zk_server, zk_
         await a.start()
         epoch = await a.claim_shard(2, "127.0.0.1", 1)
         await a.commit_offsets(2, epoch, group, record(10))
-        session = a.session_id
+        session = a_zk.client_id[0]
         await asyncio.to_thread(expire_session, zk_server.connect_string, a_zk)
         await asyncio.to_thread(
-            wait_for, lambda: a_zk.connected and a.session_id != session, 30, "a new session for node 1"
+            wait_for, lambda: a_zk.connected and a_zk.client_id[0] != session, 30, "a new session for node 1"
         )
         # Nobody has claimed shard 2 since: the epoch is unchanged, but its session is gone.
         with pytest.raises(Fenced):
