@@ -121,12 +121,18 @@ def zk_address(zk) -> str:
 
 
 def zk_bootstrap(zk) -> list[tuple[str, int]]:
-    """Coordinator nodes registered in ZooKeeper (`/groupshift/coordinators/ids/<node>`)."""
-    from kazoo.exceptions import NoNodeError
+    """Coordinator nodes registered in ZooKeeper (`/groupshift/coordinators/ids/<node>`).
 
+    Empty while ZooKeeper is away (not connected, or the session expired under the call): the
+    caller goes on with its bootstrap list instead of blocking or failing with kazoo's error.
+    """
+    from kazoo.exceptions import KazooException, NoNodeError
+
+    if not zk.connected:
+        return []
     try:
         children = zk.get_children(COORDINATORS_PATH)
-    except NoNodeError:
+    except (NoNodeError, KazooException):
         return []
     nodes = []
     for child in children:
@@ -136,6 +142,8 @@ def zk_bootstrap(zk) -> list[tuple[str, int]]:
             nodes.append((str(info["host"]), int(info["port"])))
         except (NoNodeError, ValueError, KeyError, TypeError):
             continue
+        except KazooException:
+            break
     return nodes
 
 

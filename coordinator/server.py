@@ -15,6 +15,15 @@ Shard placement: each shard has a preferred node among the live ones (balanced r
 hashing, `_placement`); a node claims an unled shard at once if it is the preferred one, and any
 node claims it after `claim_grace_ms`. With `shard_handoff`, a node hands a shard to its preferred
 node once that node has been live for `handoff_delay_ms` (so shards spread out as nodes join).
+
+ZooKeeper outages (docs/recovery.md): while the session is SUSPENDED the node answers every group
+request with COORDINATOR_NOT_AVAILABLE and fires no timers, but keeps its shards; if the
+connection comes back within the session timeout, in the same session, it serves on as before.
+Once the session is LOST, or SUSPENDED for longer than the session timeout (another node may have
+taken its shards: Curator's rule), the node gives its shards up locally, at once. When ZooKeeper
+answers again it re-registers if the session is new, and claims its preferred shards again with
+new epochs (reloading their groups and offsets) or hands the others over; an epoch is only ever
+used in the session that claimed it, so a write with a stale epoch is refused by ZooKeeper.
 """
 
 from __future__ import annotations
@@ -129,6 +138,18 @@ def _error_of(body: dict[str, Any]) -> int:
             if p.get("error_code"):
                 return p["error_code"]
     return 0
+
+
+def _unavailable_body(api: int, body: Any) -> dict[str, Any]:
+    """COORDINATOR_NOT_AVAILABLE in the shape of `api`'s response (the node has lost ZooKeeper)."""
+    code = COORDINATOR_NOT_AVAILABLE
+    if api == P.DESCRIBE_GROUPS:
+        return {"groups": [P.described_error(g, code) for g in body.groups]}
+    if api == P.LIST_GROUPS:
+        return {"error_code": code, "groups": []}
+    if api == P.DELETE_GROUPS:
+        return {"results": [{"group_id": g, "error_code": code} for g in body.groups_names]}
+    return P.precheck_error_body(api, body, code, "this node has lost ZooKeeper")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,6 +310,7 @@ class CoordinatorNode:
         self._first_seen: dict[int, float] = {}
         self._suspended_since: float | None = None
         self._need_register = False
+        self._session: int | None = None  # the ZooKeeper session our shards were claimed in
         self._state_counts: dict[str, int] = {}
         self._verifying: set[int] = set()
         self._placement_cache: tuple[tuple[int, ...], list[int]] = ((), [])
@@ -314,6 +336,7 @@ class CoordinatorNode:
             )
             self.metrics_port = self._metrics_server.sockets[0].getsockname()[1]
         await self.store.register(self.host, self.port)
+        self._session = self.store.session_id
         self.zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, state))
         self.store.add_listener(self._wake.set)
         self.store.watch()
@@ -410,6 +433,10 @@ class CoordinatorNode:
             body = P.api_versions_body()
         elif api == P.FIND_COORDINATOR:
             body = self._find_coordinator(req.body)
+        elif not self.serving or self._stopping:
+            # ZooKeeper is away: answer without the core, so that nothing in it moves (no timer
+            # fires, no parked request completes) until the node knows it still leads its shards.
+            body = _unavailable_body(api, req.body)
         else:
             pending = _Pending(conn, req.id, api, t0)
             conn.busy = pending
@@ -434,7 +461,7 @@ class CoordinatorNode:
                 self._schedule_timer()
             return
         conn.send(req.id, body)
-        self.metrics.observe(req.name, time.perf_counter() - t0, body["error_code"])
+        self.metrics.observe(req.name, time.perf_counter() - t0, _error_of(body))
 
     def _find_coordinator(self, body: P.FindCoordinatorRequest) -> dict[str, Any]:
         if body.key_type != 0:
@@ -450,7 +477,8 @@ class CoordinatorNode:
             )
         shard = self._shard(body.key)
         leader = self.store.leaders.get(shard)
-        if leader is None:
+        if leader is None or (leader.node == self.config.node_id and shard not in self.shards):
+            # No leader, or our own leadership from before a session loss not yet reclaimed.
             return P.precheck_error_body(
                 P.FIND_COORDINATOR, body, COORDINATOR_NOT_AVAILABLE, f"shard {shard} has no leader"
             )
@@ -580,6 +608,8 @@ class CoordinatorNode:
 
     def _on_timer(self) -> None:
         self._timer = None
+        if not self.serving:
+            return  # timers wait for ZooKeeper; _on_zk_state re-arms them
         try:
             self._apply(self.core.tick(_now_ms()))
         except Exception:
@@ -644,11 +674,20 @@ class CoordinatorNode:
             if n not in live_set:
                 del self._first_seen[n]
         placement = self._placement(tuple(sorted(live_set)))
-        claims = []
+        claims: list[int] = []
+        releases: list[int] = []
         for s in range(cfg.shards):
             leader = store.leaders.get(s)
             mine = self.shards.get(s)
             preferred = placement[s]
+            if mine is None and leader is not None and leader.node == cfg.node_id:
+                # Our leadership from before a session loss: take it again with a new epoch when
+                # we are the preferred node, else hand it over at once.
+                if preferred == cfg.node_id:
+                    claims.append(s)
+                else:
+                    releases.append(s)
+                continue
             if mine is not None:
                 if leader is None or leader.node != cfg.node_id or leader.epoch != mine.epoch:
                     self._spawn(self._verify_shard(s, mine))
@@ -667,12 +706,16 @@ class CoordinatorNode:
                     claims.append(s)
             else:
                 self._unled_since.pop(s, None)
+        if releases:
+            await asyncio.gather(*(self.store.release_stale(s) for s in releases))
         if claims:
             await asyncio.gather(*(self._take_shard(s) for s in claims))
 
     async def _take_shard(self, shard: int) -> None:
+        session = self._session
         epoch = await self.store.claim_shard(shard, self.host, self.port)
-        if epoch is None or self._stopping:
+        if epoch is None or self._stopping or session != self._session or not self.serving:
+            # (the session was lost, or ZooKeeper went away, while the claim was under way)
             if epoch is not None:
                 await self.store.release_shard(shard, epoch)
             return
@@ -716,43 +759,63 @@ class CoordinatorNode:
             await self._drop_shard(shard, "leader znode lost", release=False)
 
     async def _drop_shard(self, shard: int, reason: str, release: bool) -> None:
+        st = self._unload_shard(shard, reason)
+        if st is not None and release:
+            await self.store.release_shard(shard, st.epoch)
+
+    def _unload_shard(self, shard: int, reason: str) -> _Shard | None:
+        """Stop serving `shard` now (groups unloaded: parked requests get NOT_COORDINATOR)."""
         st = self.shards.pop(shard, None)
         if st is None:
-            return
+            return None
         now = _now_ms()
         for g in self.core.group_ids():
             if self._shard(g) == shard:
                 self._apply(self.core.unload_group(g, now))
-        if release:
-            await self.store.release_shard(shard, st.epoch)
-        else:
-            self.store.forget_shard(shard)
+        self.store.forget_shard(shard)
         log.info(
             "no longer leading shard %d (%s)",
             shard,
             reason,
             extra={"event": "shard_released", "shard": shard, "epoch": st.epoch, "reason": reason},
         )
+        return st
 
-    def _drop_all_locally(self, reason: str) -> None:
+    def _lose_all(self, reason: str) -> None:
+        """Give every shard up locally, at once (no ZooKeeper call: it may be unreachable)."""
+        if self.shards:
+            log.warning("giving up %d shards: %s", len(self.shards), reason, extra={"event": "shards_lost"})
         for s in list(self.shards):
-            self._spawn(self._drop_shard(s, reason, release=False))
+            self._unload_shard(s, reason)
 
     def _on_zk_state(self, state: str) -> None:
+        """kazoo's connection state, on the event loop (see the module docstring)."""
         if self._stopping:
             return
-        log.info("ZooKeeper session %s", state, extra={"event": "zk_state", "state": str(state)})
+        if state != KazooState.CONNECTED:  # (CONNECTED is logged once its consequences are applied)
+            log.info("ZooKeeper session %s", state, extra={"event": "zk_state", "state": str(state)})
+        now = time.monotonic()
         if state == KazooState.SUSPENDED:
-            self._suspended_since = time.monotonic()
+            if self._suspended_since is None:
+                self._suspended_since = now
             self.serving = False
         elif state == KazooState.LOST:
             self.serving = False
             self._suspended_since = None
             self._need_register = True
-            self._drop_all_locally("ZooKeeper session expired")
+            self._lose_all("ZooKeeper session expired")
         elif state == KazooState.CONNECTED:
-            self._suspended_since = None
-            self.serving = not self._stopping
+            since, self._suspended_since = self._suspended_since, None
+            session = self.store.session_id
+            if session != self._session:
+                self._need_register = True
+                self._lose_all("new ZooKeeper session")
+            elif since is not None and now - since > self.config.zk_session_timeout_ms / 1000:
+                self._lose_all("ZooKeeper was away longer than the session timeout")
+            self._session = session
+            log.info("ZooKeeper session %s", state, extra={"event": "zk_state", "state": str(state)})
+            self.serving = True
+            self._schedule_timer()
             self._wake.set()
 
     # -- housekeeping ------------------------------------------------------------------------
@@ -768,7 +831,7 @@ class CoordinatorNode:
                 and self.shards
             ):
                 # Curator's rule: suspended longer than the session timeout = lost.
-                self._drop_all_locally("ZooKeeper suspended longer than the session timeout")
+                self._lose_all("ZooKeeper suspended longer than the session timeout")
             for conn in list(self.connections):
                 reason = None
                 if conn.partial_since is not None and now - conn.partial_since > cfg.frame_timeout_ms / 1000:

@@ -12,8 +12,13 @@ Layout (documented in `docs/coordinator.md`; every payload is UTF-8 JSON):
 A node becomes leader of shard `s` with one transaction that creates the ephemeral `leader` znode
 and bumps `epoch` (expected version = the version it read), so the new epoch is the version after
 the bump. Every later write of the leader is a transaction that starts with
-`check(epoch, version=<its epoch>)`: once another node has taken the shard (and bumped the epoch),
-a stale leader's writes fail as a whole and it learns it was fenced (`Fenced`).
+`check(epoch, version=<its epoch>)` and `check(leader)` (it exists): once another node has taken
+the shard (and bumped the epoch), or the leader znode is gone because the session that created it
+expired, a stale leader's writes fail as a whole and it learns it was fenced (`Fenced`). A leader
+epoch is therefore valid only in the ZooKeeper session that claimed it: after a session expiry the
+node must claim again, which gives it a new epoch. A node whose session survived an outage but
+that gave its shards up meanwhile reclaims its own leader znode in one transaction (delete it,
+create it again, bump the epoch), so that reclaim also yields a new epoch.
 
 Group and topic names are znode names after escaping (`znode_name`): characters outside
 `[A-Za-z0-9._-]` are %-encoded as UTF-8, `.`/`..` are encoded, and the empty group id is `%`.
@@ -251,11 +256,20 @@ class CoordinatorStore:
         async_result.rawlink(lambda ar: loop.call_soon_threadsafe(settle, ar))
         return asyncio.ensure_future(asyncio.wait_for(fut, timeout))
 
+    @property
+    def session_id(self) -> int | None:
+        """The id of the current ZooKeeper session (None while kazoo has none)."""
+        client_id = self.zk.client_id
+        return client_id[0] if client_id else None
+
     async def _commit(self, ops: Callable, shard: int | None, epoch: int | None) -> list:
         """Run one transaction (fenced by the shard epoch when given); raise on failure."""
         txn = self.zk.transaction()
         if shard is not None:
+            # Our epoch is still current, and our leader znode still exists: it is ephemeral, so
+            # after a session expiry the check fails even when no other node has claimed yet.
             txn.check(f"{shard_path(shard)}/epoch", epoch)
+            txn.check(f"{shard_path(shard)}/leader", -1)
         ops(txn)
         try:
             results = await self._aio(txn.commit_async())
@@ -265,7 +279,7 @@ class CoordinatorStore:
             raise StoreUnavailable(f"ZooKeeper write failed: {exc!r}") from None
         failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if failures:
-            if shard is not None and isinstance(results[0], BadVersionError | NoNodeError):
+            if shard is not None and any(isinstance(r, BadVersionError | NoNodeError) for r in results[:2]):
                 raise Fenced(f"shard {shard}: epoch {epoch} is no longer current")
             raise _TxnFailed(failures[0])
         return results
@@ -351,23 +365,59 @@ class CoordinatorStore:
     # -- shard leadership --------------------------------------------------------------------
 
     async def claim_shard(self, shard: int, host: str, port: int) -> int | None:
-        """Become leader of `shard`; return the new epoch, or None when another node leads it."""
+        """Become leader of `shard`; return the new epoch, or None when another node leads it.
+
+        A leader znode of this node created in the current session (left from before the node
+        gave the shard up, e.g. while ZooKeeper was away) is replaced in the same transaction, so
+        the node reclaims the shard with a new epoch.
+        """
         epoch_path = f"{shard_path(shard)}/epoch"
+        leader_path = f"{shard_path(shard)}/leader"
         try:
             _, stat = await self._aio(self.zk.get_async(epoch_path))
         except NoNodeError:
             await self._aio(self.zk.create_async(epoch_path, b"", makepath=True))
             _, stat = await self._aio(self.zk.get_async(epoch_path))
+        stale = await self._own_leader_stat(shard)
+        if stale is False:
+            return None
         epoch = stat.version + 1
         leader = _json.encode(LeaderRecord(self.node_id, epoch, host, port))
         txn = self.zk.transaction()
-        txn.create(f"{shard_path(shard)}/leader", leader, ephemeral=True)
+        if stale is not None:
+            txn.delete(leader_path, version=stale.version)
+        txn.create(leader_path, leader, ephemeral=True)
         txn.set_data(epoch_path, str(self.node_id).encode(), version=stat.version)
         results = await self._aio(txn.commit_async())
         if any(isinstance(r, Exception) for r in results):
             return None
         self.leaders[shard] = LeaderRecord(self.node_id, epoch, host, port)
         return epoch
+
+    async def _own_leader_stat(self, shard: int):
+        """None when `shard` has no leader znode; its stat when the znode is this node's, in this
+        session; False when it belongs to another node or another session (leave it alone)."""
+        try:
+            data, stat = await self._aio(self.zk.get_async(f"{shard_path(shard)}/leader"))
+        except NoNodeError:
+            return None
+        try:
+            record = _leader_decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        if record.node != self.node_id or stat.ephemeralOwner != self.session_id:
+            return False
+        return stat
+
+    async def release_stale(self, shard: int) -> None:
+        """Delete this node's leader znode of a shard it no longer serves (created in this session),
+        so that the shard's preferred node can take it at once."""
+        stat = await self._own_leader_stat(shard)
+        if stat:
+            try:
+                await self._aio(self.zk.delete_async(f"{shard_path(shard)}/leader", version=stat.version))
+            except (NoNodeError, BadVersionError):
+                pass
 
     async def release_shard(self, shard: int, epoch: int) -> None:
         """Give up `shard` (delete our leader znode if it is still ours) and forget its znodes."""

@@ -1,0 +1,273 @@
+"""Benchmark: recovery after a ZooKeeper outage longer than the session timeout, scheme one vs three.
+
+Run on demand: `python -m bench.recovery [--outage-s 15] [--session-ms 4000] [--json out.json]`.
+One ZooKeeper container is started (experiments/cluster.py). For each scheme, a group of
+`--consumers` `pipeline.Consumer`s reads a topic with one partition per consumer while a producer
+keeps writing; every consumer commits after each poll. Scheme three also runs one coordinator
+node process (`groupshift coordinator serve`). Every ZooKeeper session (node, members, the
+consumers' own clients) has the same `--session-ms` timeout. Then ZooKeeper goes away for
+`--outage-s` seconds, in two ways:
+
+* `revived`: the container is stopped and started again. The restarted server restores the
+  sessions from its log, but every client was away longer than its session timeout.
+* `expired`: stopped, started, and clients are kept away (iptables) until the server has expired
+  every session; ZooKeeper returns when they are let in again.
+
+Measured from ZooKeeper's return (it answers `ruok` to clients): (a) the node answering
+FindCoordinator with itself and JoinGroup with MEMBER_ID_REQUIRED (scheme three only: scheme one
+has no node); (b) the group consuming again: every partition has delivered a record and had a
+commit succeed after the return. Targets (issue 11): (a) < 2 s, (b) < 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from coordinator import protocol as P
+from coordinator.wire_client import WireClient, WireError, join_body
+from core.errors import GroupshiftError
+from core.types import TopicPartition
+from core.zk import connect, four_letter
+from experiments.cluster import ZkServer
+from experiments.coordinator_nodes import CoordinatorNodes
+from pipeline.consumer import Consumer
+from topics.log import Log
+from topics.registry import create_topic
+
+TARGET_NODE_S = 2.0
+TARGET_GROUP_S = 10.0
+
+
+class Worker(threading.Thread):
+    """poll and commit; remember when each partition last delivered and last committed."""
+
+    def __init__(self, consumer: Consumer):
+        super().__init__(daemon=True)
+        self.consumer = consumer
+        self.delivered: dict[TopicPartition, float] = {}
+        self.committed: dict[TopicPartition, float] = {}
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                got = self.consumer.poll(timeout_ms=50)
+            except GroupshiftError:
+                time.sleep(0.05)
+                continue
+            now = time.monotonic()
+            for tp in got:
+                self.delivered[tp] = now
+            if got:
+                try:
+                    self.consumer.commit()
+                except GroupshiftError:
+                    continue
+                done = time.monotonic()
+                for tp in got:
+                    self.committed[tp] = done
+        try:
+            self.consumer.close()
+        except GroupshiftError:
+            pass
+
+
+def wait(cond, timeout: float, step: float = 0.02) -> float | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return time.monotonic()
+        time.sleep(step)
+    return None
+
+
+def zk_answers(server: ZkServer) -> bool:
+    try:
+        return four_letter(server.host, server.port, "ruok", timeout=0.5) == "imok"
+    except OSError:
+        return False
+
+
+def outage(server: ZkServer, kind: str, outage_s: float, session_s: float) -> float:
+    """Take ZooKeeper away; return the monotonic time it answered clients again."""
+    server.stop()
+    time.sleep(outage_s)
+    server.start()
+    if kind == "expired":
+        server.cut_clients()  # before it listens: the restarted server expires every session
+        server.wait_until(server.ruok, 30, "ZooKeeper restarted")
+        time.sleep(session_s + 2)
+        server.restore_clients()
+    back = wait(lambda: zk_answers(server), 30, step=0.01)
+    if back is None:
+        raise RuntimeError("ZooKeeper did not come back within 30 s")
+    return back
+
+
+def node_serves(nodes: CoordinatorNodes) -> bool:
+    node = nodes.nodes[1]
+    try:
+        with WireClient(node.host, node.port, "bench-probe", timeout=1.0) as c:
+            found = c.request(P.FIND_COORDINATOR, {"key": "bench", "key_type": 0})
+            joined = c.request(P.JOIN_GROUP, join_body(f"probe-{uuid.uuid4().hex[:6]}", ""))
+    except (WireError, OSError):
+        return False
+    return found["error_code"] == 0 and joined["error_code"] == P.ErrorCode.MEMBER_ID_REQUIRED
+
+
+def run(server: ZkServer, scheme: str, kind: str, args, tmp: Path) -> dict:
+    connect_string = f"{server.connect_string}/bench-recovery-{uuid.uuid4().hex[:6]}"
+    session_s = args.session_ms / 1000
+    log = Log(tmp / f"{scheme}-{kind}")
+    admin = connect(connect_string, session_timeout=30.0)
+    create_topic(admin, "t", partitions=args.consumers)
+    log.create("t", args.consumers)
+    tps = {TopicPartition("t", p) for p in range(args.consumers)}
+    nodes = co_zk = None
+    stop_producing = threading.Event()
+    workers: list[Worker] = []
+    result: dict = {"scheme": scheme, "outage": kind}
+    try:
+        opts: dict = dict(rebalancer="zk" if scheme == "one" else "coordinator", auto_offset_reset="earliest")
+        opts.update(enable_auto_commit=False, max_poll_records=100)
+        if scheme == "one":
+            opts.update(
+                zk=connect_string,
+                session_timeout_ms=args.session_ms,
+                membership_options={"rebalance_backoff_ms": 200, "rebalance_max_retries": 100},
+            )
+        else:
+            nodes = CoordinatorNodes(
+                connect_string, count=1, zk_session_timeout_ms=args.session_ms, claim_grace_ms=300
+            ).start()
+            co_zk = connect(connect_string, session_timeout=session_s)
+            opts.update(
+                zk=co_zk,
+                bootstrap=nodes.bootstrap,
+                session_timeout_ms=10_000,
+                heartbeat_interval_ms=300,
+                membership_options={"retry_backoff_ms": 100},
+            )
+        workers = [Worker(Consumer("bench", ["t"], log=log, **opts)) for _ in range(args.consumers)]
+
+        def produce() -> None:
+            while not stop_producing.is_set():
+                for p in range(args.consumers):
+                    log.produce("t", [(b"k", b"v")] * 5, partition=p)
+                time.sleep(0.1)
+
+        threading.Thread(target=produce, daemon=True).start()
+        for w in workers:
+            w.start()
+
+        def group_ok(since: float) -> bool:
+            delivered = {tp for w in workers for tp, t in list(w.delivered.items()) if t > since}
+            committed = {tp for w in workers for tp, t in list(w.committed.items()) if t > since}
+            return delivered == tps and committed == tps
+
+        t0 = time.monotonic()
+        if wait(lambda: group_ok(t0), 60) is None:
+            result["error"] = "the group did not form within 60 s"
+            return result
+        time.sleep(1.0)
+        back = outage(server, kind, args.outage_s, session_s)
+        if nodes is not None:
+            served = wait(lambda: node_serves(nodes), 60)
+            result["node_s"] = None if served is None else served - back
+        consuming = wait(lambda: group_ok(back), 60)
+        result["group_s"] = None if consuming is None else consuming - back
+        return result
+    finally:
+        stop_producing.set()
+        for w in workers:
+            w.stop_event.set()
+        for w in workers:
+            w.join(20)
+        if nodes is not None:
+            nodes.close()
+        for client in (co_zk, admin):
+            if client is not None:
+                client.stop()
+                client.close()
+
+
+def table(results: list[dict]) -> str:
+    rows = {(r["scheme"], r["outage"]): r for r in results}
+    lines = [
+        "| outage | measure (from ZooKeeper's return) | target | scheme one | scheme three | "
+        "three / target |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind in ("revived", "expired"):
+        one, three = rows.get(("one", kind), {}), rows.get(("three", kind), {})
+        lines.append(
+            f"| {kind} | (a) node serves FindCoordinator + JoinGroup | < {TARGET_NODE_S:g} s | n/a | "
+            f"{_s(three.get('node_s'))} | {_ratio(three.get('node_s'), TARGET_NODE_S)} |"
+        )
+        lines.append(
+            f"| {kind} | (b) group consuming + committing again | < {TARGET_GROUP_S:g} s | "
+            f"{_s(one.get('group_s'))} ({_ratio(one.get('group_s'), TARGET_GROUP_S)}) | "
+            f"{_s(three.get('group_s'))} | {_ratio(three.get('group_s'), TARGET_GROUP_S)} |"
+        )
+    return "\n".join(lines)
+
+
+def _s(v: float | None) -> str:
+    return f"{v:.2f} s" if v is not None else "failed"
+
+
+def _ratio(v: float | None, target: float) -> str:
+    return f"{v / target:.2f}" if v is not None else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--outage-s", type=float, default=15.0)
+    ap.add_argument("--session-ms", type=int, default=4000)
+    ap.add_argument("--consumers", type=int, default=10)
+    ap.add_argument("--outages", default="revived,expired")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    server = ZkServer.start_single()
+    results: list[dict] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp:
+            for kind in args.outages.split(","):
+                for scheme in ("one", "three"):
+                    r = run(server, scheme, kind, args, Path(tmp))
+                    results.append(r)
+                    print(json.dumps(r), file=sys.stderr, flush=True)
+    finally:
+        server.remove()
+    targets = {
+        f"(a) node serving < {TARGET_NODE_S:g} s after ZooKeeper returns": all(
+            r.get("node_s") is not None and r["node_s"] < TARGET_NODE_S
+            for r in results
+            if r["scheme"] == "three"
+        ),
+        f"(b) group consuming < {TARGET_GROUP_S:g} s after ZooKeeper returns (both schemes)": all(
+            r.get("group_s") is not None and r["group_s"] < TARGET_GROUP_S for r in results
+        ),
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": results, "targets": targets}, indent=2))
+    print(f"outage {args.outage_s:g} s, session timeout {args.session_ms} ms, {args.consumers} consumers")
+    print(table(results))
+    print()
+    for name, ok in targets.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
