@@ -12,14 +12,16 @@ import math
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import numpy as np
-import pyarrow as pa
 
 from cli.main import main, zk_option
 from core.types import TopicPartition
 from topics import limits as L
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 data_option = click.option(
     "--data",
@@ -31,13 +33,10 @@ data_option = click.option(
 
 
 def _topic_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from topics.errors import InvalidTopic
+    # Checked while parsing, before anything connects or reads; `InvalidTopic` exits 1.
     from topics.registry import validate_topic_name
 
-    try:
-        return validate_topic_name(value)
-    except InvalidTopic as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+    return validate_topic_name(value)
 
 
 topic_argument = click.argument("topic", callback=_topic_name)
@@ -216,6 +215,9 @@ def delete(topic: str, zk, data) -> None:
 @data_option
 def produce(topic, file, count, partition, key_separator, keys, value_size, batch_size, data) -> None:
     """Append records to TOPIC from --file (a record per line) or --count generated records."""
+    import numpy as np
+    import pyarrow as pa
+
     from topics.errors import UnknownPartition
     from topics.log import Log
 
@@ -374,6 +376,8 @@ def tail(topic, partitions, lines, from_beginning, offset, follow, limit, as_jso
 
 
 def _rows(tp: TopicPartition, batch: pa.RecordBatch):
+    import pyarrow as pa
+
     ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
     for o, t, k, v in zip(
         batch.column("offset").to_pylist(),

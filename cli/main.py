@@ -6,6 +6,7 @@ import logging
 import sys
 
 import click
+from kazoo.exceptions import KazooException
 
 from core.errors import GroupshiftError
 
@@ -30,6 +31,13 @@ class GroupshiftGroup(click.Group):
             _fail(exc.format_message().rstrip(".") + hint, exc.exit_code)
         except GroupshiftError as exc:
             _fail(str(exc), 1)
+        except KazooException as exc:  # e.g. an ACL that denies this client
+            detail = f": {exc}" if str(exc) else ""
+            _fail(
+                f"ZooKeeper refused the request ({exc.__class__.__name__}{detail}); "
+                "check the --zk namespace and its ACLs",
+                1,
+            )
         except OSError as exc:  # a file or directory the user named cannot be used
             where = f": {exc.filename}" if exc.filename else ""
             _fail(f"{exc.strerror or exc.__class__.__name__}{where}", 1)
@@ -92,12 +100,26 @@ def main() -> None:
 _add_verbose(main)
 
 
+def _zk_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # Checked while parsing, so a malformed --zk (or an empty one, which would silently fall back
+    # to $GROUPSHIFT_ZK) is refused before the command does anything.
+    from core.zk import parse_zk
+
+    if value is not None:
+        try:
+            parse_zk(value)
+        except GroupshiftError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
 def zk_option(f):
     """`--zk HOST:PORT[/chroot]`; default `$GROUPSHIFT_ZK`, else the embedded ZooKeeper."""
     return click.option(
         "--zk",
         "zk",
         default=None,
+        callback=_zk_value,
         metavar="HOST:PORT[/CHROOT]",
         help="ZooKeeper connect string (default: $GROUPSHIFT_ZK, else the embedded `groupshift zk start`). "
         "The chroot must be canonical (/a/b: no //, trailing /, . or .., whitespace).",

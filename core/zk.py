@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import warnings
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -26,6 +27,10 @@ from core.errors import GroupshiftError, ZooKeeperUnavailable
 class ChrootMissing(GroupshiftError):
     """The --zk chroot does not exist and the command does not create one (it only reads or deletes)."""
 
+
+# kazoo warns on stderr when a chroot is missing; connect() handles that case itself (and a
+# command's error must stay one line).
+warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning)
 
 ENV_ZK = "GROUPSHIFT_ZK"
 # Reconnect quickly: kazoo's default backoff grows to an hour between attempts (ENVIRONMENT.md).
