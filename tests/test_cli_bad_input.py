@@ -366,3 +366,31 @@ def test_verbose_after_any_command(world):
         done = _cli(["topics", "list", *flags], world["env"])
         assert done.returncode == 0 and done.stdout.decode().split() == ["victim"], done.stderr.decode()
     assert _cli(["-v", "topics", "describe", "victim", "-v"], world["env"]).returncode == 0
+
+
+def test_destructive_commands_act_only_in_their_own_namespace(zk_server, zk_connect, tmp_path):
+    """Defect 2's counterpart: in the namespace the topic was created in, delete and retain work."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPSHIFT_")}
+    env.update(GROUPSHIFT_HOME=str(tmp_path / "home"), GROUPSHIFT_DATA=str(tmp_path / "data"))
+    other = zk_connect + "-other"
+    for args in (
+        ["topics", "create", "clicks", "-p", "2", "--zk", zk_connect],  # creates the missing chroot
+        ["topics", "create", "elsewhere", "-p", "1", "--zk", other],
+        ["topics", "produce", "clicks", "-n", "40", "--batch-size", "10"],
+        ["topics", "retain", "clicks", "--max-segments", "1"],
+    ):
+        done = _cli(args, env)
+        assert done.returncode == 0, done.stderr.decode()
+    refused = _cli(["topics", "delete", "clicks", "--zk", other], env)
+    assert refused.returncode == 1 and "not registered in ZooKeeper chroot" in refused.stderr.decode()
+    assert (tmp_path / "data" / "clicks").is_dir()
+    done = _cli(["topics", "delete", "clicks", "--zk", zk_connect], env)
+    assert done.returncode == 0, done.stderr.decode()
+    assert not (tmp_path / "data" / "clicks").exists()
+    assert "clicks" not in _cli(["topics", "list", "--zk", zk_connect], env).stdout.decode().split()
+    root = connect(zk_server.connect_string)
+    try:
+        root.delete("/" + other.split("/", 1)[1], recursive=True)
+    finally:
+        root.stop()
+        root.close()
