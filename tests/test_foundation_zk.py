@@ -54,7 +54,7 @@ def test_parse_zk_chroot():
     addr = parse_zk("h1:1,h2:2/x/y")
     assert addr.hosts == "h1:1,h2:2" and addr.chroot == "/x/y"
     assert parse_zk("h1:1/").chroot == ""  # a bare '/' is the root, as ZooKeeper reads it
-    with pytest.raises(GroupshiftError, match="empty component"):  # never normalised into another path
+    with pytest.raises(GroupshiftError, match="bad ZooKeeper chroot"):  # never normalised into another path
         parse_zk("h1:1,h2:2//x//y/")
 
 

@@ -502,18 +502,16 @@ def _check_retention(max_age: float | None, max_segments: int | None, max_bytes:
     """Refuse retention settings that are nonsensical, so a typo never deletes segments."""
     if max_age is None and max_segments is None and max_bytes is None:
         raise GroupshiftError("give at least one of max_age, max_segments, max_bytes")
-    if max_age is not None and not (0 < max_age <= MAX_RETAIN_AGE_S):  # also refuses NaN
-        raise GroupshiftError(
-            f"max_age must be more than 0 and at most {MAX_RETAIN_AGE_S:.0f} s, not {max_age}"
-        )
-    for name, value, top in (
-        ("max_segments", max_segments, MAX_RETAIN_SEGMENTS),
-        ("max_bytes", max_bytes, MAX_RETAIN_BYTES),
+    if max_age is not None and not (0 <= max_age <= MAX_RETAIN_AGE_S):  # also refuses NaN
+        raise GroupshiftError(f"max_age must be between 0 and {MAX_RETAIN_AGE_S:.0f} s, not {max_age}")
+    for name, value, low, top in (
+        ("max_segments", max_segments, 1, MAX_RETAIN_SEGMENTS),
+        ("max_bytes", max_bytes, 0, MAX_RETAIN_BYTES),
     ):
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= top
+            isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top
         ):
-            raise GroupshiftError(f"{name} must be between 1 and {top}, not {value!r}")
+            raise GroupshiftError(f"{name} must be between {low} and {top}, not {value!r}")
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
