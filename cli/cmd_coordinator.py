@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import signal
+import socket
 import sys
 import time
 
@@ -22,9 +24,47 @@ def coordinator_group() -> None:
 
 def _listen(value: str) -> tuple[str, int]:
     host, colon, port = value.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise click.BadParameter(f"{value!r}; expected HOST:PORT (PORT 0 picks a free port)")
-    return host.strip("[]"), int(port)
+    if not colon or not host or not port.isdigit() or len(port) > 5 or not 0 <= int(port) < 65536:
+        raise click.BadParameter(
+            f"{value!r}; expected HOST:PORT (PORT 0 picks a free port)", param_hint="'--listen'"
+        )
+    return _host(host.strip("[]"), "--listen"), int(port)
+
+
+def _host(value: str, param) -> str:
+    if (
+        not value
+        or len(value) > 253
+        or any(ch.isspace() or not ch.isprintable() or ch in "/," for ch in value)
+    ):
+        name = param if isinstance(param, str) else f"--{param.name.replace('_', '-')}"
+        raise click.BadParameter(f"{value!r} is not a host name or address", param_hint=f"'{name}'")
+    return value
+
+
+def _check_free(host: str, port: int, option: str) -> None:
+    """Refuse a port something already listens on, before this node touches ZooKeeper."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise click.BadParameter(
+            f"cannot resolve {host!r}: {exc.strerror}", param_hint=f"'{option}'"
+        ) from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's server does
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise GroupshiftError(
+                    f"port {host}:{port} is already in use; pick another with {option}"
+                ) from None
+            raise GroupshiftError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); pick another with {option}"
+            ) from None
 
 
 class _JsonFormatter(logging.Formatter):
@@ -47,62 +87,102 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+_INT32 = 2**31 - 1
+
+
+def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
+    return click.IntRange(lo, hi)
+
+
 @coordinator_group.command("serve")
 @zk_option
 @click.option(
     "--listen", "listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on."
 )
-@click.option("--node-id", type=int, required=True, help="This node's id (also its /brokers/ids/<id>).")
 @click.option(
-    "--advertised-host", default=None, help="Host clients are told to connect to (default: the listen host)."
+    "--node-id",
+    type=click.IntRange(0, _INT32),
+    required=True,
+    help="This node's id (also its /brokers/ids/<id>).",
 )
-@click.option("--group-min-session-timeout-ms", type=int, default=6000, show_default=True)
-@click.option("--group-max-session-timeout-ms", type=int, default=1_800_000, show_default=True)
-@click.option("--group-initial-rebalance-delay-ms", type=int, default=3000, show_default=True)
-@click.option("--group-max-size", type=int, default=2**31 - 1, show_default=True)
-@click.option("--offsets-retention-ms", type=int, default=10080 * 60 * 1000, show_default=True)
-@click.option("--offsets-retention-check-interval-ms", type=int, default=600_000, show_default=True)
-@click.option("--offset-metadata-max-bytes", type=int, default=4096, show_default=True)
+@click.option(
+    "--advertised-host",
+    default=None,
+    callback=lambda ctx, param, v: _host(v, param) if v is not None else None,
+    help="Host clients are told to connect to (default: the listen host).",
+)
+@click.option("--group-min-session-timeout-ms", type=_ms(1), default=6000, show_default=True)
+@click.option("--group-max-session-timeout-ms", type=_ms(1), default=1_800_000, show_default=True)
+@click.option("--group-initial-rebalance-delay-ms", type=_ms(), default=3000, show_default=True)
+@click.option("--group-max-size", type=click.IntRange(1, _INT32), default=_INT32, show_default=True)
+@click.option(
+    "--offsets-retention-ms", type=click.IntRange(1, 2**62), default=10080 * 60 * 1000, show_default=True
+)
+@click.option("--offsets-retention-check-interval-ms", type=_ms(1), default=600_000, show_default=True)
+@click.option("--offset-metadata-max-bytes", type=click.IntRange(0, 100_000), default=4096, show_default=True)
 @click.option("--shards", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--max-frame-bytes", type=click.IntRange(64), default=1 << 20, show_default=True)
+@click.option("--max-frame-bytes", type=click.IntRange(64, 100 << 20), default=1 << 20, show_default=True)
 @click.option(
     "--zk-session-timeout-ms",
-    type=click.IntRange(1000),
+    type=click.IntRange(1000, 600_000),
     default=10_000,
     show_default=True,
     help="Session of this node's shard leadership: how fast other nodes take over after it dies.",
 )
-@click.option("--connections-max-idle-ms", type=int, default=600_000, show_default=True)
+@click.option("--connections-max-idle-ms", type=_ms(1), default=600_000, show_default=True)
 @click.option(
-    "--frame-timeout-ms", type=int, default=30_000, show_default=True, help="Time allowed to finish a frame."
+    "--frame-timeout-ms",
+    type=_ms(1),
+    default=30_000,
+    show_default=True,
+    help="Time allowed to finish a frame.",
 )
-@click.option("--max-connections", type=int, default=10_000, show_default=True)
+@click.option("--max-connections", type=click.IntRange(1, 1_000_000), default=10_000, show_default=True)
 @click.option(
     "--shard-handoff/--no-shard-handoff",
     default=True,
     show_default=True,
     help="Hand shards to their preferred node as nodes join.",
 )
-@click.option("--handoff-delay-ms", type=int, default=3000, show_default=True)
-@click.option("--claim-grace-ms", type=int, default=1000, show_default=True)
+@click.option("--handoff-delay-ms", type=_ms(), default=3000, show_default=True)
+@click.option("--claim-grace-ms", type=_ms(), default=1000, show_default=True)
 @click.option(
     "--metrics-port",
-    type=int,
+    type=click.IntRange(0, 65535),
     default=None,
     help="Serve Prometheus /metrics on this port (0: any free port).",
 )
-@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    callback=lambda ctx, param, v: _host(v, param),
+)
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
 )
 def serve(zk, listen, node_id, advertised_host, log_level, **settings) -> None:
     """Run a coordinator node until SIGTERM/SIGINT (then its shards are released, exit code 0).
 
+    Settings are checked (and the ports probed) before the node connects to ZooKeeper: bad input
+    exits with one line and changes nothing.
+
     Prints `listening on HOST:PORT` once it accepts connections; logs are JSON lines on stderr.
     """
     from coordinator.server import CoordinatorNode, NodeConfig
 
     host, port = _listen(listen)
+    if settings["group_min_session_timeout_ms"] > settings["group_max_session_timeout_ms"]:
+        raise click.UsageError(
+            f"--group-min-session-timeout-ms {settings['group_min_session_timeout_ms']} is above "
+            f"--group-max-session-timeout-ms {settings['group_max_session_timeout_ms']}"
+        )
+    metrics_port = settings.get("metrics_port")
+    _check_free(host, port, "--listen")
+    if metrics_port:
+        if (settings["metrics_host"], metrics_port) == (host, port):
+            raise click.UsageError(f"--metrics-port {metrics_port} is the --listen port; pick another")
+        _check_free(settings["metrics_host"], metrics_port, "--metrics-port")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter())
     logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)

@@ -1,19 +1,27 @@
-"""`groupshift topics create|add-partitions|describe|list|delete|produce|tail|retain`: the data plane."""
+"""`groupshift topics create|add-partitions|describe|list|delete|produce|tail|retain`: the data plane.
+
+Every count has a bound (topics/limits.py, listed in docs/topics.md and shown by --help); input
+is checked before anything is written, and commands that only read never create anything.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import numpy as np
-import pyarrow as pa
 
 from cli.main import main, zk_option
 from core.types import TopicPartition
+from topics import limits as L
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 data_option = click.option(
     "--data",
@@ -24,18 +32,28 @@ data_option = click.option(
 )
 
 
+def _topic_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # Checked while parsing, before anything connects or reads; `InvalidTopic` exits 1.
+    from topics.registry import validate_topic_name
+
+    return validate_topic_name(value)
+
+
+topic_argument = click.argument("topic", callback=_topic_name)
+
+
 @contextlib.contextmanager
-def _store(zk: str | None, data: Path | None, registry: bool = True):
+def _store(zk: str | None, data: Path | None, *, writes_chroot: bool = False):
+    """A `TopicStore` on `--zk`; the chroot must exist unless the command may create it (`create`)."""
     from core.zk import connect
     from topics.store import TopicStore
 
-    client = connect(zk) if registry else None
+    client = connect(zk, create_chroot=False, require_chroot=not writes_chroot)
     try:
         yield TopicStore(data, client)
     finally:
-        if client is not None:
-            client.stop()
-            client.close()
+        client.stop()
+        client.close()
 
 
 @main.group("topics")
@@ -44,14 +62,31 @@ def topics_group() -> None:
 
 
 @topics_group.command("create")
-@click.argument("topic")
-@click.option("--partitions", "-p", type=int, required=True, help="Number of partitions.")
-@click.option("--replication-factor", "-r", type=int, default=1, show_default=True)
+@topic_argument
+@click.option(
+    "--partitions",
+    "-p",
+    type=click.IntRange(1, L.MAX_PARTITIONS),
+    required=True,
+    help="Number of partitions.",
+)
+@click.option(
+    "--replication-factor",
+    "-r",
+    type=click.IntRange(1, L.MAX_REPLICATION_FACTOR),
+    default=1,
+    show_default=True,
+    help="Replicas per partition (at most the registered brokers).",
+)
 @zk_option
 @data_option
 def create(topic: str, partitions: int, replication_factor: int, zk, data) -> None:
-    """Create TOPIC: its log directories, then /brokers/topics/TOPIC in ZooKeeper."""
-    with _store(zk, data) as store:
+    """Create TOPIC: its log directories, then /brokers/topics/TOPIC in ZooKeeper (all or nothing)."""
+    from core.zk import ensure_chroot
+
+    with _store(zk, data, writes_chroot=True) as store:
+        store.check_create(topic, partitions, replication_factor)
+        ensure_chroot(zk)  # only now that the input is known to be good
         info = store.create_topic(topic, partitions, replication_factor)
     click.echo(
         f"created topic {info.name} with {len(info.partitions)} partitions in {store.log.root / topic}"
@@ -59,8 +94,14 @@ def create(topic: str, partitions: int, replication_factor: int, zk, data) -> No
 
 
 @topics_group.command("add-partitions")
-@click.argument("topic")
-@click.option("--partitions", "-p", type=int, required=True, help="The new (larger) number of partitions.")
+@topic_argument
+@click.option(
+    "--partitions",
+    "-p",
+    type=click.IntRange(1, L.MAX_PARTITIONS),
+    required=True,
+    help="The new (larger) number of partitions.",
+)
 @zk_option
 @data_option
 def add_partitions(topic: str, partitions: int, zk, data) -> None:
@@ -71,7 +112,7 @@ def add_partitions(topic: str, partitions: int, zk, data) -> None:
 
 
 @topics_group.command("describe")
-@click.argument("topic")
+@topic_argument
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @zk_option
 @data_option
@@ -113,39 +154,86 @@ def list_(zk, data) -> None:
 
 
 @topics_group.command("delete")
-@click.argument("topic")
+@topic_argument
 @zk_option
 @data_option
 def delete(topic: str, zk, data) -> None:
-    """Delete TOPIC's registration and all its data."""
+    """Delete TOPIC's registration and all its data.
+
+    Refused (nothing deleted) unless TOPIC is registered in the --zk namespace and its data
+    directory was created for that registration.
+    """
     with _store(zk, data) as store:
         store.delete_topic(topic)
     click.echo(f"deleted topic {topic}")
 
 
 @topics_group.command("produce")
-@click.argument("topic")
-@click.option("--file", "-f", "file", type=click.File("rb"), help="One record per line ('-' for stdin).")
-@click.option("--count", "-n", type=int, help="Produce N generated records instead of a file.")
+@topic_argument
 @click.option(
-    "--partition", type=int, default=None, help="Target partition (default: by key, Kafka's partitioner)."
+    "--file",
+    "-f",
+    "file",
+    type=click.File("rb"),
+    help=f"One record per line ('-' for stdin); read whole (at most {L.MAX_FILE_BYTES >> 20} MiB, "
+    f"lines of at most {L.MAX_RECORD_BYTES >> 10} KiB) before anything is written.",
 )
-@click.option("--key-separator", default=None, help="Split each line into KEY<SEP>VALUE at the first SEP.")
 @click.option(
-    "--keys", type=int, default=0, help="Generated records: use K distinct keys key-<i%K> (0: null keys)."
+    "--count",
+    "-n",
+    type=click.IntRange(1, L.MAX_PRODUCE_COUNT),
+    help="Produce N generated records instead of a file.",
 )
 @click.option(
-    "--value-size", type=int, default=100, show_default=True, help="Generated records: value bytes."
+    "--partition",
+    type=click.IntRange(0, L.MAX_PARTITIONS - 1),
+    default=None,
+    help="Target partition (default: by key, Kafka's partitioner).",
 )
-@click.option("--batch-size", type=int, default=10_000, show_default=True, help="Records per produce call.")
+@click.option(
+    "--key-separator", default=None, help="--file: split each line into KEY<SEP>VALUE at the first SEP."
+)
+@click.option(
+    "--keys",
+    type=click.IntRange(0, L.MAX_KEYS),
+    default=None,
+    help="--count: use K distinct keys key-<i%K> (default 0: null keys).",
+)
+@click.option(
+    "--value-size",
+    type=click.IntRange(1, L.MAX_RECORD_BYTES),
+    default=None,
+    help="--count: pad values to this many bytes (default 100).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, L.MAX_BATCH_RECORDS),
+    default=10_000,
+    show_default=True,
+    help=f"Records per produce call (a generated batch holds at most {L.MAX_BATCH_BYTES >> 20} MiB).",
+)
 @data_option
 def produce(topic, file, count, partition, key_separator, keys, value_size, batch_size, data) -> None:
     """Append records to TOPIC from --file (a record per line) or --count generated records."""
+    import numpy as np
+    import pyarrow as pa
+
+    from topics.errors import UnknownPartition
     from topics.log import Log
 
     if (file is None) == (count is None):
         raise click.UsageError("give exactly one of --file or --count")
+    if file is not None and (keys is not None or value_size is not None):
+        raise click.UsageError("--keys and --value-size apply to --count only")
+    if count is not None and key_separator is not None:
+        raise click.UsageError("--key-separator applies to --file only")
+    if key_separator is not None and not key_separator:
+        raise click.BadParameter("must not be empty", param_hint="'--key-separator'")
     log = Log(data)
+    num_partitions = log.partitions(topic)  # UnknownTopic before reading any input
+    if partition is not None and partition >= num_partitions:
+        raise UnknownPartition(TopicPartition(topic, partition), num_partitions)
+    lines = _read_records(file) if file is not None else None
     totals: dict[int, list[int]] = {}
     started = time.perf_counter()
 
@@ -155,6 +243,9 @@ def produce(topic, file, count, partition, key_separator, keys, value_size, batc
             t[1] += r.count
 
     if count is not None:
+        keys = keys or 0
+        value_size = value_size or 100
+        batch_size = max(1, min(batch_size, L.MAX_BATCH_BYTES // value_size))
         for start in range(0, count, batch_size):
             n = min(batch_size, count - start)
             idx = np.arange(start, start + n)
@@ -165,22 +256,16 @@ def produce(topic, file, count, partition, key_separator, keys, value_size, batc
             send(pa.table(cols))
     else:
         sep = key_separator.encode() if key_separator else None
-        batch_k: list[bytes | None] = []
-        batch_v: list[bytes] = []
-        for line in file:
-            line = line.rstrip(b"\r\n")
-            if sep is not None and sep in line:
-                k, _, v = line.partition(sep)
-            else:
-                k, v = None, line
-            batch_k.append(k)
-            batch_v.append(v)
-            if len(batch_v) >= batch_size:
-                send(
-                    pa.table({"key": pa.array(batch_k, pa.binary()), "value": pa.array(batch_v, pa.binary())})
-                )
-                batch_k, batch_v = [], []
-        if batch_v:
+        for start in range(0, len(lines), batch_size):
+            batch_k: list[bytes | None] = []
+            batch_v: list[bytes] = []
+            for line in lines[start : start + batch_size]:
+                if sep is not None and sep in line:
+                    k, _, v = line.partition(sep)
+                else:
+                    k, v = None, line
+                batch_k.append(k)
+                batch_v.append(v)
             send(pa.table({"key": pa.array(batch_k, pa.binary()), "value": pa.array(batch_v, pa.binary())}))
     elapsed = time.perf_counter() - started
     n = sum(c for _, c in totals.values())
@@ -190,39 +275,88 @@ def produce(topic, file, count, partition, key_separator, keys, value_size, batc
     click.echo(f"produced {n} records to {topic} in {elapsed:.2f}s")
 
 
+def _read_records(file) -> list[bytes]:
+    """The lines of --file, each checked against the record bound, before anything is written."""
+    name = getattr(file, "name", "-")
+    raw = file.read(L.MAX_FILE_BYTES + 1)
+    if len(raw) > L.MAX_FILE_BYTES:
+        raise click.BadParameter(
+            f"{name} is larger than {L.MAX_FILE_BYTES >> 20} MiB; split it and produce the parts in turn",
+            param_hint="'--file'",
+        )
+    lines = [line.rstrip(b"\r") for line in raw.split(b"\n")]
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line
+    if not lines:
+        raise click.BadParameter(f"{name} holds no records (one record per line)", param_hint="'--file'")
+    for i, line in enumerate(lines, 1):
+        if len(line) > L.MAX_RECORD_BYTES:
+            raise click.BadParameter(
+                f"line {i} of {name} is {len(line)} bytes; a record holds at most {L.MAX_RECORD_BYTES}",
+                param_hint="'--file'",
+            )
+    return lines
+
+
 @topics_group.command("tail")
-@click.argument("topic")
+@topic_argument
 @click.option(
-    "--partition", "partitions", type=int, multiple=True, help="Only these partitions (repeatable)."
+    "--partition",
+    "partitions",
+    type=click.IntRange(0, L.MAX_PARTITIONS - 1),
+    multiple=True,
+    help="Only these partitions (repeatable).",
 )
 @click.option(
-    "--lines", "-n", type=int, default=10, show_default=True, help="Start N records before the end."
+    "--lines",
+    "-n",
+    type=click.IntRange(0, L.MAX_TAIL_LINES),
+    default=None,
+    help="Start N records before the end of each partition (default 10).",
 )
 @click.option("--from-beginning", is_flag=True, help="Start at the earliest offset.")
-@click.option("--offset", type=int, default=None, help="Start at this offset (in every chosen partition).")
+@click.option(
+    "--offset",
+    type=click.IntRange(0, L.MAX_OFFSET),
+    default=None,
+    help="Start at this offset in every chosen partition (between its earliest and latest offset).",
+)
 @click.option("--follow", "-F", is_flag=True, help="Keep printing new records until interrupted.")
-@click.option("--limit", type=int, default=None, help="Stop after this many records in all.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, L.MAX_TAIL_LIMIT),
+    default=None,
+    help="Stop after this many records in all.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
 @data_option
 def tail(topic, partitions, lines, from_beginning, offset, follow, limit, as_json, data) -> None:
     """Print TOPIC's newest records (through the pipelined fetcher); --follow keeps going."""
+    from topics.errors import OffsetOutOfRange
     from topics.fetcher import Fetcher
     from topics.log import Log
 
+    if sum(x is not None and x is not False for x in (lines, offset, from_beginning or None)) > 1:
+        raise click.UsageError("give at most one of -n/--lines, --from-beginning, --offset")
+    lines = 10 if lines is None else lines
     log = Log(data)
-    tps = [TopicPartition(topic, p) for p in (partitions or range(log.partitions(topic)))]
+    tps = [TopicPartition(topic, p) for p in (sorted(set(partitions)) or range(log.partitions(topic)))]
     ends = {tp: log.latest(tp) for tp in tps}
+    starts = {}
+    for tp in tps:
+        earliest = log.earliest(tp)
+        if offset is not None:
+            if not earliest <= offset <= ends[tp]:
+                raise OffsetOutOfRange(tp, offset, earliest, ends[tp])
+            starts[tp] = offset
+        elif from_beginning:
+            starts[tp] = earliest
+        else:
+            starts[tp] = max(earliest, ends[tp] - lines)
     printed = 0
     with Fetcher(log, max_poll_records=10_000, auto_offset_reset="earliest") as fetcher:
         fetcher.assign(tps)
-        for tp in tps:
-            earliest = log.earliest(tp)
-            if offset is not None:
-                start = offset
-            elif from_beginning:
-                start = earliest
-            else:
-                start = max(earliest, ends[tp] - lines)
+        for tp, start in starts.items():
             fetcher.seek(tp, start)
         while follow or any(fetcher.position(tp) < ends[tp] for tp in tps):
             try:
@@ -242,6 +376,8 @@ def tail(topic, partitions, lines, from_beginning, offset, follow, limit, as_jso
 
 
 def _rows(tp: TopicPartition, batch: pa.RecordBatch):
+    import pyarrow as pa
+
     ts = batch.column("timestamp").cast(pa.int64()).to_pylist()
     for o, t, k, v in zip(
         batch.column("offset").to_pylist(),
@@ -259,13 +395,33 @@ def _rows(tp: TopicPartition, batch: pa.RecordBatch):
         }
 
 
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number", ctx, param)
+    return value
+
+
 @topics_group.command("retain")
-@click.argument("topic")
+@topic_argument
 @click.option(
-    "--max-age", type=float, default=None, help="Delete segments whose newest record is older (seconds)."
+    "--max-age",
+    type=click.FloatRange(0, L.MAX_RETAIN_AGE_S, min_open=True),
+    callback=_finite,
+    default=None,
+    help="Delete segments whose newest record is older than this many seconds.",
 )
-@click.option("--max-segments", type=int, default=None, help="Keep at most this many segments per partition.")
-@click.option("--max-bytes", type=int, default=None, help="Keep each partition at most this large (bytes).")
+@click.option(
+    "--max-segments",
+    type=click.IntRange(1, L.MAX_RETAIN_SEGMENTS),
+    default=None,
+    help="Keep at most this many segments per partition.",
+)
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(1, L.MAX_RETAIN_BYTES),
+    default=None,
+    help="Keep each partition at most this large (bytes).",
+)
 @data_option
 def retain(topic, max_age, max_segments, max_bytes, data) -> None:
     """Apply retention to TOPIC now: delete whole old segments (never the newest)."""

@@ -6,40 +6,123 @@ import logging
 import sys
 
 import click
+from kazoo.exceptions import KazooException
 
 from core.errors import GroupshiftError
 
+_VERBOSE_HELP = "Log to stderr: -v warnings (kazoo's too), -vv debug. Accepted before or after the command."
+
 
 class GroupshiftGroup(click.Group):
-    """A click group that reports `GroupshiftError` as one line and exit code 1, never a traceback."""
+    """The root group: any user error is one line on stderr and a non-zero exit, never a traceback.
 
-    def invoke(self, ctx: click.Context):
+    Click's own usage errors (exit code 2) are shortened to one line too, and every command
+    accepts `-v`/`-vv`, before or after its name.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        prog_name = prog_name or "groupshift"  # also under `python -m cli`
         try:
-            return super().invoke(ctx)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            _fail("aborted", 1)
+        except click.ClickException as exc:
+            hint = f"; see `{exc.ctx.command_path} --help`" if getattr(exc, "ctx", None) else ""
+            _fail(exc.format_message().rstrip(".") + hint, exc.exit_code)
         except GroupshiftError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
+            _fail(str(exc), 1)
+        except KazooException as exc:  # e.g. an ACL that denies this client
+            detail = f": {exc}" if str(exc) else ""
+            _fail(
+                f"ZooKeeper refused the request ({exc.__class__.__name__}{detail}); "
+                "check the --zk namespace and its ACLs",
+                1,
+            )
+        except OSError as exc:  # a file or directory the user named cannot be used
+            where = f": {exc.filename}" if exc.filename else ""
+            _fail(f"{exc.strerror or exc.__class__.__name__}{where}", 1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _add_verbose(cmd)
+        super().add_command(cmd, name)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo("error: " + " ".join(message.split()), err=True)
+    sys.exit(code)
+
+
+def _add_verbose(cmd: click.Command) -> None:
+    """Give `cmd` (and, for a group, every command added to it later) a `-v/--verbose` option."""
+    if not any(getattr(p, "name", None) == "verbose" for p in cmd.params):
+        cmd.params.append(
+            click.Option(
+                ["-v", "--verbose"],
+                count=True,
+                expose_value=False,
+                callback=_verbosity,
+                help=_VERBOSE_HELP,
+            )
+        )
+    if isinstance(cmd, click.Group) and not isinstance(cmd, GroupshiftGroup):
+        original = cmd.add_command
+
+        def add_command(sub: click.Command, name: str | None = None) -> None:
+            _add_verbose(sub)
+            original(sub, name)
+
+        cmd.add_command = add_command  # type: ignore[method-assign]
+        for sub in cmd.commands.values():
+            _add_verbose(sub)
+
+
+def _verbosity(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    # `-v` counts wherever it is given: `groupshift -v topics list -v` is -vv.
+    root = ctx.find_root()
+    total = root.meta.get("groupshift.verbose", 0) + (value or 0)
+    root.meta["groupshift.verbose"] = total
+    # A user error is one line; kazoo's reconnect chatter would bury it, so it is shown only on -v.
+    level = {0: logging.ERROR, 1: logging.WARNING}.get(total, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
+    logging.getLogger("kazoo").setLevel(level if total else logging.CRITICAL)
 
 
 @click.group(cls=GroupshiftGroup)
 @click.version_option(package_name="groupshift")
-@click.option("-v", "--verbose", count=True, help="Log to stderr: -v warnings (kazoo's too), -vv debug.")
-def main(verbose: int) -> None:
+def main() -> None:
     """groupshift: Kafka consumer-group rebalancing on real ZooKeeper (scheme one and scheme three)."""
-    # A user error is one line; kazoo's reconnect chatter would bury it, so it is shown only on -v.
-    level = {0: logging.ERROR, 1: logging.WARNING}.get(verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(level if verbose else logging.CRITICAL)
+
+
+_add_verbose(main)
+
+
+def _zk_value(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # Checked while parsing, so a malformed --zk (or an empty one, which would silently fall back
+    # to $GROUPSHIFT_ZK) is refused before the command does anything.
+    from core.zk import parse_zk
+
+    if value is not None:
+        try:
+            parse_zk(value)
+        except GroupshiftError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return value
 
 
 def zk_option(f):
-    """`--zk HOST:PORT[,...][/chroot]`; default `$GROUPSHIFT_ZK`, else the embedded ZooKeeper."""
+    """`--zk HOST:PORT[/chroot]`; default `$GROUPSHIFT_ZK`, else the embedded ZooKeeper."""
     return click.option(
         "--zk",
         "zk",
         default=None,
+        callback=_zk_value,
         metavar="HOST:PORT[/CHROOT]",
-        help="ZooKeeper connect string (default: $GROUPSHIFT_ZK, else the embedded `groupshift zk start`).",
+        help="ZooKeeper connect string (default: $GROUPSHIFT_ZK, else the embedded `groupshift zk start`). "
+        "The chroot must be canonical (/a/b: no //, trailing /, . or .., whitespace).",
     )(f)
 
 

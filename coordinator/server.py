@@ -29,6 +29,7 @@ used in the session that claimed it, so a write with a stale epoch is refused by
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import logging
 import time
@@ -60,6 +61,7 @@ from coordinator.store import (
     WriteTooLarge,
     shard_of,
 )
+from core.errors import GroupshiftError
 from core.zk import connect
 
 log = logging.getLogger(__name__)
@@ -324,16 +326,24 @@ class CoordinatorNode:
         self.zk = await asyncio.to_thread(connect, cfg.zk, session_timeout=cfg.zk_session_timeout_ms / 1000)
         self.store = CoordinatorStore(self.zk, cfg.node_id, cfg.shards)
         await self.store.start(self._loop)
-        self._server = await self._loop.create_server(
-            lambda: _Connection(self), cfg.host, cfg.port, backlog=1024
-        )
+        try:
+            self._server = await self._loop.create_server(
+                lambda: _Connection(self), cfg.host, cfg.port, backlog=1024
+            )
+        except OSError as exc:
+            raise await self._bind_failed(cfg.host, cfg.port, "--listen", exc) from None
         sock = self._server.sockets[0].getsockname()
         self.port = sock[1]
         self.host = cfg.advertised_host or cfg.host
         if cfg.metrics_port is not None:
-            self._metrics_server = await serve_metrics(
-                self.metrics, cfg.metrics_host, cfg.metrics_port, self._gauges
-            )
+            try:
+                self._metrics_server = await serve_metrics(
+                    self.metrics, cfg.metrics_host, cfg.metrics_port, self._gauges
+                )
+            except OSError as exc:
+                raise await self._bind_failed(
+                    cfg.metrics_host, cfg.metrics_port, "--metrics-port", exc
+                ) from None
             self.metrics_port = self._metrics_server.sockets[0].getsockname()[1]
         await self.store.register(self.host, self.port)
         self._session = self.store.session_id
@@ -355,6 +365,18 @@ class CoordinatorNode:
             extra={"event": "node_started", "node": cfg.node_id, "port": self.port},
         )
         return self.host, self.port
+
+    async def _bind_failed(self, host: str, port: int, option: str, exc: OSError) -> GroupshiftError:
+        # A port taken between the CLI's probe and here: one line for the user, the session closed.
+        if self._server is not None:
+            self._server.close()
+        await asyncio.to_thread(self._close_zk)
+        what = (
+            "is already in use"
+            if exc.errno == errno.EADDRINUSE
+            else f"cannot be listened on ({exc.strerror})"
+        )
+        return GroupshiftError(f"port {host}:{port} {what}; pick another with {option}")
 
     def request_stop(self) -> None:
         if not self._stopping:

@@ -12,8 +12,10 @@ embedded single-node ZooKeeper started by `groupshift zk start` (see `core.embed
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
+import warnings
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -22,11 +24,24 @@ from kazoo.security import make_digest_acl
 
 from core.errors import GroupshiftError, ZooKeeperUnavailable
 
+
+class ChrootMissing(GroupshiftError):
+    """The --zk chroot does not exist and the command does not create one (it only reads or deletes)."""
+
+
+# kazoo warns on stderr when a chroot is missing; connect() handles that case itself (and a
+# command's error must stay one line).
+warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning)
+
 ENV_ZK = "GROUPSHIFT_ZK"
 # Reconnect quickly: kazoo's default backoff grows to an hour between attempts (ENVIRONMENT.md).
 CONNECTION_RETRY = dict(max_tries=-1, delay=0.1, backoff=1.5, max_delay=1.0)
 # A connect slower than this prints what it waits for (a reachable server answers in milliseconds).
 WAIT_NOTICE_S = 1.0
+MAX_HOSTS = 64
+MAX_CHROOT_LENGTH = 1024
+# A host name (RFC 1123 labels), an IPv4 address, or a bracketed IPv6 address.
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\]")
 
 
 @dataclass(frozen=True)
@@ -41,25 +56,74 @@ class ZkAddress:
         return self.hosts + self.chroot
 
     def with_chroot(self, chroot: str) -> ZkAddress:
-        return ZkAddress(self.hosts, _normalise_chroot(self.chroot + "/" + chroot.strip("/")))
+        return ZkAddress(self.hosts, validate_chroot(self.chroot + "/" + chroot.strip("/")))
 
 
 def parse_zk(connect: str) -> ZkAddress:
-    """Parse `host:port[,host:port...][/chroot]`; raises `GroupshiftError` naming the bad part."""
-    connect = connect.strip()
-    if not connect:
+    """Parse `host:port[,host:port...][/chroot]`; raises `GroupshiftError` naming the bad part.
+
+    The chroot must be a canonical ZooKeeper path: `/a/b`, no empty (`//`), `.` or `..`
+    component, no trailing `/`, no whitespace or control characters, at most
+    `MAX_CHROOT_LENGTH` characters, not under ZooKeeper's own `/zookeeper`. A bare `/` is the
+    root (no chroot), as ZooKeeper reads it. Nothing is normalised: a malformed chroot is refused
+    rather than guessed at, because a guess could point a command at another namespace.
+    """
+    if not isinstance(connect, str) or not connect.strip():
         raise GroupshiftError("empty ZooKeeper connect string; expected host:port[,host:port...][/chroot]")
+    if connect != connect.strip() or any(ch.isspace() or not ch.isprintable() for ch in connect):
+        raise GroupshiftError(
+            f"ZooKeeper connect string {connect!r} contains whitespace or control characters; "
+            "expected host:port[,host:port...][/chroot]"
+        )
     hosts, slash, chroot = connect.partition("/")
-    for hp in hosts.split(","):
-        host, colon, port = hp.strip().rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    entries = hosts.split(",")
+    if len(entries) > MAX_HOSTS:
+        raise GroupshiftError(f"ZooKeeper connect string names {len(entries)} servers; at most {MAX_HOSTS}")
+    for hp in entries:
+        host, colon, port = hp.rpartition(":")
+        if (
+            not colon
+            or not _HOST.fullmatch(host)
+            or not port.isdigit()
+            or len(port) > 5
+            or not 0 < int(port) < 65536
+        ):
             raise GroupshiftError(f"bad ZooKeeper address {hp!r} in {connect!r}; expected host:port")
-    return ZkAddress(hosts, _normalise_chroot(slash + chroot) if slash else "")
+    return ZkAddress(hosts, validate_chroot(slash + chroot) if slash else "")
 
 
-def _normalise_chroot(chroot: str) -> str:
-    parts = [p for p in chroot.split("/") if p]
-    return "/" + "/".join(parts) if parts else ""
+def validate_chroot(chroot: str) -> str:
+    """Return `chroot` (`""` for `/`) if it is a canonical ZooKeeper path, else raise `GroupshiftError`."""
+    if chroot == "/":
+        return ""
+    why = None
+    if len(chroot) > MAX_CHROOT_LENGTH:
+        why = f"is longer than {MAX_CHROOT_LENGTH} characters"
+    elif not chroot.startswith("/"):
+        why = "does not start with '/'"
+    elif chroot.endswith("/"):
+        why = "ends with '/'"
+    elif "//" in chroot:
+        why = "has an empty component ('//')"
+    elif any(part in (".", "..") for part in chroot.split("/")):
+        why = "has a '.' or '..' component"
+    elif any(_bad_path_char(ch) for ch in chroot):
+        why = "contains whitespace, a control character or a character ZooKeeper refuses"
+    elif "," in chroot or ":" in chroot:
+        why = "contains ',' or ':' (the chroot goes after the last host:port)"
+    elif chroot == "/zookeeper" or chroot.startswith("/zookeeper/"):
+        why = "is under /zookeeper, which ZooKeeper reserves for itself"
+    if why:
+        raise GroupshiftError(
+            f"bad ZooKeeper chroot {chroot!r}: it {why}; expected host:port[,...]/name[/name...]"
+        )
+    return chroot
+
+
+def _bad_path_char(ch: str) -> bool:
+    # ZooKeeper's PathUtils.validatePath refuses these; whitespace is legal there but never intended.
+    c = ord(ch)
+    return ch.isspace() or c <= 0x1F or 0x7F <= c <= 0x9F or 0xD800 <= c <= 0xF8FF or 0xFFF0 <= c <= 0xFFFF
 
 
 def resolve_zk(explicit: str | None = None) -> str:
@@ -91,14 +155,21 @@ def connect(
     digest: tuple[str, str] | None = None,
     read_only: bool = False,
     create_chroot: bool = True,
+    require_chroot: bool = True,
 ) -> KazooClient:
     """Start and return a kazoo client, or raise `ZooKeeperUnavailable` saying how to fix it.
 
     `digest=(user, password)` authenticates with ZooKeeper digest auth and makes znodes created
     through this client readable by anyone and writable only by that user. The chroot is created
-    when missing (as Kafka's tools do), unless `create_chroot=False`.
+    when missing (as Kafka's tools do); with `create_chroot=False` nothing is ever created and a
+    missing chroot raises `ChrootMissing` (what commands that only read, or only delete, use),
+    or, with `require_chroot=False` too, is left for `ensure_chroot` once the caller has checked
+    its input (reads in a missing chroot find nothing).
+    When nothing accepts connections at any of the addresses, this fails at once instead of
+    waiting `connect_timeout`.
     """
     address = parse_zk(resolve_zk(connect_string))
+    _probe(address.hosts)
     if address.chroot and create_chroot:
         root = _start(address.hosts, session_timeout, connect_timeout, digest, read_only)
         try:
@@ -106,7 +177,57 @@ def connect(
         finally:
             root.stop()
             root.close()
-    return _start(address.connect_string, session_timeout, connect_timeout, digest, read_only)
+    client = _start(address.connect_string, session_timeout, connect_timeout, digest, read_only)
+    if address.chroot and not create_chroot and require_chroot:
+        try:
+            missing = client.exists("/") is None  # kazoo prefixes the chroot: this is the chroot itself
+        except Exception:
+            client.stop()
+            client.close()
+            raise
+        if missing:
+            client.stop()
+            client.close()
+            raise ChrootMissing(
+                f"ZooKeeper chroot {address.chroot} does not exist on {address.hosts}; "
+                "check the --zk chroot (it is created by the first command that writes, e.g. `topics create`)"
+            )
+    return client
+
+
+def ensure_chroot(connect_string: str | None, *, connect_timeout: float = 10.0) -> None:
+    """Create the connect string's chroot (and its parents) when missing."""
+    address = parse_zk(resolve_zk(connect_string))
+    if not address.chroot:
+        return
+    root = _start(address.hosts, 10.0, connect_timeout, None, False)
+    try:
+        root.ensure_path(address.chroot)
+    finally:
+        root.stop()
+        root.close()
+
+
+def _probe(hosts: str, timeout: float = 2.0) -> None:
+    """Raise `ZooKeeperUnavailable` when every address refuses connections or does not resolve.
+
+    An address that accepts, or does not answer within `timeout`, is left to kazoo's own
+    connect (which waits `connect_timeout`): only a certain "nobody is there" fails fast.
+    """
+    reasons = []
+    for hp in hosts.split(","):
+        host, _, port = hp.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return
+        except (ConnectionRefusedError, socket.gaierror) as exc:
+            reasons.append(f"{hp}: {exc.strerror or exc}")
+        except OSError:
+            return  # a timeout or an unreachable route: let kazoo try (and report) it
+    raise ZooKeeperUnavailable(
+        f"nothing accepts connections at ZooKeeper address {hosts} ({'; '.join(reasons)}); "
+        "start it with `groupshift zk start` or pass --zk HOST:PORT (or set GROUPSHIFT_ZK)"
+    )
 
 
 def _start(hosts, session_timeout, connect_timeout, digest, read_only) -> KazooClient:

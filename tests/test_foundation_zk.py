@@ -51,8 +51,11 @@ def test_parse_zk_rejects_bad_connect_strings(bad):
 
 
 def test_parse_zk_chroot():
-    addr = parse_zk("h1:1,h2:2//x//y/")
+    addr = parse_zk("h1:1,h2:2/x/y")
     assert addr.hosts == "h1:1,h2:2" and addr.chroot == "/x/y"
+    assert parse_zk("h1:1/").chroot == ""  # a bare '/' is the root, as ZooKeeper reads it
+    with pytest.raises(GroupshiftError, match="bad ZooKeeper chroot"):  # never normalised into another path
+        parse_zk("h1:1,h2:2//x//y/")
 
 
 def test_unreachable_zookeeper_is_a_clear_error():

@@ -9,18 +9,36 @@
 See docs/topics.md.
 """
 
-from topics.errors import (
-    CorruptSegment,
-    InvalidTopic,
-    NoOffsetForPartition,
-    OffsetOutOfRange,
-    TopicAlreadyExists,
-    UnknownPartition,
-)
-from topics.fetcher import ConsumerRecord, Fetcher, records
-from topics.log import Log, OffsetAndTimestamp, ProduceResult, ReadResult, default_root
-from topics.registry import TopicDescription, validate_topic_name
-from topics.store import TopicStore
+import importlib
+
+# Submodules are imported on first use, so `import topics.limits` (the CLI's --help) does not pay
+# for pyarrow and pandas.
+_EXPORTS = {
+    "ConsumerRecord": "topics.fetcher",
+    "CorruptSegment": "topics.errors",
+    "Fetcher": "topics.fetcher",
+    "InvalidTopic": "topics.errors",
+    "Log": "topics.log",
+    "NoOffsetForPartition": "topics.errors",
+    "OffsetAndTimestamp": "topics.log",
+    "OffsetOutOfRange": "topics.errors",
+    "ProduceResult": "topics.log",
+    "ReadResult": "topics.log",
+    "TopicAlreadyExists": "topics.errors",
+    "TopicDescription": "topics.registry",
+    "TopicStore": "topics.store",
+    "UnknownPartition": "topics.errors",
+    "default_root": "topics.log",
+    "records": "topics.fetcher",
+    "validate_topic_name": "topics.registry",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'topics' has no attribute {name!r}")
+
 
 __all__ = [
     "ConsumerRecord",

@@ -15,6 +15,7 @@ __all__ = [
     "NoOffsetForPartition",
     "OffsetOutOfRange",
     "TopicAlreadyExists",
+    "TopicNotOwned",
     "UnknownPartition",
     "UnknownTopic",
 ]
@@ -26,6 +27,10 @@ class InvalidTopic(GroupshiftError):
 
 class TopicAlreadyExists(GroupshiftError):
     """`create` of a topic that is already registered."""
+
+
+class TopicNotOwned(GroupshiftError):
+    """A topic's data directory was created for a registration in another ZooKeeper namespace."""
 
 
 class InvalidPartitions(GroupshiftError):

@@ -40,8 +40,9 @@ import pyarrow.compute as pc
 from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
 from topics.errors import InvalidPartitions, OffsetOutOfRange, TopicAlreadyExists, UnknownPartition
+from topics.limits import MAX_RETAIN_AGE_S, MAX_RETAIN_BYTES, MAX_RETAIN_SEGMENTS
 from topics.partitioner import DefaultPartitioner
-from topics.registry import validate_topic_name
+from topics.registry import check_partitions, validate_topic_name
 from topics.segment import (
     SCHEMA,
     TMP_SUFFIX,
@@ -129,34 +130,69 @@ class Log:
 
     # -- topics -----------------------------------------------------------------------------
 
-    def create(self, topic: str, partitions: int) -> None:
-        """Create a topic's directories; raises `TopicAlreadyExists`. Atomic (built aside, renamed)."""
+    def create(self, topic: str, partitions: int) -> str:
+        """Create a topic's directories and return its new id; raises `TopicAlreadyExists`.
+
+        Atomic: the whole tree is built under a hidden name and renamed into place, and removed
+        again if building it fails, so a failed create leaves nothing behind.
+        """
         validate_topic_name(topic)
-        if partitions <= 0:
-            raise InvalidPartitions(f"number of partitions must be larger than 0, not {partitions}")
-        self.root.mkdir(parents=True, exist_ok=True)
+        check_partitions(partitions)
         final = self.root / topic
         if final.exists():
             raise TopicAlreadyExists(f"topic {topic!r} already exists in {self.root}")
+        self.root.mkdir(parents=True, exist_ok=True)
         staging = self.root / f".{topic}.creating-{os.getpid()}-{threading.get_ident()}"
-        for p in range(partitions):
-            (staging / f"{PARTITION_PREFIX}{p}").mkdir(parents=True, exist_ok=True)
-        (staging / TOPIC_ID_NAME).write_text(uuid.uuid4().hex)
+        topic_id = uuid.uuid4().hex
         try:
-            os.rename(staging, final)
-        except OSError:
+            try:
+                for p in range(partitions):
+                    (staging / f"{PARTITION_PREFIX}{p}").mkdir(parents=True, exist_ok=True)
+                (staging / TOPIC_ID_NAME).write_text(topic_id)
+            except OSError as exc:
+                raise GroupshiftError(
+                    f"cannot create the directories of topic {topic!r} in {self.root}: {exc.strerror or exc}"
+                ) from None
+            try:
+                os.rename(staging, final)
+            except OSError:
+                if final.exists():
+                    raise TopicAlreadyExists(f"topic {topic!r} already exists in {self.root}") from None
+                raise
+        finally:
             shutil.rmtree(staging, ignore_errors=True)
-            raise TopicAlreadyExists(f"topic {topic!r} already exists in {self.root}") from None
+        return topic_id
 
-    def add_partitions(self, topic: str, partitions: int) -> None:
-        """Grow a topic to `partitions` partitions (never shrinks; raises `InvalidPartitions`)."""
+    def topic_id(self, topic: str) -> str:
+        """The id written when the topic's directory was created ("" for one made by other tools)."""
+        return _topic_id(self._topic_dir(topic))
+
+    def add_partitions(self, topic: str, partitions: int) -> list[Path]:
+        """Grow a topic to `partitions` partitions (never shrinks; raises `InvalidPartitions`).
+
+        Returns the directories created (all of them are removed again if one cannot be made).
+        """
+        check_partitions(partitions)
         current = self.partitions(topic)
         if partitions <= current:
             raise InvalidPartitions(
                 f"topic {topic!r} has {current} partitions; the number can only be increased"
             )
-        for p in range(current, partitions):
-            (self.root / topic / f"{PARTITION_PREFIX}{p}").mkdir(exist_ok=True)
+        made: list[Path] = []
+        try:
+            for p in range(current, partitions):
+                path = self.root / topic / f"{PARTITION_PREFIX}{p}"
+                path.mkdir()
+                made.append(path)
+        except OSError:
+            self.remove_partitions(made)
+            raise
+        return made
+
+    def remove_partitions(self, directories: list[Path]) -> None:
+        """Undo `add_partitions` (its directories hold no segments yet)."""
+        for path in reversed(directories):
+            shutil.rmtree(path, ignore_errors=True)
 
     def delete(self, topic: str) -> None:
         """Delete a topic and all its segments."""
@@ -173,6 +209,7 @@ class Log:
         return sorted(e.name for e in os.scandir(self.root) if e.is_dir() and not e.name.startswith("."))
 
     def exists(self, topic: str) -> bool:
+        validate_topic_name(topic)
         return (self.root / topic).is_dir()
 
     def partitions(self, topic: str) -> int:
@@ -184,6 +221,7 @@ class Log:
         return n
 
     def _topic_dir(self, topic: str) -> Path:
+        validate_topic_name(topic)  # a name is never a path: no '/', '..' or absolute names
         path = self.root / topic
         if not path.is_dir():
             raise UnknownTopic(f"topic {topic!r} does not exist in {self.root}; create it first")
@@ -354,6 +392,7 @@ class Log:
         """
         if isinstance(max_age, timedelta):
             max_age = max_age.total_seconds()
+        _check_retention(max_age, max_segments, max_bytes)
         now_us = _to_micros(now) if now is not None else time.time_ns() // 1000
         out = {}
         for p in range(self.partitions(topic)):
@@ -457,6 +496,22 @@ class Log:
                     _, old = self._batches.popitem(last=False)
                     self._cached_bytes -= old.nbytes
         return batch
+
+
+def _check_retention(max_age: float | None, max_segments: int | None, max_bytes: int | None) -> None:
+    """Refuse retention settings that are nonsensical, so a typo never deletes segments."""
+    if max_age is None and max_segments is None and max_bytes is None:
+        raise GroupshiftError("give at least one of max_age, max_segments, max_bytes")
+    if max_age is not None and not (0 <= max_age <= MAX_RETAIN_AGE_S):  # also refuses NaN
+        raise GroupshiftError(f"max_age must be between 0 and {MAX_RETAIN_AGE_S:.0f} s, not {max_age}")
+    for name, value, low, top in (
+        ("max_segments", max_segments, 1, MAX_RETAIN_SEGMENTS),
+        ("max_bytes", max_bytes, 0, MAX_RETAIN_BYTES),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top
+        ):
+            raise GroupshiftError(f"{name} must be between {low} and {top}, not {value!r}")
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -22,14 +22,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
 from core.errors import UnknownTopic
 from topics.errors import InvalidPartitions, InvalidReplicationFactor, InvalidTopic, TopicAlreadyExists
+from topics.limits import MAX_PARTITIONS, MAX_REPLICATION_FACTOR
 
 TOPICS_PATH = "/brokers/topics"
 BROKER_IDS_PATH = "/brokers/ids"
 TOPIC_CONFIG_PATH = "/config/topics"
+# groupshift's own record of a topic: the id also written in the topic's data directory, so a
+# command given one namespace never deletes data created for a topic registered in another.
+TOPIC_IDS_PATH = "/groupshift/topics"
 # Kafka 0.10+ (and the issue) allow 249 so that `<topic>-<partition>` log dirs stay under 255 bytes.
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -72,6 +76,17 @@ def validate_topic_name(name: str) -> str:
     return name
 
 
+def check_partitions(partitions: int, what: str = "number of partitions") -> int:
+    """Return `partitions` if it is in 1..MAX_PARTITIONS, else raise `InvalidPartitions`."""
+    if (
+        isinstance(partitions, bool)
+        or not isinstance(partitions, int)
+        or not 0 < partitions <= MAX_PARTITIONS
+    ):
+        raise InvalidPartitions(f"{what} must be between 1 and {MAX_PARTITIONS}, not {partitions!r}")
+    return partitions
+
+
 def encode_assignment(partitions: dict[int, Sequence[int]]) -> bytes:
     """The `/brokers/topics/<t>` payload `{"version":1,"partitions":{"0":[1,2],...}}` (Json.encode).
 
@@ -108,10 +123,11 @@ def assign_replicas(
     shift that grows by one every n partitions, so replicas spread evenly. `start_index=None`
     picks the start at random, as Kafka does.
     """
-    if partitions <= 0:
-        raise InvalidPartitions(f"number of partitions must be larger than 0, not {partitions}")
-    if replication_factor <= 0:
-        raise InvalidReplicationFactor(f"replication factor must be larger than 0, not {replication_factor}")
+    check_partitions(partitions)
+    if not 0 < replication_factor <= MAX_REPLICATION_FACTOR:
+        raise InvalidReplicationFactor(
+            f"replication factor must be between 1 and {MAX_REPLICATION_FACTOR}, not {replication_factor}"
+        )
     n = len(brokers)
     if replication_factor > n:
         raise InvalidReplicationFactor(
@@ -155,11 +171,14 @@ def create_topic(
     brokers: Sequence[int] | None = None,
     assignment: dict[int, Sequence[int]] | None = None,
     start_index: int | None = None,
+    topic_id: str | None = None,
 ) -> TopicDescription:
     """Register a topic as `kafka-topics.sh --create` (0.8.2) does; raises `TopicAlreadyExists`.
 
     `assignment` gives the replica lists explicitly (like `--replica-assignment`); otherwise they
-    come from `assign_replicas` over `brokers` (default: the registered broker ids).
+    come from `assign_replicas` over `brokers` (default: the registered broker ids). Everything
+    is written in one ZooKeeper transaction; `topic_id` (the id in the topic's data directory)
+    is recorded at `/groupshift/topics/<t>`.
     """
     validate_topic_name(name)
     if assignment is None:
@@ -173,15 +192,67 @@ def create_topic(
         raise InvalidPartitions(
             f"an explicit assignment must number partitions 0..n-1, got {sorted(assignment)}"
         )
-    if zk.exists(topic_path(name)):
-        raise TopicAlreadyExists(f"topic {name!r} already exists; use add_partitions to grow it")
-    # As AdminUtils: the config first (not transactional with the assignment), then the assignment.
-    _write(zk, f"{TOPIC_CONFIG_PATH}/{name}", b'{"version":1,"config":{}}')
+    if len(assignment) > MAX_PARTITIONS:
+        raise InvalidPartitions(f"a topic has at most {MAX_PARTITIONS} partitions, not {len(assignment)}")
+    payload = encode_assignment(assignment)
+    for _ in range(5):  # a concurrent creator of a parent znode makes the transaction retry
+        if zk.exists(topic_path(name)):
+            raise TopicAlreadyExists(f"topic {name!r} already exists; use add_partitions to grow it")
+        # One transaction: the missing parents, the config, the assignment (and groupshift's id),
+        # so a failure leaves nothing behind. (AdminUtils wrote the config first, separately.)
+        txn = zk.transaction()
+        for parent in _missing_parents(
+            zk, [TOPICS_PATH, TOPIC_CONFIG_PATH] + ([TOPIC_IDS_PATH] if topic_id else [])
+        ):
+            txn.create(parent, b"")
+        _put(zk, txn, f"{TOPIC_CONFIG_PATH}/{name}", b'{"version":1,"config":{}}')
+        if topic_id:
+            _put(zk, txn, f"{TOPIC_IDS_PATH}/{name}", _encode_id(topic_id))
+        txn.create(topic_path(name), payload)
+        results = txn.commit()
+        failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if not failed:
+            return describe(zk, name)
+        if not isinstance(failed[0], NodeExistsError):
+            raise failed[0]
+    raise TopicAlreadyExists(f"topic {name!r} is being created concurrently; describe it, then retry")
+
+
+def _missing_parents(zk: KazooClient, paths: list[str]) -> list[str]:
+    """The ancestors (and the paths themselves) that do not exist, parents first, no duplicates."""
+    out: list[str] = []
+    for path in paths:
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            p = "/" + "/".join(parts[:i])
+            if p not in out and not zk.exists(p):
+                out.append(p)
+    return out
+
+
+def _put(zk: KazooClient, txn, path: str, data: bytes) -> None:
+    if zk.exists(path):  # left by a tool that crashed half-way (AdminUtils wrote config first)
+        txn.set_data(path, data)
+    else:
+        txn.create(path, data)
+
+
+def _encode_id(topic_id: str) -> bytes:
+    return json.dumps({"version": 1, "topic_id": topic_id}, separators=(",", ":")).encode()
+
+
+def topic_id(zk: KazooClient, name: str) -> str | None:
+    """The groupshift id registered for a topic (None: not registered by groupshift, or no such topic)."""
     try:
-        zk.create(topic_path(name), encode_assignment(assignment), makepath=True)
-    except NodeExistsError:
-        raise TopicAlreadyExists(f"topic {name!r} already exists; use add_partitions to grow it") from None
-    return describe(zk, name)
+        data, _ = zk.get(f"{TOPIC_IDS_PATH}/{name}")
+        return str(json.loads(data)["topic_id"])
+    except NoNodeError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        raise InvalidTopic(
+            f"{TOPIC_IDS_PATH}/{name} does not hold a groupshift topic id: {data[:200]!r}; "
+            "repair or delete that znode"
+        ) from None
 
 
 def add_partitions(
@@ -197,6 +268,7 @@ def add_partitions(
     existing partition 0. The znode is rewritten with a version check, so a concurrent change is
     not lost. Fires the data watch of every scheme-one consumer of the topic.
     """
+    check_partitions(partitions)
     current = describe(zk, name)
     to_add = partitions - current.num_partitions
     if to_add <= 0:
@@ -233,21 +305,12 @@ def list_topics(zk: KazooClient) -> list[str]:
 
 
 def delete_topic(zk: KazooClient, name: str) -> None:
-    """Remove a topic's registration and config (what Kafka's controller does after `--delete`)."""
+    """Remove a topic's registration, config and groupshift id (as Kafka's controller after `--delete`)."""
     if not zk.exists(topic_path(name)):
         raise UnknownTopic(f"topic {name!r} is not registered in ZooKeeper")
     zk.delete(topic_path(name), recursive=True)
-    try:
-        zk.delete(f"{TOPIC_CONFIG_PATH}/{name}")
-    except NoNodeError:
-        pass
-
-
-def _write(zk: KazooClient, path: str, data: bytes) -> None:
-    try:
-        zk.set(path, data)
-    except NoNodeError:
+    for path in (f"{TOPIC_CONFIG_PATH}/{name}", f"{TOPIC_IDS_PATH}/{name}"):
         try:
-            zk.create(path, data, makepath=True)
-        except NodeExistsError:
-            zk.set(path, data)
+            zk.delete(path)
+        except NoNodeError:
+            pass
