@@ -150,7 +150,10 @@ def test_resolve_zk_finds_the_running_embedded_zookeeper(home, monkeypatch):
 
 def test_an_explicit_zk_that_does_not_answer_says_what_it_waits_for(home):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))  # bound, never listening: every connect is refused
+        # Listening but never answering: the connection is accepted by the kernel, so the client
+        # cannot tell "nobody there" at once (a refused connection fails fast) and has to wait.
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
         port = s.getsockname()[1]
         proc = groupshift("topics", "list", "--zk", f"127.0.0.1:{port}", home=home, check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
