@@ -132,6 +132,6 @@ def test_interrupted_demo_cleans_up(zk_server, zk, zk_connect, tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 1, err
-    assert "Traceback" not in err and err.strip().splitlines()[-1] == "Aborted!"
+    assert "Traceback" not in err and err.strip().splitlines() == ["error: aborted"]
     assert zk_tree(zk_server.connect_string) == before
     assert dir_tree(tmp_path) == {}
