@@ -276,6 +276,18 @@ class GroupCoordinator(RequestHandlers):
             self._prepare_rebalance(group)
         return out
 
+    def resume(self, now_ms: int) -> list[Output]:
+        """The node answered COORDINATOR_NOT_AVAILABLE for a while (its ZooKeeper was away) and
+        serves again with the groups it kept: members could not heartbeat meanwhile, so each gets
+        a full session timeout from now before its timer may fire, as when a group is loaded.
+        Call it before any other input at `now_ms`."""
+        self._now = now_ms
+        for group in self._groups.values():
+            for m in group.members.values():
+                if m.session_deadline is not None:
+                    self._schedule_session(group, m, m.session_timeout_ms)
+        return self._begin(now_ms)
+
     def unload_group(self, group_id: str, now_ms: int) -> list[Output]:
         """Stop serving a group (its shard moved away): Dead, parked requests get NOT_COORDINATOR."""
         out = self._begin(now_ms)

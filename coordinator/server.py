@@ -836,6 +836,9 @@ class CoordinatorNode:
                 self._lose_all("ZooKeeper was away longer than the session timeout")
             self._session = session
             log.info("ZooKeeper session %s", state, extra={"event": "zk_state", "state": str(state)})
+            if not self.serving and self.shards:
+                # Kept shards: the members were turned away meanwhile, so their timers restart.
+                self._apply(self.core.resume(_now_ms()))
             self.serving = True
             self._schedule_timer()
             self._wake.set()

@@ -369,3 +369,17 @@ def test_prepare_rebalance_from_completing_answers_parked_syncs():
         "assignment": b"",
     }
     assert d.state() == "PreparingRebalance"
+
+
+def test_resume_after_an_outage_restarts_session_timers_instead_of_expiring_everyone():
+    # The node could not serve for longer than the members' session timeout (its ZooKeeper was
+    # away, heartbeats were answered COORDINATOR_NOT_AVAILABLE): on resuming, nobody has expired.
+    d = Driver()
+    (a, b), gen = d.stable_group(2)
+    d.now += 2_000  # four session timeouts without a tick
+    d.core.resume(d.now)
+    assert d.state() == "Stable" and {a, b} <= set(d.group().members)
+    d.advance(300)
+    assert d.heartbeat(a, gen) == E.NONE
+    d.advance(201)  # b stays silent after the outage: it expires as usual, a does not
+    assert d.state() == "PreparingRebalance" and b not in d.group().members
