@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
 from coordinator import protocol as wire
 from coordinator.assignors.base import get_assignor
 from coordinator.assignors.payloads import decode_assignment
@@ -885,6 +887,15 @@ class CoordinatorMember:
                 per_member, counts = perform_assignment(
                     gen.protocol_name, join["members"], self._partitions_for
                 )
+            except KazooException as exc:
+                # ZooKeeper is away (topic sizes unreadable): not the assignor's fault, join again.
+                log.warning(
+                    "group %s: the leader cannot read topic sizes from ZooKeeper (%s); joining again",
+                    self.group_id,
+                    type(exc).__name__,
+                )
+                self._sleep(self.retry_backoff)
+                return False
             except Exception as exc:
                 self._fail(RebalanceFailed(f"the leader's assignor {gen.protocol_name!r} failed: {exc}"))
                 return False
