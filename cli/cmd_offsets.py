@@ -67,9 +67,9 @@ def import_(group, from_file, dry_run, execute, scheme, output, data, zk) -> Non
 @click.argument("group")
 @click.option("--topic", "topics", multiple=True, help="T or T:P,P,... (repeatable).")
 @click.option("--all-topics", is_flag=True, help="Every partition the group has committed offsets for.")
-@click.option("--to-earliest", "scenario", flag_value="to-earliest")
-@click.option("--to-latest", "scenario", flag_value="to-latest")
-@click.option("--to-current", "scenario", flag_value="to-current")
+@click.option("--to-earliest", is_flag=True, help="The log start offset.")
+@click.option("--to-latest", is_flag=True, help="The log end offset.")
+@click.option("--to-current", is_flag=True, help="The committed offset (the log end where none).")
 @click.option("--to-offset", type=int, default=None, help="This offset (clamped to the log's range).")
 @click.option("--shift-by", type=int, default=None, help="Committed + N (clamped).")
 @click.option(
@@ -85,9 +85,7 @@ def import_(group, from_file, dry_run, execute, scheme, output, data, zk) -> Non
 @output_option
 @data_option
 @zk_option
-def reset(
-    group, topics, all_topics, scenario, to_offset, shift_by, to_datetime, by_duration, from_file, **kw
-):
+def reset(group, topics, all_topics, to_offset, shift_by, to_datetime, by_duration, from_file, **kw):
     """Reset GROUP's offsets (refused while it has live members); prints the plan, writes with --execute."""
     from migrate import plans
     from migrate.offset_files import parse
@@ -97,7 +95,9 @@ def reset(
     given = [
         (name, v)
         for name, v in [
-            (scenario, scenario),
+            ("to-earliest", kw["to_earliest"] or None),
+            ("to-latest", kw["to_latest"] or None),
+            ("to-current", kw["to_current"] or None),
             ("to-offset", to_offset),
             ("shift-by", shift_by),
             ("to-datetime", to_datetime),

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 
 from coordinator import protocol as P
 from coordinator.messages import OffsetRecord
-from coordinator.store import encode_offset, group_path, offset_path, shard_path, znode_name
+from coordinator.store import GROUPS, encode_offset, group_path, offset_path, shard_path, znode_name
 from coordinator.wire_client import commit_body
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
@@ -110,7 +110,9 @@ def _commit_in_zk(zk: KazooClient, group: str, offsets: dict[TopicPartition, int
     now = int(time.time() * 1000)
     tps = sorted(offsets)
     gpath = group_path(group)
-    parents = [gpath, f"{gpath}/offsets"] + sorted({f"{gpath}/offsets/{znode_name(tp.topic)}" for tp in tps})
+    # a namespace no coordinator ever ran in has no /groupshift/groups yet
+    parents = ["/groupshift", GROUPS, gpath, f"{gpath}/offsets"]
+    parents += sorted({f"{gpath}/offsets/{znode_name(tp.topic)}" for tp in tps})
     have = zkio.get_many(zk, parents)
     present = zkio.get_many(zk, [offset_path(group, *tp) for tp in tps])
     ops: list[tuple] = [("create", p, b"") for p, h in zip(parents, have, strict=True) if h is None]
