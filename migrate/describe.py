@@ -8,6 +8,8 @@ Pure, except `log_offsets`, which reads the log's start and end offsets from its
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 
 from core.errors import GroupshiftError
@@ -15,7 +17,8 @@ from core.types import TopicPartition
 from migrate.model import GroupView
 from migrate.status import evaluate, group_status
 from migrate.watch import WatchState
-from topics.log import Log
+from topics.log import PARTITION_PREFIX, Log
+from topics.segment import parse_segment_name
 
 
 class PartitionRow(msgspec.Struct):
@@ -46,6 +49,16 @@ def log_offsets(log: Log, tps: list[TopicPartition]) -> dict[TopicPartition, Log
     """Start and end offset of each partition's log; None where the log has no such partition."""
     out: dict[TopicPartition, LogRange | None] = {}
     for tp in tps:
+        # one listing per partition; only a partition with segments needs the log (newest footer)
+        try:
+            names = os.listdir(log.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}")
+        except (FileNotFoundError, NotADirectoryError):
+            out[tp] = None
+            continue
+        bases = [b for b in map(parse_segment_name, names) if b is not None]
+        if not bases:
+            out[tp] = LogRange(0, 0)
+            continue
         try:
             out[tp] = LogRange(log.earliest(tp), log.latest(tp))
         except (GroupshiftError, FileNotFoundError):

@@ -185,15 +185,13 @@ def write_offsets(
     Returns the number of transactions used.
     """
     existing_topics = set(zkio.children(zk, f"{group_dir(group)}/offsets") or [])
-    have_group = zkio.get_many(zk, [group_dir(group), f"{group_dir(group)}/offsets"])
+    parents = [CONSUMERS, group_dir(group), f"{group_dir(group)}/offsets"]
     tps = sorted(offsets)
     present = zkio.get_many(zk, [offset_path(group, tp) for tp in tps])
     made: set[str] = set()
-    ops: list[tuple] = []
-    if have_group[0] is None:
-        ops.append(("create", group_dir(group), b""))
-    if have_group[1] is None:
-        ops.append(("create", f"{group_dir(group)}/offsets", b""))
+    ops: list[tuple] = [
+        ("create", p, b"") for p, got in zip(parents, zkio.get_many(zk, parents), strict=True) if got is None
+    ]
     for tp, got in zip(tps, present, strict=True):
         value = str(offsets[tp]).encode()
         tdir = f"{group_dir(group)}/offsets/{tp.topic}"
