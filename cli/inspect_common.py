@@ -1,0 +1,61 @@
+"""Options and plumbing shared by `groupshift groups` and `groupshift offsets` (thin: no logic here)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import click
+
+from migrate import zkio
+from migrate.render import OUTPUTS
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+@contextlib.contextmanager
+def zk_session(zk: str | None):
+    """A client on `--zk` that never creates anything (a missing chroot is an error)."""
+    client = zkio.open_zk(zk, connect_timeout=CONNECT_TIMEOUT_S)
+    try:
+        yield client
+    finally:
+        zkio.close(client)
+
+
+def output_option(f):
+    return click.option(
+        "--output",
+        "-o",
+        type=click.Choice(OUTPUTS),
+        default="table",
+        show_default=True,
+        help="Output format.",
+    )(f)
+
+
+def data_option(f):
+    return click.option(
+        "--data",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Log root, for log start/end offsets (default: $GROUPSHIFT_DATA, else $GROUPSHIFT_HOME/data).",
+    )(f)
+
+
+def scheme_option(default: str | None, allow_all: bool = False):
+    choices = ["zk", "coordinator"] + (["all"] if allow_all else [])
+    return click.option(
+        "--scheme",
+        type=click.Choice(choices),
+        default=default,
+        help="zk (scheme one, /consumers) or coordinator (scheme three, /groupshift/groups)"
+        + ("; all: both" if allow_all else "; default: the one the group exists in"),
+    )
+
+
+def warn(lines: list[str], limit: int = 10) -> None:
+    for line in lines[:limit]:
+        click.echo(f"warning: {line}", err=True)
+    if len(lines) > limit:
+        click.echo(f"warning: ... and {len(lines) - limit} more like these", err=True)

@@ -1,0 +1,208 @@
+"""Scheme three's groups: `/groupshift/groups/<g>` read from ZooKeeper, live state from the leading node.
+
+The stored record says who the members were at the last accepted assignment; a node that leads
+the group's shard knows more (a rebalance in progress), so `read_group` asks it with
+DescribeGroups and falls back to the stored record, with a note, when it does not answer.
+Writes (offsets, deletes) go through the leading node so its cache stays right
+(`migrate.writes`), or into ZooKeeper fenced by the shard epoch when no node leads the shard.
+"""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+from kazoo.client import KazooClient
+
+from coordinator import protocol as P
+from coordinator.assignors.payloads import decode_assignment, decode_subscription
+from coordinator.store import (
+    DEFAULT_SHARDS,
+    GROUPS,
+    SHARDS,
+    decode_group,
+    group_path,
+    name_from_znode,
+    offset_path,
+    shard_of,
+    shard_path,
+    znode_name,
+)
+from coordinator.wire_client import WireClient, WireError
+from core.errors import GroupshiftError
+from core.types import TopicPartition
+from migrate import zkio
+from migrate.legacy import topic_partitions
+from migrate.model import EMPTY, SCHEME_COORDINATOR, STABLE, Committed, GroupView, Member
+
+DESCRIBE_TIMEOUT_S = 5.0
+
+
+class CoordinatorDown(GroupshiftError):
+    """The node leading the group's shard is registered but does not answer."""
+
+
+class Leader(msgspec.Struct, frozen=True):
+    node: int
+    epoch: int
+    host: str
+    port: int
+    shard: int
+    epoch_version: int  # version of shards/<s>/epoch when read (the fencing check of a ZooKeeper write)
+
+    @property
+    def address(self) -> str:
+        return f"node {self.node} {self.host}:{self.port}"
+
+
+def list_groups(zk: KazooClient) -> list[str]:
+    return sorted(name_from_znode(z) for z in zkio.children(zk, GROUPS) or [])
+
+
+def exists(zk: KazooClient, group: str) -> bool:
+    return zkio.get_many(zk, [group_path(group)])[0] is not None
+
+
+def shard_count(zk: KazooClient) -> int:
+    return len(zkio.children(zk, SHARDS) or []) or DEFAULT_SHARDS
+
+
+def leader(zk: KazooClient, group: str) -> tuple[int, Leader | None]:
+    """(shard, its leader) for the group; leader None when no node leads the shard."""
+    shard = shard_of(group, shard_count(zk))
+    got_leader, got_epoch = zkio.get_many(zk, [f"{shard_path(shard)}/leader", f"{shard_path(shard)}/epoch"])
+    if got_leader is None:
+        return shard, None
+    try:
+        rec = json.loads(got_leader[0])
+        epoch_version = got_epoch[1].version if got_epoch else -1
+        return shard, Leader(
+            int(rec["node"]), int(rec["epoch"]), str(rec["host"]), int(rec["port"]), shard, epoch_version
+        )
+    except (ValueError, KeyError, TypeError):
+        return shard, None
+
+
+def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
+    base = f"{group_path(group)}/offsets"
+    topics = zkio.children(zk, base) or []
+    parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
+    tps = [
+        TopicPartition(name_from_znode(t), int(p))
+        for t, ps in zip(topics, parts, strict=True)
+        for p in ps or []
+        if p.isdigit()
+    ]
+    out: dict[TopicPartition, Committed] = {}
+    for tp, got in zip(tps, zkio.get_many(zk, [offset_path(group, *tp) for tp in tps]), strict=True):
+        if got is None:
+            continue
+        try:
+            z = json.loads(got[0])
+            out[tp] = Committed(
+                int(z["offset"]),
+                int(z.get("commit_ts") or got[1].mtime),
+                got[1].mzxid,
+                z.get("metadata") or "",
+            )
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView | None:
+    """The group as stored (and, with `live`, as its coordinator sees it now); None if absent."""
+    got = zkio.get_many(zk, [group_path(group)])[0]
+    if got is None:
+        return None
+    notes: list[str] = []
+    try:
+        record = decode_group(got[0])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        record = None
+        notes.append("the group metadata znode is unreadable; showing offsets only")
+    view = GroupView(scheme=SCHEME_COORDINATOR, group=group, state=EMPTY, offsets=read_offsets(zk, group))
+    if record is not None:
+        view.protocol_type, view.protocol = record.protocol_type, record.protocol_name
+        view.generation, view.leader = record.generation_id, record.leader_id
+        view.members = [
+            _member(m.member_id, m.client_id, m.client_host, m.group_instance_id, m.assignment, m.protocols)
+            for m in record.members
+        ]
+        view.state = STABLE if record.members else EMPTY
+    _, lead = leader(zk, group)
+    if lead is not None:
+        view.coordinator = lead.address
+        if live:
+            try:
+                described = describe_live(lead, group)
+            except CoordinatorDown as exc:
+                notes.append(f"{exc}; state and members as last stored")
+            else:
+                view.state = described["group_state"] or view.state
+                if described["group_state"] not in ("Dead", None):
+                    view.protocol_type = described["protocol_type"] or view.protocol_type
+                    view.protocol = described["protocol_data"] or view.protocol
+                    view.members = [
+                        _member(
+                            m["member_id"],
+                            m["client_id"],
+                            m["client_host"],
+                            m["group_instance_id"],
+                            m["member_assignment"],
+                            [("", m["member_metadata"])],
+                        )
+                        for m in described["members"]
+                    ]
+    else:
+        notes.append("no coordinator node leads this group's shard; state as last stored")
+    view.owners = {tp: m.member_id for m in view.members for tp in m.partitions}
+    topics = sorted({t for m in view.members for t in m.subscription})
+    view.subscribed = {t: n for t, n in topic_partitions(zk, topics).items() if n}
+    view.notes = notes
+    return view
+
+
+def _member(member_id, client_id, host, instance_id, assignment: bytes, protocols) -> Member:
+    try:
+        partitions = sorted(decode_assignment(assignment or b"").partitions)
+    except ValueError:
+        partitions = []
+    topics: dict[str, int] = {}
+    for proto in protocols:
+        metadata = proto[1] if isinstance(proto, tuple) else proto.metadata
+        try:
+            topics = {t: 1 for t in decode_subscription(metadata).topics}
+            break
+        except (ValueError, TypeError):
+            continue
+    return Member(member_id, client_id, host, instance_id, partitions, topics, "static", None)
+
+
+def describe_live(lead: Leader, group: str) -> dict:
+    body = request(lead, P.DESCRIBE_GROUPS, {"groups": [group]})
+    groups = body.get("groups") or []
+    if not groups:
+        raise CoordinatorDown(f"coordinator {lead.address} gave an empty DescribeGroups answer")
+    g = groups[0]
+    if g.get("error_code"):
+        raise CoordinatorDown(
+            f"coordinator {lead.address} answered DescribeGroups with "
+            f"{P.ERROR_NAMES.get(g['error_code'], g['error_code'])}"
+        )
+    return g
+
+
+def request(lead: Leader, api: int, body: dict, timeout: float = DESCRIBE_TIMEOUT_S) -> dict:
+    try:
+        with WireClient(lead.host, lead.port, client_id="groupshift-inspect", timeout=timeout) as client:
+            return client.request(api, body, timeout=timeout)
+    except (OSError, WireError) as exc:
+        raise CoordinatorDown(
+            f"coordinator {lead.address} leads the group's shard but does not answer ({exc}); "
+            "start it again or wait until its ZooKeeper session expires"
+        ) from None
+
+
+def group_znode(group: str) -> str:
+    return f"{GROUPS}/{znode_name(group)}"

@@ -1,0 +1,127 @@
+"""Per-partition rows of `groups describe`: committed offset, log end, lag, owner and status.
+
+Pure, except `log_offsets`, which reads the log's start and end offsets from its directory.
+
+    ends = log_offsets(Log(root), partitions_of(view))
+    rows = partition_rows(view, ends, watch_state, now_ms)
+"""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from core.errors import GroupshiftError
+from core.types import TopicPartition
+from migrate.model import GroupView
+from migrate.status import evaluate, group_status
+from migrate.watch import WatchState
+from topics.log import PARTITION_PREFIX, Log
+from topics.segment import parse_segment_name
+
+
+class PartitionRow(msgspec.Struct):
+    topic: str
+    partition: int
+    committed: int | None
+    log_end: int | None
+    lag: int | None
+    owner: str | None
+    host: str | None
+    client_id: str | None
+    status: str | None
+
+
+class LogRange(msgspec.Struct, frozen=True):
+    start: int
+    end: int
+
+
+def partitions_of(view: GroupView) -> list[TopicPartition]:
+    """Committed, owned, and (KAFKA-3144) subscribed-but-unowned partitions, sorted."""
+    tps = set(view.offsets) | set(view.owners)
+    tps |= {TopicPartition(t, p) for t, n in view.subscribed.items() for p in range(n)}
+    return sorted(tps)
+
+
+def log_offsets(log: Log, tps: list[TopicPartition]) -> dict[TopicPartition, LogRange | None]:
+    """Start and end offset of each partition's log; None where the log has no such partition."""
+    out: dict[TopicPartition, LogRange | None] = {}
+    for tp in tps:
+        # one listing per partition; only a partition with segments needs the log (newest footer)
+        try:
+            names = os.listdir(log.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}")
+        except (FileNotFoundError, NotADirectoryError):
+            out[tp] = None
+            continue
+        bases = [b for b in map(parse_segment_name, names) if b is not None]
+        if not bases:
+            out[tp] = LogRange(0, 0)
+            continue
+        try:
+            out[tp] = LogRange(log.earliest(tp), log.latest(tp))
+        except (GroupshiftError, FileNotFoundError):
+            out[tp] = None
+    return out
+
+
+def lag(committed: int | None, end: int | None) -> int | None:
+    """Log end − committed (never negative), unknown without either."""
+    if committed is None or end is None:
+        return None
+    return max(0, end - committed)
+
+
+def partition_rows(
+    view: GroupView, ranges: dict[TopicPartition, LogRange | None], watch: WatchState | None, now: int
+) -> list[PartitionRow]:
+    members = {m.member_id: m for m in view.members}
+    rows = []
+    for tp in partitions_of(view):
+        c = view.offsets.get(tp)
+        r = ranges.get(tp)
+        end = r.end if r else None
+        owner = view.owners.get(tp)
+        m = members.get(owner) if owner else None
+        status = None
+        if watch is not None:
+            commits, ends = watch.window(tp)
+            status = evaluate(commits, current_lag=lag(c.offset if c else None, end), now=now, ends=ends)
+        rows.append(
+            PartitionRow(
+                tp.topic,
+                tp.partition,
+                c.offset if c else None,
+                end,
+                lag(c.offset if c else None, end),
+                owner,
+                m.host if m else None,
+                m.client_id if m else None,
+                status,
+            )
+        )
+    return rows
+
+
+def group_summary(view: GroupView, rows: list[PartitionRow]) -> dict:
+    lags = [r.lag for r in rows if r.lag is not None]
+    statuses = [r.status for r in rows]
+    worst = max(rows, key=lambda r: r.lag if r.lag is not None else -1, default=None)
+    return {
+        "group": view.group,
+        "scheme": view.scheme,
+        "state": view.state,
+        "protocol_type": view.protocol_type,
+        "protocol": view.protocol,
+        "generation": view.generation,
+        "leader": view.leader,
+        "coordinator": view.coordinator,
+        "members": len(view.members),
+        "partitions": len(rows),
+        "total_lag": sum(lags) if lags else None,
+        "max_lag": None
+        if worst is None or worst.lag is None
+        else f"{worst.topic}:{worst.partition}={worst.lag}",
+        "status": group_status(statuses) if any(s is not None for s in statuses) else None,
+    }

@@ -1,0 +1,245 @@
+"""Scheme one's groups as Kafka 0.8 wrote them: `/consumers/<g>/{ids,owners,offsets}`, read and written.
+
+Read exactly as a 0.8.2 cluster leaves them: registrations are JSON with `pattern` `static`,
+`white_list` or `black_list` and thread counts per topic (a wildcard is expanded over
+`/brokers/topics`); owners hold thread ids (`<consumerId>-<n>`); offsets are decimal strings,
+the next offset to read. Nothing here writes unless asked to; writes are `multi` transactions.
+
+    view = read_group(zk, "billing")          # GroupView, or None if /consumers/billing is absent
+    list_groups(zk)                           # ["billing", ...]
+"""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient
+
+from core.errors import GroupshiftError
+from core.types import TopicPartition
+from migrate import zkio
+from migrate.model import DEAD, EMPTY, REBALANCING, SCHEME_ZK, STABLE, Committed, GroupView, Member
+from topics.registry import decode_assignment
+from zk_rebalance.layout import (
+    INTERNAL_TOPICS,
+    InvalidRegistration,
+    decode_registration,
+    parse_thread_id,
+)
+
+CONSUMERS = "/consumers"
+BROKER_TOPICS = "/brokers/topics"
+
+
+def group_dir(group: str) -> str:
+    return f"{CONSUMERS}/{group}"
+
+
+def offset_path(group: str, tp: TopicPartition) -> str:
+    return f"{CONSUMERS}/{group}/offsets/{tp.topic}/{tp.partition}"
+
+
+def list_groups(zk: KazooClient) -> list[str]:
+    return sorted(zkio.children(zk, CONSUMERS) or [])
+
+
+def exists(zk: KazooClient, group: str) -> bool:
+    return _valid_name(group) and zkio.get_many(zk, [group_dir(group)])[0] is not None
+
+
+def _valid_name(group: str) -> bool:
+    # Anything else cannot be a znode name under /consumers (0.8 allows only [a-zA-Z0-9._-]).
+    return bool(group) and "/" not in group and "\0" not in group and group not in (".", "..")
+
+
+def topic_partitions(zk: KazooClient, topics: list[str]) -> dict[str, int | None]:
+    """Partition counts from `/brokers/topics/<t>` (None for a topic that is not registered)."""
+    out: dict[str, int | None] = {}
+    for topic, got in zip(topics, zkio.get_many(zk, [f"{BROKER_TOPICS}/{t}" for t in topics]), strict=True):
+        if got is None:
+            out[topic] = None
+            continue
+        try:
+            out[topic] = len(decode_assignment(got[0], topic))
+        except GroupshiftError:
+            out[topic] = None
+    return out
+
+
+def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
+    """Every `/consumers/<g>/offsets/<t>/<p>`; values that are not decimal offsets are skipped."""
+    base = f"{group_dir(group)}/offsets"
+    topics = zkio.children(zk, base) or []
+    parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
+    tps = [
+        TopicPartition(t, int(p))
+        for t, ps in zip(topics, parts, strict=True)
+        for p in ps or []
+        if p.isdigit()
+    ]
+    out: dict[TopicPartition, Committed] = {}
+    for tp, got in zip(tps, zkio.get_many(zk, [offset_path(group, tp) for tp in tps]), strict=True):
+        if got is None:
+            continue
+        text = got[0].decode("utf-8", "replace").strip()
+        if text.lstrip("-").isdigit():
+            out[tp] = Committed(int(text), got[1].mtime, got[1].mzxid)
+    return out
+
+
+def read_group(zk: KazooClient, group: str) -> GroupView | None:
+    """The group as stored, with a derived state; None when `/consumers/<g>` does not exist."""
+    if not _valid_name(group):
+        return None
+    top = zkio.get_many(zk, [group_dir(group)])[0]
+    if top is None:
+        return None
+    ids = zkio.children(zk, f"{group_dir(group)}/ids") or []
+    regs = zkio.get_many(zk, [f"{group_dir(group)}/ids/{c}" for c in ids])
+    owners = _read_owners(zk, group)
+    offsets = read_offsets(zk, group)
+
+    all_topics: list[str] | None = None
+    members: list[Member] = []
+    subscribed_topics: set[str] = set()
+    for cid, got in sorted(zip(ids, regs, strict=True), key=lambda x: x[0]):
+        if got is None:
+            continue  # left while we read
+        path = f"{group_dir(group)}/ids/{cid}"
+        owned = sorted(tp for tp, thread in owners.items() if thread == cid)
+        try:
+            sub = decode_registration(got[0], path)
+        except InvalidRegistration as exc:
+            members.append(_member(group, cid, owned, {}, "?", str(exc)))
+            continue
+        if sub.is_wildcard:
+            if all_topics is None:
+                all_topics = zkio.children(zk, BROKER_TOPICS) or []
+            subscribed_topics.update(t for t in all_topics if sub.filter.allows(t))
+        else:
+            subscribed_topics.update(sub.streams)
+        members.append(_member(group, cid, owned, dict(sub.streams), sub.pattern, None))
+
+    subscribed = {
+        t: n for t, n in topic_partitions(zk, sorted(subscribed_topics - INTERNAL_TOPICS)).items() if n
+    }
+    live = {m.member_id for m in members}
+    if not members:
+        state = EMPTY if offsets or owners else DEAD
+    else:
+        expected = {TopicPartition(t, p) for t, n in subscribed.items() for p in range(n)}
+        covered = all(owners.get(tp) in live for tp in expected)
+        state = STABLE if covered and not any(m.error for m in members) else REBALANCING
+    notes = []
+    stale = sorted({c for c in owners.values() if c not in live})
+    if stale:
+        notes.append(f"partitions owned by consumers that are not registered: {', '.join(stale)}")
+    return GroupView(
+        scheme=SCHEME_ZK,
+        group=group,
+        state=state,
+        protocol_type="zk-0.8",
+        protocol=",".join(sorted({m.pattern for m in members})) or None,
+        members=members,
+        offsets=offsets,
+        owners=owners,
+        subscribed=subscribed,
+        notes=notes,
+    )
+
+
+def _read_owners(zk: KazooClient, group: str) -> dict[TopicPartition, str]:
+    """tp -> owning consumer id (the owner znode holds a thread id `<consumerId>-<n>`)."""
+    base = f"{group_dir(group)}/owners"
+    topics = zkio.children(zk, base) or []
+    parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
+    tps = [
+        TopicPartition(t, int(p))
+        for t, ps in zip(topics, parts, strict=True)
+        for p in ps or []
+        if p.isdigit()
+    ]
+    out = {}
+    for tp, got in zip(
+        tps, zkio.get_many(zk, [f"{base}/{tp.topic}/{tp.partition}" for tp in tps]), strict=True
+    ):
+        if got is not None:
+            out[tp] = parse_thread_id(got[0].decode("utf-8", "replace")).consumer
+    return out
+
+
+def _member(group: str, cid: str, owned, subscription, pattern, error) -> Member:
+    # consumer id = <group>_<host>-<ms>-<uuid8> (0.8's consumerIdString); the host is in the middle
+    rest = cid[len(group) + 1 :] if cid.startswith(group + "_") else cid
+    parts = rest.rsplit("-", 2)
+    host = parts[0] if len(parts) == 3 and parts[1].isdigit() else None
+    return Member(cid, None, host, None, owned, subscription, pattern, error)
+
+
+# -- writes ------------------------------------------------------------------------------------
+
+
+def write_offsets(
+    zk: KazooClient, group: str, offsets: dict[TopicPartition, int], *, batch: int, progress=None
+) -> int:
+    """Write offsets as 0.8 does (decimal strings), creating missing parents; one `multi` per batch.
+
+    Returns the number of transactions used.
+    """
+    existing_topics = set(zkio.children(zk, f"{group_dir(group)}/offsets") or [])
+    parents = [CONSUMERS, group_dir(group), f"{group_dir(group)}/offsets"]
+    tps = sorted(offsets)
+    present = zkio.get_many(zk, [offset_path(group, tp) for tp in tps])
+    made: set[str] = set()
+    ops: list[tuple] = [
+        ("create", p, b"") for p, got in zip(parents, zkio.get_many(zk, parents), strict=True) if got is None
+    ]
+    for tp, got in zip(tps, present, strict=True):
+        value = str(offsets[tp]).encode()
+        tdir = f"{group_dir(group)}/offsets/{tp.topic}"
+        if tp.topic not in existing_topics and tdir not in made:
+            ops.append(("create", tdir, b""))
+            made.add(tdir)
+        if got is None:
+            ops.append(("create", offset_path(group, tp), value))
+        else:
+            # expect the version we read: a consumer writing meanwhile makes the import fail, not mix
+            ops.append(("set", offset_path(group, tp), value, got[1].version))
+    return run_ops(zk, ops, batch=batch, progress=progress)
+
+
+def run_ops(
+    zk: KazooClient, ops: list[tuple], *, batch: int, guard: tuple | None = None, progress=None
+) -> int:
+    """Run `ops` as `multi` transactions of at most `batch` ops (each led by `guard`, a check op).
+
+    `progress(done, total)` is called after each transaction.
+    """
+    n = 0
+    for chunk in zkio.chunked(ops, batch):
+        txn = zk.transaction()
+        if guard is not None:
+            txn.check(guard[0], version=guard[1])
+        for op in chunk:
+            if op[0] == "create":
+                txn.create(op[1], op[2])
+            elif op[0] == "set":
+                txn.set_data(op[1], op[2], version=op[3])
+            elif op[0] == "delete":
+                txn.delete(op[1], version=op[2] if len(op) > 2 else -1)
+        zkio.requests["multi"] += 1
+        try:
+            results = txn.commit()
+        except Exception as exc:  # kazoo raises connection, timeout and request errors here
+            raise GroupshiftError(
+                f"ZooKeeper refused the write ({exc!r}); nothing of this batch was written"
+            ) from None
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            done = f"{n} earlier transaction(s) were written; " if n else "nothing was written; "
+            raise GroupshiftError(
+                f"ZooKeeper refused the write ({failed[0]!r}): {done}someone changed the group meanwhile, "
+                "check it and run the command again"
+            )
+        n += 1
+        if progress is not None:
+            progress(min(n * batch, len(ops)), len(ops))
+    return n

@@ -1,0 +1,203 @@
+"""The writing edge of the tools: commit, delete offsets and delete groups, in either scheme.
+
+Every write first checks, just before writing, that the group has no live members (scheme one:
+no `/consumers/<g>/ids` children; scheme three: the coordinator reports the group Empty or Dead,
+or — with no node leading the shard — the stored record has no members), and refuses otherwise.
+
+* Scheme one: `multi` transactions of at most `BATCH` ops; an offset that exists is written with
+  the version read (a concurrent commit aborts the transaction instead of being mixed with it).
+* Scheme three: through the node leading the group's shard (OffsetCommit with generation -1,
+  OffsetDelete, DeleteGroups) so its cache stays right; with no leader, in ZooKeeper, each
+  transaction starting with `check(shards/<s>/epoch, version)` so a node taking the shard
+  meanwhile makes it fail as a whole (the coordinator's own fencing).
+"""
+
+from __future__ import annotations
+
+import time
+
+from kazoo.client import KazooClient
+
+from coordinator import protocol as P
+from coordinator.messages import OffsetRecord
+from coordinator.store import GROUPS, encode_offset, group_path, offset_path, shard_path, znode_name
+from coordinator.wire_client import commit_body
+from core.errors import GroupshiftError, UnknownGroup
+from core.types import TopicPartition
+from migrate import coordinated, legacy, zkio
+from migrate.model import SCHEME_ZK
+
+BATCH = 1_000  # ops per ZooKeeper transaction, and partitions per OffsetCommit request
+
+
+class GroupActive(GroupshiftError):
+    """The group has live members; the write was refused."""
+
+
+def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coordinated.Leader | None:
+    """Raise `GroupActive` unless the group has no live members; returns the shard leader (scheme three)."""
+    if scheme == SCHEME_ZK:
+        ids = zkio.children(zk, f"{legacy.group_dir(group)}/ids") or []
+        if ids:
+            raise GroupActive(
+                f"group {group!r} has {len(ids)} live consumer(s) ({ids[0]}"
+                f"{', ...' if len(ids) > 1 else ''}); stop them before {what}"
+            )
+        return None
+    _, lead = coordinated.leader(zk, group)
+    if lead is not None:
+        state = coordinated.describe_live(lead, group)
+        if state["group_state"] not in ("Empty", "Dead"):
+            raise GroupActive(
+                f"group {group!r} is {state['group_state']} with {len(state['members'])} member(s) on "
+                f"coordinator {lead.address}; stop them before {what}"
+            )
+        return lead
+    got = zkio.get_many(zk, [group_path(group)])[0]
+    if got is not None and got[0]:
+        from coordinator.store import decode_group
+
+        record = decode_group(got[0])
+        if record is not None and record.members:
+            raise GroupActive(
+                f"group {group!r} was stored with {len(record.members)} member(s) and no coordinator node "
+                "leads it now; start a node (`groupshift coordinator serve`) so their sessions expire, "
+                f"then retry {what}"
+            )
+    return None
+
+
+def commit(
+    zk: KazooClient, scheme: str, group: str, offsets: dict[TopicPartition, int], progress=None
+) -> str:
+    """Write `offsets` for an inactive group; returns how it was written (for the user)."""
+    lead = check_inactive(zk, scheme, group, "writing offsets")
+    if scheme == SCHEME_ZK:
+        n = legacy.write_offsets(zk, group, offsets, batch=BATCH, progress=progress)
+        return f"in ZooKeeper ({n} transaction{'s' if n != 1 else ''})"
+    if lead is not None:
+        _commit_via(lead, group, offsets, progress)
+        return f"through coordinator {lead.address}"
+    return _commit_in_zk(zk, group, offsets, progress)
+
+
+def _commit_via(lead: coordinated.Leader, group: str, offsets: dict[TopicPartition, int], progress) -> None:
+    tps = sorted(offsets)
+    for i, chunk in enumerate(zkio.chunked(tps, BATCH)):
+        body = commit_body(group, -1, "", {(tp.topic, tp.partition): offsets[tp] for tp in chunk})
+        resp = coordinated.request(lead, P.OFFSET_COMMIT, body, timeout=30.0)
+        bad = [
+            (t["name"], p["partition_index"], p["error_code"])
+            for t in resp.get("topics", [])
+            for p in t["partitions"]
+            if p["error_code"]
+        ]
+        if resp.get("error_code") or bad:
+            code = bad[0][2] if bad else resp["error_code"]
+            done = f"the first {i * BATCH} partitions were written; " if i else "nothing was written; "
+            raise GroupshiftError(
+                f"coordinator {lead.address} refused the commit with {P.ERROR_NAMES.get(code, code)}: {done}"
+                "check the group and run the command again"
+            )
+        if progress is not None:
+            progress(min((i + 1) * BATCH, len(tps)), len(tps))
+
+
+def _commit_in_zk(zk: KazooClient, group: str, offsets: dict[TopicPartition, int], progress) -> str:
+    shard, _ = coordinated.leader(zk, group)
+    epoch_path = f"{shard_path(shard)}/epoch"
+    got_epoch = zkio.get_many(zk, [epoch_path])[0]
+    now = int(time.time() * 1000)
+    tps = sorted(offsets)
+    gpath = group_path(group)
+    # a namespace no coordinator ever ran in has no /groupshift/groups yet
+    parents = ["/groupshift", GROUPS, gpath, f"{gpath}/offsets"]
+    parents += sorted({f"{gpath}/offsets/{znode_name(tp.topic)}" for tp in tps})
+    have = zkio.get_many(zk, parents)
+    present = zkio.get_many(zk, [offset_path(group, *tp) for tp in tps])
+    ops: list[tuple] = [("create", p, b"") for p, h in zip(parents, have, strict=True) if h is None]
+    for tp, got in zip(tps, present, strict=True):
+        data = encode_offset(OffsetRecord(tp.topic, tp.partition, offsets[tp], "", now), -1)
+        path = offset_path(group, *tp)
+        ops.append(("create", path, data) if got is None else ("set", path, data, got[1].version))
+    guard = (epoch_path, got_epoch[1].version) if got_epoch is not None else None
+    n = legacy.run_ops(zk, ops, batch=BATCH, guard=guard, progress=progress)
+    return f"in ZooKeeper, fenced by shard {shard}'s epoch ({n} transaction{'s' if n != 1 else ''})"
+
+
+def delete_group(zk: KazooClient, scheme: str, group: str) -> str:
+    exists = legacy.exists(zk, group) if scheme == SCHEME_ZK else coordinated.exists(zk, group)
+    if not exists:
+        raise UnknownGroup(f"group {group!r} does not exist under scheme {scheme}; check the name (and --zk)")
+    lead = check_inactive(zk, scheme, group, "deleting the group")
+    if scheme == SCHEME_ZK:
+        if zkio.children(zk, f"{legacy.group_dir(group)}/owners") and _any_owner(zk, group):
+            raise GroupActive(
+                f"group {group!r} still has partition owners; its consumers are stopping, retry"
+            )
+        return _delete_tree(zk, legacy.group_dir(group), None)
+    if lead is not None:
+        resp = coordinated.request(lead, P.DELETE_GROUPS, {"groups_names": [group]})
+        code = (resp.get("results") or [{"error_code": resp.get("error_code", 0)}])[0]["error_code"]
+        if code:
+            raise GroupshiftError(
+                f"coordinator {lead.address} refused to delete {group!r}: {P.ERROR_NAMES.get(code, code)}"
+            )
+        return f"through coordinator {lead.address}"
+    return _delete_tree_fenced(zk, group, group_path(group))
+
+
+def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
+    if scheme == SCHEME_ZK:
+        base = legacy.group_dir(group)
+        if zkio.get_many(zk, [f"{base}/offsets/{topic}"])[0] is None:
+            raise GroupshiftError(f"group {group!r} has no offsets for topic {topic!r}")
+        check_inactive(zk, scheme, group, "deleting offsets")
+        done = _delete_tree(zk, f"{base}/offsets/{topic}", None)
+        if zkio.get_many(zk, [f"{base}/owners/{topic}"])[0] is not None:
+            _delete_tree(zk, f"{base}/owners/{topic}", None)
+        return done
+    tdir = f"{group_path(group)}/offsets/{znode_name(topic)}"
+    parts = zkio.children(zk, tdir)
+    if parts is None:
+        raise GroupshiftError(f"group {group!r} has no offsets for topic {topic!r}")
+    lead = check_inactive(zk, scheme, group, "deleting offsets")
+    if lead is not None:
+        body = {
+            "group_id": group,
+            "topics": [
+                {"name": topic, "partitions": [{"partition_index": int(p)} for p in parts if p.isdigit()]}
+            ],
+        }
+        resp = coordinated.request(lead, P.OFFSET_DELETE, body)
+        codes = [resp.get("error_code", 0)] + [
+            p["error_code"] for t in resp.get("topics", []) for p in t["partitions"]
+        ]
+        bad = [c for c in codes if c]
+        if bad:
+            raise GroupshiftError(
+                f"coordinator {lead.address} refused to delete the offsets: "
+                f"{P.ERROR_NAMES.get(bad[0], bad[0])}"
+            )
+        # OffsetDelete removes the partitions' znodes; the node leaves the empty topic znode
+        return f"through coordinator {lead.address}"
+    return _delete_tree_fenced(zk, group, tdir)
+
+
+def _any_owner(zk: KazooClient, group: str) -> bool:
+    base = f"{legacy.group_dir(group)}/owners"
+    topics = zkio.children(zk, base) or []
+    return any(zkio.children_many(zk, [f"{base}/{t}" for t in topics]))
+
+
+def _delete_tree(zk: KazooClient, root: str, guard: tuple | None) -> str:
+    paths = zkio.subtree_paths(zk, root)
+    n = legacy.run_ops(zk, [("delete", p) for p in paths], batch=BATCH, guard=guard)
+    return f"{len(paths)} znodes deleted ({n} transaction{'s' if n != 1 else ''})"
+
+
+def _delete_tree_fenced(zk: KazooClient, group: str, root: str) -> str:
+    shard, _ = coordinated.leader(zk, group)
+    epoch_path = f"{shard_path(shard)}/epoch"
+    got = zkio.get_many(zk, [epoch_path])[0]
+    return _delete_tree(zk, root, (epoch_path, got[1].version) if got else None)

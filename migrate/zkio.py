@@ -1,0 +1,183 @@
+"""ZooKeeper access for the inspection tools: a connection that never creates anything, pipelined reads.
+
+Read-only commands connect with `open_zk(connect)`: the chroot is never created, and a chroot
+that does not exist is an error naming it. Reads of many znodes use ZooKeeper 3.6+'s
+multiRead (1,000 getData or getChildren per request; kazoo has no call for it, so the request
+is built here on kazoo's serialisation), and on older servers kazoo's async calls, all sent
+before the first answer is awaited: describing 10,000 partitions costs ten requests.
+`requests` counts what was sent, for the benchmark.
+
+    zk = open_zk("127.0.0.1:2181/prod")
+    datas = get_many(zk, ["/consumers/g/offsets/t/0", "/consumers/g/offsets/t/1"])
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter, namedtuple
+from collections.abc import Iterable, Sequence
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import EXCEPTIONS, KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import (
+    GetChildren,
+    GetData,
+    MultiHeader,
+    int_struct,
+    multiheader_struct,
+    read_buffer,
+    read_string,
+    stat_struct,
+)
+from kazoo.protocol.states import ZnodeStat
+
+from core.errors import GroupshiftError, ZooKeeperUnavailable
+from core.zk import connect, parse_zk, resolve_zk
+
+# Pipelined requests in flight at once (bounds client memory; ZooKeeper answers them in order).
+PIPELINE = 2_000
+REQUEST_TIMEOUT_S = 30.0
+
+# Requests sent by this process, by kind (`get`, `children`, `multi`, ...): the benchmark prints it.
+requests: Counter = Counter()
+
+
+def open_zk(connect_string: str | None, *, connect_timeout: float = 10.0) -> KazooClient:
+    """A started client on `--zk` (or its defaults); raises if the chroot does not exist. Creates nothing."""
+    address = parse_zk(resolve_zk(connect_string))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # kazoo warns about a missing chroot; we say it in one line below
+        zk = connect(connect_string, connect_timeout=connect_timeout, create_chroot=False)
+    if address.chroot:
+        try:
+            missing = zk.exists("/") is None
+        except (KazooException, KazooTimeoutError) as exc:
+            close(zk)
+            raise ZooKeeperUnavailable(f"ZooKeeper at {address.hosts} did not answer: {exc!r}") from None
+        if missing:
+            close(zk)
+            raise GroupshiftError(
+                f"chroot {address.chroot} does not exist on ZooKeeper {address.hosts}; check --zk"
+            )
+    return zk
+
+
+def close(zk: KazooClient) -> None:
+    try:
+        zk.stop()
+    finally:
+        zk.close()
+
+
+def get_many(zk: KazooClient, paths: Sequence[str]) -> list[tuple[bytes, ZnodeStat] | None]:
+    """`get` of every path, pipelined; None where the znode does not exist."""
+    return _many(zk, paths, zk.get_async, "get")
+
+
+def children_many(zk: KazooClient, paths: Sequence[str]) -> list[list[str] | None]:
+    """`get_children` of every path, pipelined; None where the znode does not exist."""
+    return _many(zk, paths, zk.get_children_async, "children")
+
+
+def children(zk: KazooClient, path: str) -> list[str] | None:
+    return children_many(zk, [path])[0]
+
+
+def _many(zk: KazooClient, paths: Sequence[str], call, kind: str) -> list:
+    if len(paths) > 1 and getattr(zk, "_groupshift_multi_read", True):
+        try:
+            return _multi_read(zk, paths, kind)
+        except (KazooException, KazooTimeoutError, ValueError):
+            zk._groupshift_multi_read = False  # a server before 3.6: one request per znode, pipelined
+    out: list = []
+    for start in range(0, len(paths), PIPELINE):
+        chunk = paths[start : start + PIPELINE]
+        pending = [call(p) for p in chunk]
+        requests[kind] += len(chunk)
+        for ar in pending:
+            try:
+                out.append(ar.get(timeout=REQUEST_TIMEOUT_S))
+            except NoNodeError:
+                out.append(None)
+            except (KazooException, KazooTimeoutError) as exc:
+                raise ZooKeeperUnavailable(f"ZooKeeper read failed: {exc!r}; is it up?") from None
+    return out
+
+
+class MultiRead(namedtuple("MultiRead", "operations")):
+    """ZooKeeper 3.6+'s multiRead (op 22): many getData/getChildren in one request, answered per op."""
+
+    type = 22
+
+    def serialize(self) -> bytes:
+        b = bytearray()
+        for op in self.operations:
+            b.extend(MultiHeader(op.type, False, -1).serialize() + op.serialize())
+        return bytes(b + multiheader_struct.pack(-1, True, -1))
+
+    @classmethod
+    def deserialize(cls, data, offset):
+        results = []
+        header, offset = MultiHeader.deserialize(data, offset)
+        while not header.done:
+            if header.type == GetData.type:
+                value, offset = read_buffer(data, offset)
+                stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
+                offset += stat_struct.size
+                results.append((value or b"", stat))
+            elif header.type == GetChildren.type:
+                count = int_struct.unpack_from(data, offset)[0]
+                offset += int_struct.size
+                names = []
+                for _ in range(count):
+                    name, offset = read_string(data, offset)
+                    names.append(name)
+                results.append(names)
+            elif header.type == -1:
+                code = int_struct.unpack_from(data, offset)[0]
+                offset += int_struct.size
+                results.append(EXCEPTIONS[code]())
+            else:
+                raise ValueError(f"unexpected multiRead result type {header.type}")
+            header, offset = MultiHeader.deserialize(data, offset)
+        return results
+
+
+MULTI_READ_OPS = 1_000  # ops per multiRead (answers of ~200 bytes each stay far below 1 MB)
+
+
+def _multi_read(zk: KazooClient, paths: Sequence[str], kind: str) -> list:
+    op = GetData if kind == "get" else GetChildren
+    chroot = zk.chroot or ""
+    pending = []
+    for chunk in chunked(paths, MULTI_READ_OPS):
+        ar = zk.handler.async_result()
+        zk._call(MultiRead([op(chroot + p if p != "/" or not chroot else chroot, None) for p in chunk]), ar)
+        pending.append(ar)
+        requests[f"multiRead({kind})"] += 1
+    out: list = []
+    for ar in pending:
+        for result in ar.get(timeout=REQUEST_TIMEOUT_S):
+            if isinstance(result, NoNodeError):
+                out.append(None)
+            elif isinstance(result, Exception):
+                raise result
+            else:
+                out.append(result)
+    return out
+
+
+def subtree_paths(zk: KazooClient, root: str) -> list[str]:
+    """`root` and every descendant, children before parents (the order to delete them in)."""
+    levels: list[list[str]] = [[root]]
+    while levels[-1]:
+        kids = children_many(zk, levels[-1])
+        nxt = [f"{p}/{c}" for p, cs in zip(levels[-1], kids, strict=True) for c in (cs or [])]
+        levels.append(nxt)
+    return [p for level in reversed(levels) for p in level]
+
+
+def chunked(items: Iterable, size: int) -> list[list]:
+    items = list(items)
+    return [items[i : i + size] for i in range(0, len(items), size)]
