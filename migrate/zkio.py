@@ -13,7 +13,6 @@ before the first answer is awaited: describing 10,000 partitions costs ten reque
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter, namedtuple
 from collections.abc import Iterable, Sequence
 
@@ -32,8 +31,8 @@ from kazoo.protocol.serialization import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from core.errors import GroupshiftError, ZooKeeperUnavailable
-from core.zk import connect, parse_zk, resolve_zk
+from core.errors import ZooKeeperUnavailable
+from core.zk import connect
 
 # Pipelined requests in flight at once (bounds client memory; ZooKeeper answers them in order).
 PIPELINE = 2_000
@@ -44,23 +43,9 @@ requests: Counter = Counter()
 
 
 def open_zk(connect_string: str | None, *, connect_timeout: float = 10.0) -> KazooClient:
-    """A started client on `--zk` (or its defaults); raises if the chroot does not exist. Creates nothing."""
-    address = parse_zk(resolve_zk(connect_string))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # kazoo warns about a missing chroot; we say it in one line below
-        zk = connect(connect_string, connect_timeout=connect_timeout, create_chroot=False)
-    if address.chroot:
-        try:
-            missing = zk.exists("/") is None
-        except (KazooException, KazooTimeoutError) as exc:
-            close(zk)
-            raise ZooKeeperUnavailable(f"ZooKeeper at {address.hosts} did not answer: {exc!r}") from None
-        if missing:
-            close(zk)
-            raise GroupshiftError(
-                f"chroot {address.chroot} does not exist on ZooKeeper {address.hosts}; check --zk"
-            )
-    return zk
+    """A started client on `--zk` (or its defaults); a missing chroot is refused
+    (`core.zk.ChrootMissing`), never created."""
+    return connect(connect_string, connect_timeout=connect_timeout, create_chroot=False)
 
 
 def close(zk: KazooClient) -> None:

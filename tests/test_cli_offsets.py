@@ -439,17 +439,17 @@ def test_bad_input_changes_nothing(env, zk_server, tmp_path, name, build, messag
 def test_missing_chroot_is_refused_and_not_created(env, zk_server, args, message):
     before = zk_tree(zk_server.connect_string)
     r = run(*args, zk=zk_server.connect_string + "/nochroot")
-    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
-        f"error: {message} on ZooKeeper {zk_server.connect_string}; check --zk"
-    ]
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"error: ZooKeeper {message} on {zk_server.connect_string};"), r.stderr
     assert zk_tree(zk_server.connect_string) == before
 
 
 def test_zookeeper_down_is_one_line(tmp_path):
     r = run("groups", "list", zk="127.0.0.1:1")
-    assert (
-        r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "cannot reach ZooKeeper" in r.stderr
-    )
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "nothing accepts connections at ZooKeeper address 127.0.0.1:1" in lines[0]
 
 
 def test_coordinator_down_is_refused(zk, zk_connect, zk_server, tmp_path):
