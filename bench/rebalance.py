@@ -34,8 +34,9 @@ import uuid
 from pathlib import Path
 
 from coordinator.client import CoordinatorMember, MemberState
+from core.four_letter import mntr
 from core.types import TopicPartition
-from core.zk import connect, mntr
+from core.zk import connect
 from experiments.coordinator_nodes import CoordinatorNodes
 from topics.registry import create_topic
 
@@ -53,7 +54,7 @@ def server_counts(host: str, port: int) -> dict[str, int]:
 
 def watches(host: str, port: int) -> dict[str, int]:
     """Watches held by the group at rest: `mntr` zk_watch_count and the sessions `wchc` lists."""
-    from core.zk import four_letter
+    from core.four_letter import four_letter
 
     sessions = sum(1 for line in four_letter(host, port, "wchc").splitlines() if line.startswith("0x"))
     return {"watches": int(mntr(host, port).get("zk_watch_count", 0)), "watching_sessions": sessions}

@@ -34,8 +34,9 @@ from pathlib import Path
 from coordinator import protocol as P
 from coordinator.wire_client import WireClient, WireError, join_body
 from core.errors import GroupshiftError
+from core.four_letter import four_letter
 from core.types import TopicPartition
-from core.zk import connect, four_letter
+from core.zk import connect
 from experiments.cluster import ZkServer
 from experiments.coordinator_nodes import CoordinatorNodes
 from pipeline.consumer import Consumer

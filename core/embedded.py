@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from core.errors import EmbeddedZooKeeperError
-from core.zk import four_letter
+from core.four_letter import four_letter
 
 ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"

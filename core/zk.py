@@ -283,24 +283,3 @@ def _world_read():
     from kazoo.security import ACL, Id, Permissions
 
     return [ACL(Permissions.READ, Id("world", "anyone"))]
-
-
-def four_letter(host: str, port: int, command: str, timeout: float = 2.0) -> str:
-    """Send a four-letter word (`ruok`, `srvr`, `mntr`, `wchc`, ...) and return the server's answer."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(command.encode())
-        s.shutdown(socket.SHUT_WR)
-        chunks = []
-        while chunk := s.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks).decode(errors="replace")
-
-
-def mntr(host: str, port: int) -> dict[str, str]:
-    """ZooKeeper's `mntr` as a dict (`zk_packets_received`, `zk_watch_count`, ...)."""
-    out = {}
-    for line in four_letter(host, port, "mntr").splitlines():
-        key, _, value = line.partition("\t")
-        if key:
-            out[key] = value
-    return out

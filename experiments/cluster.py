@@ -30,7 +30,7 @@ from pathlib import Path
 
 from core.errors import GroupshiftError
 from core.extras import require
-from core.zk import four_letter, mntr
+from core.four_letter import four_letter, mntr
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,9 @@ does I/O. Third-party assignors register under the entry-point group ``groupshif
 
 from __future__ import annotations
 
-import gc
 import importlib.metadata
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
@@ -132,8 +130,7 @@ class Assignor(ABC):
     ) -> Assignment:
         """Assign the partitions of the subscribed topics to the members; every member is in the result."""
         counts = validate(partitions_per_topic, subscriptions)
-        with gc_paused():
-            result = self._assign(counts, dict(subscriptions))
+        result = self._assign(counts, dict(subscriptions))
         return {member: result.get(member, []) for member in subscriptions}
 
     @abstractmethod
@@ -171,18 +168,6 @@ def validate(
             )
         subscribed.update(sub.topics)
     return {t: n for t, n in partitions_per_topic.items() if n > 0 and t in subscribed}
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC: a large assignment allocates millions of tuples and no cycles."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def java_string_key(strings: Iterable[str]) -> Callable[[str], object]:

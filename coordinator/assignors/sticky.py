@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress
 from operator import itemgetter
 
@@ -40,29 +40,12 @@ from coordinator.assignors.base import (
     topic_partitions,
 )
 from coordinator.assignors.payloads import decode_sticky_user_data
+from coordinator.assignors.sticky_general import general_assign
+from coordinator.assignors.sticky_ownership import Ownership
 from core.javahash import java_sort_key, java_string_hash
 from core.types import TopicPartition
 
 _by_partition_then_topic = itemgetter(1, 0)
-
-
-@dataclass
-class Ownership:
-    """What the members owned, after Kafka's `allSubscriptionsEqual` pass.
-
-    ``owned[i]`` are member i's still-valid claims (members in Java `HashMap` order); ``multiple`` the
-    partitions claimed by two members of the same generation (taken from both).
-    """
-
-    members: list[str]
-    topics: list[str]  # Java name order
-    topic_index: dict[str, int]
-    counts: list[int]
-    owned: list[list[TopicPartition]]
-    generations: list[int]
-    raw_owned: list[Sequence[TopicPartition]]
-    multiple: set[TopicPartition] = field(default_factory=set)
-    all_equal: bool = True
 
 
 @dataclass
@@ -96,9 +79,8 @@ class AbstractStickyAssignor(Assignor):
         if ownership.all_equal:
             self.last_movements = None
             return constrained_assign(ownership)
-        from coordinator.assignors.sticky_general import general_assign
-
-        return StickyResult(general_assign(self, ownership, subscriptions), None)
+        assignment, self.last_movements = general_assign(ownership, subscriptions, self.max_generation)
+        return StickyResult(assignment, None)
 
     def read_ownership(
         self, partitions_per_topic: dict[str, int], subscriptions: dict[str, Subscription]

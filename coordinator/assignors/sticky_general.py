@@ -29,29 +29,27 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import cache
 from itertools import compress
-from typing import TYPE_CHECKING
 
 from coordinator.assignors.base import Assignment, Subscription, java_string_key, topic_partitions
+from coordinator.assignors.sticky_ownership import Ownership
 from core.javahash import java_string_hash
 from core.types import TopicPartition
 
-if TYPE_CHECKING:
-    from coordinator.assignors.sticky import AbstractStickyAssignor, Ownership
-
 
 def general_assign(
-    assignor: AbstractStickyAssignor, o: Ownership, subscriptions: dict[str, Subscription]
-) -> Assignment:
-    """The general builder's assignment; `assignor.last_movements` keeps its `PartitionMovements`."""
-    builder = _GeneralBuilder(assignor, o, subscriptions)
-    assignor.last_movements = builder.movements
-    return builder.build()
+    o: Ownership, subscriptions: dict[str, Subscription], max_generation: int
+) -> tuple[Assignment, PartitionMovements]:
+    """The general builder's assignment and its `PartitionMovements`.
+
+    `max_generation` is the highest generation the assignor has seen: claims of older generations
+    count as previous owners.
+    """
+    builder = _GeneralBuilder(o, subscriptions, max_generation)
+    return builder.build(), builder.movements
 
 
 class _GeneralBuilder:
-    def __init__(
-        self, assignor: AbstractStickyAssignor, o: Ownership, subscriptions: dict[str, Subscription]
-    ):
+    def __init__(self, o: Ownership, subscriptions: dict[str, Subscription], max_generation: int):
         key = java_string_key(o.members)
         by_rank = sorted(range(len(o.members)), key=lambda mi: key(o.members[mi]))
         rank_of = [0] * len(by_rank)
@@ -82,7 +80,7 @@ class _GeneralBuilder:
         # Previous owners: claims of members older than the highest generation seen.
         self.prev_owner: dict[TopicPartition, tuple[int, int]] = {}
         for mi, generation in enumerate(o.generations):
-            if generation < assignor.max_generation:
+            if generation < max_generation:
                 for tp in o.raw_owned[mi]:
                     known = self.prev_owner.get(tp)
                     if known is None or generation > known[1]:

@@ -1,0 +1,186 @@
+"""Dependencies point downwards only: every module imports on its own, and no import cycle exists.
+
+Two checks:
+
+* each module is imported first thing in a fresh interpreter (so it cannot lean on an import some
+  other module happened to do earlier);
+* the import graph read from the source — every `import`, including those inside functions and
+  under `TYPE_CHECKING`, because a lazy import only hides a cycle — has no cycle between modules,
+  and none between top-level packages (`cli → migrate, experiments, pipeline → zk_rebalance,
+  coordinator → topics → core`).
+
+Known cycles that another change removes are strict xfails naming them, so they flip when fixed.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("core", "topics", "zk_rebalance", "coordinator", "pipeline", "migrate", "experiments", "cli")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            elif parts[-1] == "__main__":
+                continue
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The repository modules `name` imports anywhere in its source (not its own ancestor packages)."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for target in targets:
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):  # importing a.b.c runs a and a.b too
+                mod = ".".join(parts[:i])
+                if mod in MODULES and mod != name and not name.startswith(mod + "."):
+                    found.add(mod)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components with more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[set[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    scc = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        scc.add(member)
+                        if member == node:
+                            break
+                    if len(scc) > 1:
+                        out.append(scc)
+    return out
+
+
+MODULE_CYCLES = _cycles(GRAPH)
+PACKAGE_GRAPH: dict[str, set[str]] = {p: set() for p in PACKAGES}
+for _name, _deps in GRAPH.items():
+    for _dep in _deps:
+        if _dep.split(".")[0] != _name.split(".")[0]:
+            PACKAGE_GRAPH[_name.split(".")[0]].add(_dep.split(".")[0])
+PACKAGE_CYCLES = _cycles(PACKAGE_GRAPH)
+
+
+def _in_one_cycle(cycles: list[set[str]], a: str, b: str) -> bool:
+    return any(a in c and b in c for c in cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+GROUP_REQUESTS = "coordinator/group.py <-> coordinator/group_requests.py (the mixin; issue 12 schema rewrite)"
+CLIENT_PIPELINE = (
+    "coordinator.client -> pipeline.membership, pipeline.consumer -> coordinator.client: the packages "
+    "coordinator and pipeline import each other (issue 12: the membership interface moves below both)"
+)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("coordinator.assignors.sticky", "coordinator.assignors.sticky_general"),
+        ("core.embedded", "core.zk"),
+        pytest.param(
+            "coordinator.group",
+            "coordinator.group_requests",
+            marks=pytest.mark.xfail(strict=True, reason=GROUP_REQUESTS),
+        ),
+    ],
+)
+def test_no_module_cycle_between(a, b):
+    assert a in MODULES and b in MODULES, "a module of this check was moved: update the pair"
+    assert not _in_one_cycle(MODULE_CYCLES, a, b)
+
+
+@pytest.mark.xfail(strict=True, reason=GROUP_REQUESTS)
+def test_no_module_cycle_at_all():
+    assert MODULE_CYCLES == []
+
+
+@pytest.mark.xfail(strict=True, reason=CLIENT_PIPELINE)
+def test_no_package_cycle():
+    assert PACKAGE_CYCLES == []
+
+
+def test_core_depends_on_no_other_package():
+    assert PACKAGE_GRAPH["core"] == set()
+
+
+def test_every_module_imports_on_its_own():
+    """One fresh interpreter per module, the module imported first (slow-ish: a few seconds)."""
+    script = (
+        "import subprocess, sys\n"
+        "bad = []\n"
+        "for m in sys.argv[1:]:\n"
+        "    r = subprocess.run([sys.executable, '-c', 'import ' + m], capture_output=True, text=True)\n"
+        "    if r.returncode: bad.append(m + ': ' + (r.stderr.strip().splitlines() or ['?'])[-1])\n"
+        "print('\\n'.join(bad))\n"
+    )
+    names = list(MODULES)
+    out = subprocess.run(
+        [sys.executable, "-c", script, *names], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", out.stdout
