@@ -9,7 +9,7 @@ those. Behaviour is `coordinator-spec.md` §0-§14 with the choices of `PROTOCOL
 Usage::
 
     core = GroupCoordinator(CoordinatorConfig())
-    outputs = core.handle(JOIN_GROUP, body, now_ms, client_id="c1", client_host="/10.0.0.7",
+    outputs = core.handle(JOIN_GROUP, JoinGroupRequest(...), now_ms, client_id="c1", client_host="/10.0.0.7",
                           request_token=conn_and_correlation_id)
     for out in outputs:
         match out:
@@ -23,8 +23,8 @@ Usage::
 Timers fire when `now_ms > deadline` (strictly); timers created while firing are scheduled from
 `now_ms`. `handle` and `persisted` first fire every timer already due, so a driver that is late
 calling `tick` still sees Kafka's order of events. Nothing a client sends makes this module raise:
-malformed bodies are answered with INVALID_REQUEST (42). `IllegalStateTransition` can only come
-from a bug in this module.
+requests arrive already validated by a codec (`coordinator/protocol.py`).
+`IllegalStateTransition` can only come from a bug in this module.
 """
 
 from __future__ import annotations
@@ -52,6 +52,16 @@ from coordinator.group_metadata import (
 )
 from coordinator.group_requests import RequestHandlers
 from coordinator.messages import (
+    Discarded,
+    GroupSnapshot,
+    Output,
+    Persist,
+    Respond,
+    StateChanged,
+    join_error,
+    sync_error,
+)
+from coordinator.schema import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     HEARTBEAT,
@@ -62,16 +72,8 @@ from coordinator.messages import (
     OFFSET_DELETE,
     OFFSET_FETCH,
     SYNC_GROUP,
-    Discarded,
-    GroupSnapshot,
-    InvalidRequest,
-    Output,
-    Persist,
-    Respond,
-    StateChanged,
-    join_error,
-    parse_request,
-    sync_error,
+    ErrorResponse,
+    Message,
 )
 
 __all__ = [
@@ -177,7 +179,7 @@ class GroupCoordinator(RequestHandlers):
     def handle(
         self,
         api_key: int,
-        body: Any,
+        req: Message,
         now_ms: int,
         *,
         client_id: str = "",
@@ -185,24 +187,15 @@ class GroupCoordinator(RequestHandlers):
         request_token: Any = None,
         group_check: GroupCheck | None = None,
     ) -> list[Output]:
-        """Handle one request body (PROTOCOL.md field names); the response may come later."""
+        """Handle one request (`api_key`'s struct of `coordinator/schema.py`, as a codec decoded
+        it); the response may come later."""
         out = self._begin(now_ms)
         handler = self._handlers.get(api_key)
         if handler is None:
+            message = f"api {api_key} is not served by the group coordinator"
             out.append(
-                Respond(
-                    request_token,
-                    {
-                        "error_code": E.UNSUPPORTED_VERSION,
-                        "error_message": f"api {api_key} is not served by the group coordinator",
-                    },
-                )
+                Respond(request_token, ErrorResponse(error_code=E.UNSUPPORTED_VERSION, error_message=message))
             )
-            return out
-        try:
-            req = parse_request(api_key, body)
-        except InvalidRequest as e:
-            out.append(Respond(request_token, {"error_code": E.INVALID_REQUEST, "error_message": str(e)}))
             return out
         handler(req, request_token, client_id, client_host, group_check)
         return out

@@ -23,9 +23,18 @@ from coordinator.group_metadata import (
     Member,
 )
 from coordinator.messages import (
+    Discarded,
+    OffsetRecord,
+    Respond,
+    commit_errors,
+    describe_error,
+    join_error,
+    sync_error,
+)
+from coordinator.offsets import metadata_length
+from coordinator.schema import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
-    Discarded,
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -33,15 +42,8 @@ from coordinator.messages import (
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
-    OffsetRecord,
-    Respond,
     SyncGroupRequest,
-    commit_errors,
-    describe_error,
-    join_error,
-    sync_error,
 )
-from coordinator.offsets import metadata_length
 from core.types import TopicPartition
 
 if TYPE_CHECKING:
