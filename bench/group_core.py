@@ -94,7 +94,7 @@ def form_groups(run: _Run, groups: list[str], n: int) -> dict[str, tuple[list[st
     the initial delay, then every member's SyncGroup (the leader's last). Returns
     {group: (member ids, generation)}."""
     ids = {
-        g: [run.responses[run.send(JOIN_GROUP, _join_body(g, ""))]["member_id"] for _ in range(n)]
+        g: [run.responses[run.send(JOIN_GROUP, _join_body(g, ""))].member_id for _ in range(n)]
         for g in groups
     }
     tokens = {g: [run.send(JOIN_GROUP, _join_body(g, mid)) for mid in ids[g]] for g in groups}
@@ -102,11 +102,11 @@ def form_groups(run: _Run, groups: list[str], n: int) -> dict[str, tuple[list[st
     formed = {}
     for g in groups:
         first = run.responses[tokens[g][0]]
-        generation, leader = first["generation_id"], first["leader"]
+        generation, leader = first.generation_id, first.leader
         assignments = [SyncGroupAssignment(member_id=mid, assignment=b"a") for mid in ids[g]]
         syncs = [run.send(SYNC_GROUP, _sync_body(g, mid, generation, [])) for mid in ids[g] if mid != leader]
         syncs.append(run.send(SYNC_GROUP, _sync_body(g, leader, generation, assignments)))
-        assert all(run.responses[t]["error_code"] == 0 for t in syncs)
+        assert all(run.responses[t].error_code == 0 for t in syncs)
         formed[g] = (ids[g], generation)
     return formed
 
@@ -116,11 +116,11 @@ def rejoin_round(run: _Run, group: str, ids: list[str], leader: str) -> int:
     order = [leader] + [m for m in ids if m != leader]
     tokens = [run.send(JOIN_GROUP, _join_body(group, mid)) for mid in order]
     assert all(t in run.responses for t in tokens)
-    generation = run.responses[tokens[0]]["generation_id"]
+    generation = run.responses[tokens[0]].generation_id
     assignments = [SyncGroupAssignment(member_id=mid, assignment=b"b") for mid in ids]
     syncs = [run.send(SYNC_GROUP, _sync_body(group, mid, generation, [])) for mid in order[1:]]
     syncs.append(run.send(SYNC_GROUP, _sync_body(group, leader, generation, assignments)))
-    assert all(run.responses[t]["error_code"] == 0 for t in syncs)
+    assert all(run.responses[t].error_code == 0 for t in syncs)
     return generation
 
 
@@ -142,7 +142,7 @@ def bench_heartbeats(groups: int, per_group: int, rounds: int) -> float:
         elapsed = time.process_time() - start
     finally:
         gc.enable()
-    assert outs[0].body["error_code"] == 0
+    assert outs[0].body.error_code == 0
     assert core.next_deadline() is not None
     return rounds * len(bodies) / elapsed
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import Any
 
+from msgspec import UNSET
+
 from coordinator import error_codes as E
 from coordinator.group_metadata import (
     COMPLETING_REBALANCE,
@@ -58,8 +60,6 @@ from coordinator.messages import (
     Persist,
     Respond,
     StateChanged,
-    join_error,
-    sync_error,
 )
 from coordinator.schema import (
     DELETE_GROUPS,
@@ -73,7 +73,11 @@ from coordinator.schema import (
     OFFSET_FETCH,
     SYNC_GROUP,
     ErrorResponse,
+    JoinGroupMember,
+    JoinGroupResponse,
     Message,
+    Response,
+    SyncGroupResponse,
 )
 
 __all__ = [
@@ -330,7 +334,7 @@ class GroupCoordinator(RequestHandlers):
             self._expire_offsets()
         return out
 
-    def _respond(self, token: Any, body: dict[str, Any]) -> None:
+    def _respond(self, token: Any, body: Response) -> None:
         self._out.append(Respond(token, body))
 
     def _transition(self, group: Group, target: GroupState) -> None:
@@ -367,9 +371,12 @@ class GroupCoordinator(RequestHandlers):
         # write — is answered the same way rather than left hanging.
         for m in group.members.values():
             if m.awaiting_join:
-                self._respond(group.unpark_join(m), join_error(E.NOT_COORDINATOR, m.member_id))
+                self._respond(
+                    group.unpark_join(m),
+                    JoinGroupResponse(error_code=E.NOT_COORDINATOR, member_id=m.member_id),
+                )
             if m.awaiting_sync:
-                self._respond(group.unpark_sync(m), sync_error(E.NOT_COORDINATOR))
+                self._respond(group.unpark_sync(m), SyncGroupResponse(error_code=E.NOT_COORDINATOR))
 
     # ------------------------------------------------------------------- timers
 
@@ -595,7 +602,9 @@ class GroupCoordinator(RequestHandlers):
     def _remove_member_and_update_group(self, group: Group, m: Member) -> None:
         """§7.4 (leave, session expiry)."""
         if m.awaiting_join:
-            self._respond(group.unpark_join(m), join_error(E.UNKNOWN_MEMBER_ID, ""))
+            self._respond(
+                group.unpark_join(m), JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id="")
+            )
         if m.awaiting_sync:
             # Kafka removes the member without answering its parked SyncGroup.
             self._out.append(Discarded(group.unpark_sync(m)))
@@ -618,25 +627,20 @@ class GroupCoordinator(RequestHandlers):
                 token = group.unpark_sync(m)
                 self._respond(
                     token,
-                    {
-                        "error_code": error,
-                        "protocol_type": ptype,
-                        "protocol_name": pname,
-                        "assignment": m.assignment,
-                    },
+                    SyncGroupResponse(
+                        error_code=error, protocol_type=ptype, protocol_name=pname, assignment=m.assignment
+                    ),
                 )
                 self._schedule_session(group, m, m.session_timeout_ms)
 
-    def _join_ok(self, group: Group, member_id: str, members: list) -> dict[str, Any]:
-        body = {
-            "error_code": E.NONE,
-            "generation_id": group.generation_id,
-            "protocol_type": group.protocol_type,
-            "protocol_name": group.protocol_name,
-            "leader": group.leader_id or "",
-            "member_id": member_id,
-            "members": members,
-        }
-        if self.config.supports_skip_assignment:
-            body["skip_assignment"] = False
-        return body
+    def _join_ok(self, group: Group, member_id: str, members: list[JoinGroupMember]) -> JoinGroupResponse:
+        return JoinGroupResponse(
+            error_code=E.NONE,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id or "",
+            member_id=member_id,
+            members=members,
+            skip_assignment=False if self.config.supports_skip_assignment else UNSET,
+        )

@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
+from coordinator.schema import Response
 from core.types import TopicPartition
 
 # ------------------------------------------------------------------------------------- outputs
@@ -23,7 +24,7 @@ class Respond(NamedTuple):
     """Send `body` as the response to the request the driver registered as `request_token`."""
 
     request_token: Any
-    body: dict[str, Any]
+    body: Response
 
 
 class Persist(NamedTuple):
@@ -115,47 +116,3 @@ class GroupSnapshot(msgspec.Struct):
     group_id: str
     group: GroupRecord | None
     offsets: list[OffsetRecord]
-
-
-# --------------------------------------------------------------------------- response bodies
-
-
-def join_error(error: int, member_id: str) -> dict[str, Any]:
-    return {
-        "error_code": error,
-        "generation_id": -1,
-        "protocol_type": None,
-        "protocol_name": None,
-        "leader": "",
-        "member_id": member_id,
-        "members": [],
-    }
-
-
-def sync_error(error: int) -> dict[str, Any]:
-    return {"error_code": error, "protocol_type": None, "protocol_name": None, "assignment": b""}
-
-
-def commit_errors(req: Any, error: int) -> dict[str, Any]:
-    return {
-        "topics": [
-            {
-                "name": t.name,
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": error} for p in t.partitions
-                ],
-            }
-            for t in req.topics
-        ]
-    }
-
-
-def describe_error(group_id: str | None, error: int) -> dict[str, Any]:
-    return {
-        "error_code": error,
-        "group_id": group_id,
-        "group_state": "",
-        "protocol_type": "",
-        "protocol_data": "",
-        "members": [],
-    }

@@ -62,9 +62,7 @@ from coordinator.schema import (
     OffsetCommitResponse,
     OffsetDeleteResponse,
     OffsetFetchResponse,
-    PartitionResult,
     SyncGroupResponse,
-    TopicPartitionResults,
 )
 
 __all__ = [
@@ -364,7 +362,7 @@ def precheck_error_body(api: int, body: Any, code: int, message: str | None = No
     if api == LEAVE_GROUP:
         return LeaveGroupResponse(error_code=code)
     if api == OFFSET_COMMIT:
-        return commit_errors(body, code)
+        return OffsetCommitResponse.with_error(body, code)
     if api == OFFSET_FETCH:
         return OffsetFetchResponse(error_code=code)
     if api == OFFSET_DELETE:
@@ -372,21 +370,6 @@ def precheck_error_body(api: int, body: Any, code: int, message: str | None = No
     if api == FIND_COORDINATOR:
         return FindCoordinatorResponse(error_code=code, error_message=message)
     raise ValueError(f"no per-group pre-check for api {api}")
-
-
-def commit_errors(req: Any, code: int) -> OffsetCommitResponse:
-    """An OffsetCommit answer with `code` for every requested partition."""
-    return OffsetCommitResponse(
-        topics=[
-            TopicPartitionResults(
-                name=t.name,
-                partitions=[
-                    PartitionResult(partition_index=p.partition_index, error_code=code) for p in t.partitions
-                ],
-            )
-            for t in req.topics
-        ]
-    )
 
 
 def described_error(group_id: str | None, code: int) -> DescribedGroup:

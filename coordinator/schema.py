@@ -269,6 +269,23 @@ class OffsetCommitResponse(Message):
     topics: list[TopicPartitionResults] = []
     error_code: int | UnsetType = UNSET  # only in an ErrorResponse read as this API's
 
+    @classmethod
+    def with_error(cls, request: OffsetCommitRequest, error_code: int) -> OffsetCommitResponse:
+        """The answer carrying `error_code` for every requested partition (there is no
+        top-level error in an OffsetCommit answer)."""
+        return cls(
+            topics=[
+                TopicPartitionResults(
+                    name=t.name,
+                    partitions=[
+                        PartitionResult(partition_index=p.partition_index, error_code=error_code)
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.topics
+            ]
+        )
+
 
 class OffsetFetchPartition(Message):
     partition_index: int

@@ -142,17 +142,8 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _error_of(body: Any) -> int:
+def _error_of(body: Message) -> int:
     """The error a response reports, for metrics (OffsetCommit: its first partition error)."""
-    if type(body) is dict:
-        code = body.get("error_code")
-        if code is not None:
-            return code
-        for t in body.get("topics") or ():
-            for p in t.get("partitions") or ():
-                if p.get("error_code"):
-                    return p["error_code"]
-        return 0
     code = getattr(body, "error_code", None)
     if type(code) is int:
         return code

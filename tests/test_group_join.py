@@ -71,7 +71,7 @@ def test_generated_member_ids_are_client_or_instance_id_plus_uuid4():
     }
     out = core.handle(JOIN_GROUP, _join_request(body), 0, client_id="my-client", request_token=1)
     uuid4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
-    assert re.fullmatch("my-client-" + uuid4, out[-1].body["member_id"])
+    assert re.fullmatch("my-client-" + uuid4, out[-1].body.member_id)
     out = core.handle(
         JOIN_GROUP,
         _join_request({**body, "group_instance_id": "inst"}),
