@@ -19,36 +19,43 @@ import gc
 import time
 
 from coordinator.group import CoordinatorConfig, GroupCoordinator
-from coordinator.messages import HEARTBEAT, JOIN_GROUP, SYNC_GROUP, Persist, Respond
+from coordinator.messages import Persist, Respond
+from coordinator.schema import (
+    HEARTBEAT,
+    JOIN_GROUP,
+    SYNC_GROUP,
+    HeartbeatRequest,
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    SyncGroupAssignment,
+    SyncGroupRequest,
+)
 
 HEARTBEAT_TARGET_PER_S = 200_000
 REBALANCE_TARGET_MS = 100.0
-PROTOCOLS = [{"name": "range", "metadata": b"\x82\xa7version\x00\xa6topics\x91\xa1t"}]
+PROTOCOLS = [JoinGroupProtocol(name="range", metadata=b"\x82\xa7version\x00\xa6topics\x91\xa1t")]
 
 
-def _join_body(group: str, member_id: str) -> dict:
-    return {
-        "group_id": group,
-        "session_timeout_ms": 45_000,
-        "rebalance_timeout_ms": 300_000,
-        "member_id": member_id,
-        "group_instance_id": None,
-        "protocol_type": "consumer",
-        "protocols": PROTOCOLS,
-        "reason": None,
-    }
+def _join_body(group: str, member_id: str) -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id=group,
+        session_timeout_ms=45_000,
+        rebalance_timeout_ms=300_000,
+        member_id=member_id,
+        protocol_type="consumer",
+        protocols=PROTOCOLS,
+    )
 
 
-def _sync_body(group: str, member_id: str, generation: int, assignments: list) -> dict:
-    return {
-        "group_id": group,
-        "generation_id": generation,
-        "member_id": member_id,
-        "group_instance_id": None,
-        "protocol_type": "consumer",
-        "protocol_name": "range",
-        "assignments": assignments,
-    }
+def _sync_body(group: str, member_id: str, generation: int, assignments: list) -> SyncGroupRequest:
+    return SyncGroupRequest(
+        group_id=group,
+        generation_id=generation,
+        member_id=member_id,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments=assignments,
+    )
 
 
 class _Run:
@@ -87,7 +94,7 @@ def form_groups(run: _Run, groups: list[str], n: int) -> dict[str, tuple[list[st
     the initial delay, then every member's SyncGroup (the leader's last). Returns
     {group: (member ids, generation)}."""
     ids = {
-        g: [run.responses[run.send(JOIN_GROUP, _join_body(g, ""))]["member_id"] for _ in range(n)]
+        g: [run.responses[run.send(JOIN_GROUP, _join_body(g, ""))].member_id for _ in range(n)]
         for g in groups
     }
     tokens = {g: [run.send(JOIN_GROUP, _join_body(g, mid)) for mid in ids[g]] for g in groups}
@@ -95,11 +102,11 @@ def form_groups(run: _Run, groups: list[str], n: int) -> dict[str, tuple[list[st
     formed = {}
     for g in groups:
         first = run.responses[tokens[g][0]]
-        generation, leader = first["generation_id"], first["leader"]
-        assignments = [{"member_id": mid, "assignment": b"a"} for mid in ids[g]]
+        generation, leader = first.generation_id, first.leader
+        assignments = [SyncGroupAssignment(member_id=mid, assignment=b"a") for mid in ids[g]]
         syncs = [run.send(SYNC_GROUP, _sync_body(g, mid, generation, [])) for mid in ids[g] if mid != leader]
         syncs.append(run.send(SYNC_GROUP, _sync_body(g, leader, generation, assignments)))
-        assert all(run.responses[t]["error_code"] == 0 for t in syncs)
+        assert all(run.responses[t].error_code == 0 for t in syncs)
         formed[g] = (ids[g], generation)
     return formed
 
@@ -109,11 +116,11 @@ def rejoin_round(run: _Run, group: str, ids: list[str], leader: str) -> int:
     order = [leader] + [m for m in ids if m != leader]
     tokens = [run.send(JOIN_GROUP, _join_body(group, mid)) for mid in order]
     assert all(t in run.responses for t in tokens)
-    generation = run.responses[tokens[0]]["generation_id"]
-    assignments = [{"member_id": mid, "assignment": b"b"} for mid in ids]
+    generation = run.responses[tokens[0]].generation_id
+    assignments = [SyncGroupAssignment(member_id=mid, assignment=b"b") for mid in ids]
     syncs = [run.send(SYNC_GROUP, _sync_body(group, mid, generation, [])) for mid in order[1:]]
     syncs.append(run.send(SYNC_GROUP, _sync_body(group, leader, generation, assignments)))
-    assert all(run.responses[t]["error_code"] == 0 for t in syncs)
+    assert all(run.responses[t].error_code == 0 for t in syncs)
     return generation
 
 
@@ -121,10 +128,7 @@ def bench_heartbeats(groups: int, per_group: int, rounds: int) -> float:
     run = _Run(GroupCoordinator(CoordinatorConfig()))
     bodies = []
     for gid, (ids, generation) in form_groups(run, [f"group-{g}" for g in range(groups)], per_group).items():
-        bodies += [
-            {"group_id": gid, "generation_id": generation, "member_id": mid, "group_instance_id": None}
-            for mid in ids
-        ]
+        bodies += [HeartbeatRequest(group_id=gid, generation_id=generation, member_id=mid) for mid in ids]
     core, handle = run.core, run.core.handle
     now = run.now + 1
     gc.collect()
@@ -138,7 +142,7 @@ def bench_heartbeats(groups: int, per_group: int, rounds: int) -> float:
         elapsed = time.process_time() - start
     finally:
         gc.enable()
-    assert outs[0].body["error_code"] == 0
+    assert outs[0].body.error_code == 0
     assert core.next_deadline() is not None
     return rounds * len(bodies) / elapsed
 

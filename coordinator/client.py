@@ -77,6 +77,22 @@ from coordinator.consumer_protocol import (
     rebalance_protocol,
 )
 from coordinator.protocol import ErrorCode as E
+from coordinator.schema import (
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupMember,
+    LeaveGroupRequest,
+    Message,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchTopic,
+    SyncGroupAssignment,
+    SyncGroupRequest,
+)
 from core.errors import CommitFailed, GroupshiftError, RebalanceFailed
 from core.types import OffsetAndMetadata, TopicPartition
 from pipeline.membership import NoopListener, call_listener
@@ -366,26 +382,23 @@ class CoordinatorMember:
                     "member, so these records will be delivered again — keep calling poll() (it rejoins) "
                     "and process what it returns"
                 )
-        topics: dict[str, list[dict[str, Any]]] = {}
+        topics: dict[str, list[OffsetCommitPartition]] = {}
         for tp, om in sorted(offsets.items()):
             off, meta = (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
             topics.setdefault(tp.topic, []).append(
-                {"partition_index": tp.partition, "committed_offset": off, "committed_metadata": meta}
+                OffsetCommitPartition(
+                    partition_index=tp.partition, committed_offset=off, committed_metadata=meta
+                )
             )
-        body = {
-            "group_id": self.group_id,
-            "generation_id": generation,
-            "member_id": gen.member_id,
-            "group_instance_id": None if standalone else self.group_instance_id,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-        }
+        body = OffsetCommitRequest(
+            group_id=self.group_id,
+            generation_id=generation,
+            member_id=gen.member_id,
+            group_instance_id=None if standalone else self.group_instance_id,
+            topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        )
         resp = self._control_request(wire.OFFSET_COMMIT, body, retry_coordinator=True)
-        errors = {
-            p["error_code"]
-            for t in resp.get("topics", [])
-            for p in t.get("partitions", [])
-            if p["error_code"]
-        }
+        errors = {p.error_code for t in resp.topics for p in t.partitions if p.error_code}
         if not errors:
             return
         fenced = errors & set(COMMIT_FENCED)
@@ -413,18 +426,18 @@ class CoordinatorMember:
         topics: dict[str, list[int]] = {}
         for tp in partitions:
             topics.setdefault(tp.topic, []).append(tp.partition)
-        body = {
-            "group_id": self.group_id,
-            "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
-        }
+        body = OffsetFetchRequest(
+            group_id=self.group_id,
+            topics=[OffsetFetchTopic(name=t, partition_indexes=ps) for t, ps in topics.items()],
+        )
         resp = self._control_request(wire.OFFSET_FETCH, body, retry_coordinator=True, top_level=True)
-        if resp.get("error_code"):
-            raise GroupshiftError(f"offset fetch failed: {error_name(resp['error_code'])}")
+        if resp.error_code:
+            raise GroupshiftError(f"offset fetch failed: {error_name(resp.error_code)}")
         out: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
-        for t in resp.get("topics", []):
-            for p in t.get("partitions", []):
-                off = p.get("committed_offset", -1)
-                out[TopicPartition(t["name"], p["partition_index"])] = None if off is None or off < 0 else off
+        for t in resp.topics:
+            for p in t.partitions:
+                off = p.committed_offset
+                out[TopicPartition(t.name, p.partition_index)] = None if off < 0 else off
         return out
 
     def close(self, timeout: float = 10.0) -> None:
@@ -516,25 +529,27 @@ class CoordinatorMember:
                 conn = Connection(host, port, self.client_id)
                 try:
                     resp = conn.request(
-                        wire.FIND_COORDINATOR, {"key": self.group_id, "key_type": 0}, self.request_timeout
+                        wire.FIND_COORDINATOR,
+                        FindCoordinatorRequest(key=self.group_id, key_type=0),
+                        self.request_timeout,
                     )
                 finally:
                     conn.close()
             except ConnectionLost as exc:
                 log.debug("FindCoordinator via %s:%s failed: %s", host, port, exc)
                 continue
-            if resp.get("error_code"):
-                log.debug("FindCoordinator via %s:%s: %s", host, port, error_name(resp["error_code"]))
+            if resp.error_code:
+                log.debug("FindCoordinator via %s:%s: %s", host, port, error_name(resp.error_code))
                 continue
             try:
-                ctl = Connection(resp["host"], resp["port"], self.client_id)
-                join = Connection(resp["host"], resp["port"], self.client_id)
+                ctl = Connection(resp.host, resp.port, self.client_id)
+                join = Connection(resp.host, resp.port, self.client_id)
             except ConnectionLost as exc:
-                log.debug("coordinator %s:%s unreachable: %s", resp["host"], resp["port"], exc)
+                log.debug("coordinator %s:%s unreachable: %s", resp.host, resp.port, exc)
                 continue
             with self._cv:
                 self._drop_connections()
-                self._coordinator = (resp["host"], resp["port"])
+                self._coordinator = (resp.host, resp.port)
                 self._ctl_conn, self._join_conn = ctl, join
                 self._unknown_since = None
                 self._last_heartbeat_ok = time.monotonic()
@@ -542,9 +557,9 @@ class CoordinatorMember:
             log.info(
                 "group %s: coordinator is node %s at %s:%s",
                 self.group_id,
-                resp.get("node_id"),
-                resp["host"],
-                resp["port"],
+                resp.node_id,
+                resp.host,
+                resp.port,
             )
             return True
         return False
@@ -573,8 +588,8 @@ class CoordinatorMember:
             self._cv.notify_all()
 
     def _control_request(
-        self, api: int, body: Mapping[str, Any], retry_coordinator: bool, top_level: bool = False
-    ) -> dict[str, Any]:
+        self, api: int, body: Message, retry_coordinator: bool, top_level: bool = False
+    ) -> Any:
         """A request on the control connection, retried over coordinator moves until the timeout."""
         deadline = time.monotonic() + self.request_timeout
         while True:
@@ -593,9 +608,9 @@ class CoordinatorMember:
                 resp = None
             if resp is not None:
                 codes = (
-                    {resp.get("error_code", 0)}
+                    {resp.error_code}
                     if top_level
-                    else {p["error_code"] for t in resp.get("topics", []) for p in t.get("partitions", [])}
+                    else {p.error_code for t in resp.topics for p in t.partitions}
                 )
                 retriable = codes & {
                     E.NOT_COORDINATOR,
@@ -616,12 +631,12 @@ class CoordinatorMember:
             self._sleep(self.retry_backoff, interruptible=False)
 
     def _leave(self, member_id: str, reason: str) -> None:
-        body = {
-            "group_id": self.group_id,
-            "members": [
-                {"member_id": member_id, "group_instance_id": self.group_instance_id, "reason": reason}
+        body = LeaveGroupRequest(
+            group_id=self.group_id,
+            members=[
+                LeaveGroupMember(member_id=member_id, group_instance_id=self.group_instance_id, reason=reason)
             ],
-        }
+        )
         with self._cv:
             conn = self._ctl_conn
         if conn is None:
@@ -632,7 +647,7 @@ class CoordinatorMember:
             self.group_id,
             member_id,
             reason,
-            error_name(resp.get("error_code", 0)),
+            error_name(resp.error_code),
         )
 
     def _sleep(self, seconds: float, interruptible: bool = True) -> None:
@@ -781,40 +796,40 @@ class CoordinatorMember:
                 gen = self._generation
                 owned = set(self._owned)
                 stable_gen = self._stable_generation
-            body = {
-                "group_id": self.group_id,
-                "session_timeout_ms": self.session_timeout_ms,
-                "rebalance_timeout_ms": self.rebalance_timeout_ms,
-                "member_id": gen.member_id,
-                "group_instance_id": self.group_instance_id,
-                "protocol_type": PROTOCOL_TYPE,
-                "protocols": join_protocols(
+            body = JoinGroupRequest(
+                group_id=self.group_id,
+                session_timeout_ms=self.session_timeout_ms,
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
+                member_id=gen.member_id,
+                group_instance_id=self.group_instance_id,
+                protocol_type=PROTOCOL_TYPE,
+                protocols=join_protocols(
                     self.assignors, self.topics, owned, stable_gen, self.rack, previous=self._last_assignment
                 ),
-                "reason": None,
-            }
+                reason=None,
+            )
             self.stats["joins"] += 1
             try:
                 resp = conn.request(wire.JOIN_GROUP, body, self.rebalance_timeout_ms / 1000 + 5)
             except ConnectionLost as exc:
                 self.mark_coordinator_unknown(str(exc))
                 return
-            code = resp.get("error_code", 0)
+            code = resp.error_code
             if code == E.MEMBER_ID_REQUIRED:
                 with self._cv:
-                    self._generation = Generation(NO_GENERATION, resp["member_id"], None)
+                    self._generation = Generation(NO_GENERATION, resp.member_id, None)
                 continue
             if code:
                 if not self._handle_join_error("JoinGroup", code):
                     return
                 continue
-            if resp.get("protocol_type") not in (None, PROTOCOL_TYPE):
-                self._fail(RebalanceFailed(f"JoinGroup answered protocol type {resp['protocol_type']!r}"))
+            if resp.protocol_type not in (None, PROTOCOL_TYPE):
+                self._fail(RebalanceFailed(f"JoinGroup answered protocol type {resp.protocol_type!r}"))
                 return
             with self._cv:
                 if self._closed:
                     return
-                self._generation = Generation(resp["generation_id"], resp["member_id"], resp["protocol_name"])
+                self._generation = Generation(resp.generation_id, resp.member_id, resp.protocol_name)
                 self.state = MemberState.COMPLETING_REBALANCE
                 self._last_heartbeat_ok = time.monotonic()  # a long join phase is not a dead coordinator
                 self._cv.notify_all()
@@ -878,15 +893,13 @@ class CoordinatorMember:
             self._closed = True
             self._cv.notify_all()
 
-    def _sync(self, conn: Connection, join: Mapping[str, Any]) -> bool:
+    def _sync(self, conn: Connection, join: JoinGroupResponse) -> bool:
         """Phase three: the leader assigns; everyone sends SyncGroup. True when the member is stable."""
         gen = self._generation
-        assignments: list[dict[str, Any]] = []
-        if join["leader"] == gen.member_id and join.get("members"):
+        assignments: list[SyncGroupAssignment] = []
+        if join.leader == gen.member_id and join.members:
             try:
-                per_member, counts = perform_assignment(
-                    gen.protocol_name, join["members"], self._partitions_for
-                )
+                per_member, counts = perform_assignment(gen.protocol_name, join.members, self._partitions_for)
             except KazooException as exc:
                 # ZooKeeper is away (topic sizes unreadable): not the assignor's fault, join again.
                 log.warning(
@@ -900,33 +913,33 @@ class CoordinatorMember:
                 self._fail(RebalanceFailed(f"the leader's assignor {gen.protocol_name!r} failed: {exc}"))
                 return False
             self.stats["zk_requests"] += len(counts)
-            assignments = [{"member_id": m, "assignment": a} for m, a in per_member.items()]
+            assignments = [SyncGroupAssignment(member_id=m, assignment=a) for m, a in per_member.items()]
             with self._cv:
                 self._leader_counts = counts
             self._watch_topics(counts)
         else:
             with self._cv:
                 self._leader_counts = None
-        body = {
-            "group_id": self.group_id,
-            "generation_id": gen.generation_id,
-            "member_id": gen.member_id,
-            "group_instance_id": self.group_instance_id,
-            "protocol_type": PROTOCOL_TYPE,
-            "protocol_name": gen.protocol_name,
-            "assignments": assignments,
-        }
+        body = SyncGroupRequest(
+            group_id=self.group_id,
+            generation_id=gen.generation_id,
+            member_id=gen.member_id,
+            group_instance_id=self.group_instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=gen.protocol_name,
+            assignments=assignments,
+        )
         self.stats["syncs"] += 1
         try:
             resp = conn.request(wire.SYNC_GROUP, body, self.rebalance_timeout_ms / 1000 + 5)
         except ConnectionLost as exc:
             self.mark_coordinator_unknown(str(exc))
             return False
-        code = resp.get("error_code", 0)
+        code = resp.error_code
         if code:
             self._handle_join_error("SyncGroup", code)
             return False
-        assigned = set(decode_assignment(resp.get("assignment") or b"").partitions)
+        assigned = set(decode_assignment(resp.assignment).partitions)
         with self._cv:
             if self._closed or self._generation != gen:
                 return False
@@ -1035,19 +1048,19 @@ class CoordinatorMember:
                 # No successful heartbeat for a whole session: the coordinator is probably gone.
                 self.mark_coordinator_unknown("no heartbeat response within the session timeout")
                 continue
-            body = {
-                "group_id": self.group_id,
-                "generation_id": gen.generation_id,
-                "member_id": gen.member_id,
-                "group_instance_id": self.group_instance_id,
-            }
+            body = HeartbeatRequest(
+                group_id=self.group_id,
+                generation_id=gen.generation_id,
+                member_id=gen.member_id,
+                group_instance_id=self.group_instance_id,
+            )
             self.stats["heartbeats"] += 1
             try:
                 resp = conn.request(wire.HEARTBEAT, body, max(interval, self.session_timeout_ms / 1000))
             except ConnectionLost as exc:
                 self.mark_coordinator_unknown(str(exc))
                 continue
-            code = resp.get("error_code", 0)
+            code = resp.error_code
             with self._cv:
                 if self._generation != gen:
                     continue  # answered for a generation we already left behind

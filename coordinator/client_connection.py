@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from coordinator import protocol as wire
+from coordinator.schema import Message
 from core.errors import GroupshiftError
 
 COORDINATORS_PATH = "/groupshift/coordinators/ids"
@@ -55,8 +56,8 @@ class Connection:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.closed = False
 
-    def request(self, api: int, body: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-        """Send one request and wait for its response body; raises `ConnectionLost`."""
+    def request(self, api: int, body: Message, timeout: float) -> Any:
+        """Send one request struct and wait for the API's response struct; raises `ConnectionLost`."""
         with self._lock:
             if self.closed:
                 raise ConnectionLost("connection closed")
@@ -67,7 +68,7 @@ class Connection:
                 self._sock.sendall(wire.encode_request(api, rid, body, self.client_id))
                 while True:
                     while self._frames:
-                        got, resp = wire.decode_response(self._frames.pop(0))
+                        got, resp = wire.decode_response_body(api, self._frames.pop(0))
                         if got == rid:
                             return resp
                     data = self._sock.recv(1 << 16)

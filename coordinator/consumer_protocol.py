@@ -8,8 +8,7 @@ group voted for), and what a cooperative member revokes. No I/O: `coordinator.cl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from coordinator.assignors.base import Subscription, get_assignor
 from coordinator.assignors.payloads import (
@@ -19,6 +18,7 @@ from coordinator.assignors.payloads import (
     encode_sticky_user_data,
     encode_subscription,
 )
+from coordinator.schema import JoinGroupMember, JoinGroupProtocol
 from core.types import TopicPartition
 
 PROTOCOL_TYPE = "consumer"
@@ -63,7 +63,7 @@ def join_protocols(
     generation: int,
     rack: str | None = None,
     previous: Iterable[TopicPartition] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JoinGroupProtocol]:
     """JoinGroup `protocols`: one entry per assignor, most preferred first, each with its subscription.
 
     `owned` are the partitions the member still holds (none after an eager revocation);
@@ -72,9 +72,9 @@ def join_protocols(
     owned = sorted(owned)
     previous = owned if previous is None else sorted(previous)
     return [
-        {
-            "name": name,
-            "metadata": encode_subscription(
+        JoinGroupProtocol(
+            name=name,
+            metadata=encode_subscription(
                 Subscription(
                     list(topics),
                     owned_partitions=owned,
@@ -83,14 +83,14 @@ def join_protocols(
                     user_data=subscription_user_data(name, previous, generation),
                 )
             ),
-        }
+        )
         for name in assignor_names
     ]
 
 
 def perform_assignment(
     protocol_name: str,
-    members: Sequence[Mapping[str, Any]],
+    members: Sequence[JoinGroupMember],
     partitions_for: Callable[[str], int | None],
 ) -> tuple[dict[str, bytes], dict[str, int]]:
     """The leader's job: run the selected assignor over every member's subscription.
@@ -99,9 +99,7 @@ def perform_assignment(
     member and the partition counts used (the leader watches them for changes).
     """
     assignor = get_assignor(protocol_name)
-    subscriptions = {
-        m["member_id"]: decode_subscription(m["metadata"], m.get("group_instance_id")) for m in members
-    }
+    subscriptions = {m.member_id: decode_subscription(m.metadata, m.group_instance_id) for m in members}
     topics = sorted({t for s in subscriptions.values() for t in s.topics})
     counts = {}
     for topic in topics:

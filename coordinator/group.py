@@ -9,7 +9,7 @@ those. Behaviour is `coordinator-spec.md` §0-§14 with the choices of `PROTOCOL
 Usage::
 
     core = GroupCoordinator(CoordinatorConfig())
-    outputs = core.handle(JOIN_GROUP, body, now_ms, client_id="c1", client_host="/10.0.0.7",
+    outputs = core.handle(JOIN_GROUP, JoinGroupRequest(...), now_ms, client_id="c1", client_host="/10.0.0.7",
                           request_token=conn_and_correlation_id)
     for out in outputs:
         match out:
@@ -23,8 +23,8 @@ Usage::
 Timers fire when `now_ms > deadline` (strictly); timers created while firing are scheduled from
 `now_ms`. `handle` and `persisted` first fire every timer already due, so a driver that is late
 calling `tick` still sees Kafka's order of events. Nothing a client sends makes this module raise:
-malformed bodies are answered with INVALID_REQUEST (42). `IllegalStateTransition` can only come
-from a bug in this module.
+requests arrive already validated by a codec (`coordinator/protocol.py`).
+`IllegalStateTransition` can only come from a bug in this module.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from typing import Any
+
+from msgspec import UNSET
 
 from coordinator import error_codes as E
 from coordinator.group_metadata import (
@@ -52,6 +54,14 @@ from coordinator.group_metadata import (
 )
 from coordinator.group_requests import RequestHandlers
 from coordinator.messages import (
+    Discarded,
+    GroupSnapshot,
+    Output,
+    Persist,
+    Respond,
+    StateChanged,
+)
+from coordinator.schema import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     HEARTBEAT,
@@ -62,16 +72,12 @@ from coordinator.messages import (
     OFFSET_DELETE,
     OFFSET_FETCH,
     SYNC_GROUP,
-    Discarded,
-    GroupSnapshot,
-    InvalidRequest,
-    Output,
-    Persist,
-    Respond,
-    StateChanged,
-    join_error,
-    parse_request,
-    sync_error,
+    ErrorResponse,
+    JoinGroupMember,
+    JoinGroupResponse,
+    Message,
+    Response,
+    SyncGroupResponse,
 )
 
 __all__ = [
@@ -177,7 +183,7 @@ class GroupCoordinator(RequestHandlers):
     def handle(
         self,
         api_key: int,
-        body: Any,
+        req: Message,
         now_ms: int,
         *,
         client_id: str = "",
@@ -185,24 +191,15 @@ class GroupCoordinator(RequestHandlers):
         request_token: Any = None,
         group_check: GroupCheck | None = None,
     ) -> list[Output]:
-        """Handle one request body (PROTOCOL.md field names); the response may come later."""
+        """Handle one request (`api_key`'s struct of `coordinator/schema.py`, as a codec decoded
+        it); the response may come later."""
         out = self._begin(now_ms)
         handler = self._handlers.get(api_key)
         if handler is None:
+            message = f"api {api_key} is not served by the group coordinator"
             out.append(
-                Respond(
-                    request_token,
-                    {
-                        "error_code": E.UNSUPPORTED_VERSION,
-                        "error_message": f"api {api_key} is not served by the group coordinator",
-                    },
-                )
+                Respond(request_token, ErrorResponse(error_code=E.UNSUPPORTED_VERSION, error_message=message))
             )
-            return out
-        try:
-            req = parse_request(api_key, body)
-        except InvalidRequest as e:
-            out.append(Respond(request_token, {"error_code": E.INVALID_REQUEST, "error_message": str(e)}))
             return out
         handler(req, request_token, client_id, client_host, group_check)
         return out
@@ -337,7 +334,7 @@ class GroupCoordinator(RequestHandlers):
             self._expire_offsets()
         return out
 
-    def _respond(self, token: Any, body: dict[str, Any]) -> None:
+    def _respond(self, token: Any, body: Response) -> None:
         self._out.append(Respond(token, body))
 
     def _transition(self, group: Group, target: GroupState) -> None:
@@ -374,9 +371,12 @@ class GroupCoordinator(RequestHandlers):
         # write — is answered the same way rather than left hanging.
         for m in group.members.values():
             if m.awaiting_join:
-                self._respond(group.unpark_join(m), join_error(E.NOT_COORDINATOR, m.member_id))
+                self._respond(
+                    group.unpark_join(m),
+                    JoinGroupResponse(error_code=E.NOT_COORDINATOR, member_id=m.member_id),
+                )
             if m.awaiting_sync:
-                self._respond(group.unpark_sync(m), sync_error(E.NOT_COORDINATOR))
+                self._respond(group.unpark_sync(m), SyncGroupResponse(error_code=E.NOT_COORDINATOR))
 
     # ------------------------------------------------------------------- timers
 
@@ -602,7 +602,9 @@ class GroupCoordinator(RequestHandlers):
     def _remove_member_and_update_group(self, group: Group, m: Member) -> None:
         """§7.4 (leave, session expiry)."""
         if m.awaiting_join:
-            self._respond(group.unpark_join(m), join_error(E.UNKNOWN_MEMBER_ID, ""))
+            self._respond(
+                group.unpark_join(m), JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id="")
+            )
         if m.awaiting_sync:
             # Kafka removes the member without answering its parked SyncGroup.
             self._out.append(Discarded(group.unpark_sync(m)))
@@ -625,25 +627,20 @@ class GroupCoordinator(RequestHandlers):
                 token = group.unpark_sync(m)
                 self._respond(
                     token,
-                    {
-                        "error_code": error,
-                        "protocol_type": ptype,
-                        "protocol_name": pname,
-                        "assignment": m.assignment,
-                    },
+                    SyncGroupResponse(
+                        error_code=error, protocol_type=ptype, protocol_name=pname, assignment=m.assignment
+                    ),
                 )
                 self._schedule_session(group, m, m.session_timeout_ms)
 
-    def _join_ok(self, group: Group, member_id: str, members: list) -> dict[str, Any]:
-        body = {
-            "error_code": E.NONE,
-            "generation_id": group.generation_id,
-            "protocol_type": group.protocol_type,
-            "protocol_name": group.protocol_name,
-            "leader": group.leader_id or "",
-            "member_id": member_id,
-            "members": members,
-        }
-        if self.config.supports_skip_assignment:
-            body["skip_assignment"] = False
-        return body
+    def _join_ok(self, group: Group, member_id: str, members: list[JoinGroupMember]) -> JoinGroupResponse:
+        return JoinGroupResponse(
+            error_code=E.NONE,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id or "",
+            member_id=member_id,
+            members=members,
+            skip_assignment=False if self.config.supports_skip_assignment else UNSET,
+        )

@@ -17,6 +17,7 @@ import msgspec
 
 from coordinator.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
 from coordinator.offsets import GroupOffsets
+from coordinator.schema import JoinGroupMember
 
 
 class GroupState(enum.Enum):
@@ -364,11 +365,11 @@ class Group:
 
     # ------------------------------------------------------------- records
 
-    def member_list(self) -> list[dict[str, Any]]:
+    def member_list(self) -> list[JoinGroupMember]:
         """The leader's JoinGroup member list: every member with its metadata for the selected protocol."""
         pn = self.protocol_name
         return [
-            {"member_id": mid, "group_instance_id": m.group_instance_id, "metadata": m.metadata(pn)}
+            JoinGroupMember(member_id=mid, group_instance_id=m.group_instance_id, metadata=m.metadata(pn))
             for mid, m in self.members.items()
         ]
 

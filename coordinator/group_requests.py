@@ -23,25 +23,42 @@ from coordinator.group_metadata import (
     Member,
 )
 from coordinator.messages import (
-    DeleteGroupsRequest,
-    DescribeGroupsRequest,
     Discarded,
-    HeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
-    ListGroupsRequest,
-    OffsetCommitRequest,
-    OffsetDeleteRequest,
-    OffsetFetchRequest,
     OffsetRecord,
     Respond,
-    SyncGroupRequest,
-    commit_errors,
-    describe_error,
-    join_error,
-    sync_error,
 )
 from coordinator.offsets import metadata_length
+from coordinator.schema import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteGroupsResult,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupMemberResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchPartition,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopicResponse,
+    PartitionResult,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    TopicPartitionResults,
+)
 from core.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -60,19 +77,19 @@ class RequestHandlers(_Base):
     ) -> None:
         gid, mid = req.group_id, req.member_id
         if not gid:
-            self._respond(token, join_error(E.INVALID_GROUP_ID, mid))
+            self._respond(token, JoinGroupResponse(error_code=E.INVALID_GROUP_ID, member_id=mid))
             return
         if check is not None and (err := check(gid)):
-            self._respond(token, join_error(err, mid))
+            self._respond(token, JoinGroupResponse(error_code=err, member_id=mid))
             return
         cfg = self.config
         if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms <= cfg.group_max_session_timeout_ms:
-            self._respond(token, join_error(E.INVALID_SESSION_TIMEOUT, mid))
+            self._respond(token, JoinGroupResponse(error_code=E.INVALID_SESSION_TIMEOUT, member_id=mid))
             return
         group = self._groups.get(gid)
         if group is None:
             if mid:
-                self._respond(token, join_error(E.UNKNOWN_MEMBER_ID, mid))
+                self._respond(token, JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id=mid))
                 return
             group = self._create_group(gid)
         protocols = [(p.name, p.metadata) for p in req.protocols]
@@ -83,7 +100,7 @@ class RequestHandlers(_Base):
                 group.remove(m)
                 m.session_deadline = None
             group.pending_members.pop(mid, None)
-            self._respond(token, join_error(E.GROUP_MAX_SIZE_REACHED, ""))
+            self._respond(token, JoinGroupResponse(error_code=E.GROUP_MAX_SIZE_REACHED, member_id=""))
         elif mid == "":
             self._join_new_member(group, req, protocols, token, client_id, client_host)
         else:
@@ -111,10 +128,10 @@ class RequestHandlers(_Base):
     ) -> None:
         """§3.2."""
         if group.state is DEAD:
-            self._respond(token, join_error(E.COORDINATOR_NOT_AVAILABLE, ""))
+            self._respond(token, JoinGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE, member_id=""))
             return
         if not group.supports_protocols(req.protocol_type, frozenset(name for name, _ in protocols)):
-            self._respond(token, join_error(E.INCONSISTENT_GROUP_PROTOCOL, ""))
+            self._respond(token, JoinGroupResponse(error_code=E.INCONSISTENT_GROUP_PROTOCOL, member_id=""))
             return
         iid = req.group_instance_id
         new_id = self._new_member_id(client_id if iid is None else iid)
@@ -126,7 +143,7 @@ class RequestHandlers(_Base):
         elif self.config.require_known_member_id:
             # KIP-394: hand out an id and wait for the member to come back with it (§5.1).
             self._add_pending_member(group, new_id, req.session_timeout_ms)
-            self._respond(token, join_error(E.MEMBER_ID_REQUIRED, new_id))
+            self._respond(token, JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id=new_id))
         else:
             self._add_member_and_rebalance(group, new_id, req, protocols, token, client_id, client_host)
 
@@ -142,17 +159,17 @@ class RequestHandlers(_Base):
         """§3.3."""
         mid = req.member_id
         if group.state is DEAD:
-            self._respond(token, join_error(E.COORDINATOR_NOT_AVAILABLE, mid))
+            self._respond(token, JoinGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE, member_id=mid))
             return
         if not group.supports_protocols(req.protocol_type, frozenset(name for name, _ in protocols)):
-            self._respond(token, join_error(E.INCONSISTENT_GROUP_PROTOCOL, mid))
+            self._respond(token, JoinGroupResponse(error_code=E.INCONSISTENT_GROUP_PROTOCOL, member_id=mid))
             return
         if mid in group.pending_members and req.group_instance_id is None:
             self._add_member_and_rebalance(group, mid, req, protocols, token, client_id, client_host)
             return
         err = self._validate_member(group, mid, req.group_instance_id)
         if err:
-            self._respond(token, join_error(err, mid))
+            self._respond(token, JoinGroupResponse(error_code=err, member_id=mid))
             return
         m = group.members[mid]
         state = group.state
@@ -173,7 +190,7 @@ class RequestHandlers(_Base):
             else:
                 self._respond(token, self._join_ok(group, mid, []))
         else:  # Empty with members: never produced by normal operation
-            self._respond(token, join_error(E.UNKNOWN_MEMBER_ID, mid))
+            self._respond(token, JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id=mid))
 
     def _replace_static_member(
         self, group: Group, req: JoinGroupRequest, protocols: list, token: Any, new_id: str
@@ -185,9 +202,11 @@ class RequestHandlers(_Base):
         m = group.members[old_id]
         leader_before = group.leader_id
         if m.awaiting_join:
-            self._respond(group.unpark_join(m), join_error(E.FENCED_INSTANCE_ID, old_id))
+            self._respond(
+                group.unpark_join(m), JoinGroupResponse(error_code=E.FENCED_INSTANCE_ID, member_id=old_id)
+            )
         if m.awaiting_sync:
-            self._respond(group.unpark_sync(m), sync_error(E.FENCED_INSTANCE_ID))
+            self._respond(group.unpark_sync(m), SyncGroupResponse(error_code=E.FENCED_INSTANCE_ID))
         group.rename(m, new_id)
         self._schedule_session(group, m, m.session_timeout_ms)
         old = (m.protocols, m.rebalance_timeout_ms, m.session_timeout_ms)
@@ -212,16 +231,9 @@ class RequestHandlers(_Base):
             if not parked:
                 return
             group.unpark_join(m)
-            body = {
-                "error_code": E.NONE,
-                "generation_id": group.generation_id,
-                "protocol_type": group.protocol_type,
-                "protocol_name": group.protocol_name,
-                "member_id": new_id,
-            }
             if self.config.supports_skip_assignment:
                 leader = group.is_leader(new_id)
-                body.update(
+                extra = dict(
                     leader=group.leader_id or "",
                     members=group.member_list() if leader else [],
                     skip_assignment=leader,
@@ -229,7 +241,15 @@ class RequestHandlers(_Base):
             else:
                 # v8 and older: the leader id as it was before the replacement, so a replaced
                 # static leader does not run the assignor again.
-                body.update(leader=leader_before or "", members=[])
+                extra = dict(leader=leader_before or "", members=[])
+            body = JoinGroupResponse(
+                error_code=E.NONE,
+                generation_id=group.generation_id,
+                protocol_type=group.protocol_type,
+                protocol_name=group.protocol_name,
+                member_id=new_id,
+                **extra,
+            )
             self._respond(token, body)
             return
         if group.members.get(new_id) is not m:
@@ -246,15 +266,13 @@ class RequestHandlers(_Base):
         if parked:
             self._respond(
                 token,
-                {
-                    "error_code": E.map_group_write_error(error),
-                    "generation_id": group.generation_id,
-                    "protocol_type": group.protocol_type,
-                    "protocol_name": group.protocol_name,
-                    "leader": leader_before or "",
-                    "member_id": "",
-                    "members": [],
-                },
+                JoinGroupResponse(
+                    error_code=E.map_group_write_error(error),
+                    generation_id=group.generation_id,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=leader_before or "",
+                ),
             )
 
     # ================================================================ SyncGroup (§4)
@@ -264,19 +282,22 @@ class RequestHandlers(_Base):
     ) -> None:
         gid, mid = req.group_id, req.member_id
         if not gid:
-            self._respond(token, sync_error(E.INVALID_GROUP_ID))
+            self._respond(token, SyncGroupResponse(error_code=E.INVALID_GROUP_ID))
             return
         if check is not None and (err := check(gid)):
             self._respond(
-                token, sync_error(E.REBALANCE_IN_PROGRESS if err == E.COORDINATOR_LOAD_IN_PROGRESS else err)
+                token,
+                SyncGroupResponse(
+                    error_code=E.REBALANCE_IN_PROGRESS if err == E.COORDINATOR_LOAD_IN_PROGRESS else err
+                ),
             )
             return
         group = self._groups.get(gid)
         if group is None:
-            self._respond(token, sync_error(E.UNKNOWN_MEMBER_ID))
+            self._respond(token, SyncGroupResponse(error_code=E.UNKNOWN_MEMBER_ID))
             return
         if group.state is DEAD:
-            self._respond(token, sync_error(E.COORDINATOR_NOT_AVAILABLE))
+            self._respond(token, SyncGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE))
             return
         err = self._validate_member(group, mid, req.group_instance_id)
         if not err and req.generation_id != group.generation_id:
@@ -287,7 +308,7 @@ class RequestHandlers(_Base):
         ):
             err = E.INCONSISTENT_GROUP_PROTOCOL
         if err:
-            self._respond(token, sync_error(err))
+            self._respond(token, SyncGroupResponse(error_code=err))
             return
         m = group.members[mid]
         state = group.state
@@ -307,18 +328,18 @@ class RequestHandlers(_Base):
             self._synced(group, mid)
             self._respond(
                 token,
-                {
-                    "error_code": E.NONE,
-                    "protocol_type": group.protocol_type,
-                    "protocol_name": group.protocol_name,
-                    "assignment": m.assignment,
-                },
+                SyncGroupResponse(
+                    error_code=E.NONE,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    assignment=m.assignment,
+                ),
             )
             self._schedule_session(group, m, m.session_timeout_ms)
         elif state is PREPARING_REBALANCE:
-            self._respond(token, sync_error(E.REBALANCE_IN_PROGRESS))
+            self._respond(token, SyncGroupResponse(error_code=E.REBALANCE_IN_PROGRESS))
         else:  # Empty: not reachable after the member check
-            self._respond(token, sync_error(E.UNKNOWN_MEMBER_ID))
+            self._respond(token, SyncGroupResponse(error_code=E.UNKNOWN_MEMBER_ID))
 
     def _synced(self, group: Group, member_id: str) -> None:
         group.pending_sync_members.discard(member_id)
@@ -355,7 +376,7 @@ class RequestHandlers(_Base):
                 err = E.NONE  # blind success while loading
         else:
             err = self._heartbeat_group(self._groups.get(gid), req)
-        self._out.append(Respond(token, {"error_code": err}))
+        self._out.append(Respond(token, HeartbeatResponse(error_code=err)))
 
     def _heartbeat_group(self, group: Group | None, req: HeartbeatRequest) -> int:
         if group is None:
@@ -390,21 +411,21 @@ class RequestHandlers(_Base):
     ) -> None:
         gid = req.group_id
         if not gid:
-            self._respond(token, {"error_code": E.INVALID_GROUP_ID, "members": []})
+            self._respond(token, LeaveGroupResponse(error_code=E.INVALID_GROUP_ID))
             return
         if check is not None and (err := check(gid)):
-            self._respond(token, {"error_code": err, "members": []})
+            self._respond(token, LeaveGroupResponse(error_code=err))
             return
         group = self._groups.get(gid)
         if group is not None and group.state is DEAD:
-            self._respond(token, {"error_code": E.COORDINATOR_NOT_AVAILABLE, "members": []})
+            self._respond(token, LeaveGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE))
             return
         results = []
         for leaving in req.members:
             mid, iid = leaving.member_id, leaving.group_instance_id
             err = E.UNKNOWN_MEMBER_ID if group is None else self._leave_one(group, mid, iid)
-            results.append({"member_id": mid, "group_instance_id": iid, "error_code": err})
-        self._respond(token, {"error_code": E.NONE, "members": results})
+            results.append(LeaveGroupMemberResponse(member_id=mid, group_instance_id=iid, error_code=err))
+        self._respond(token, LeaveGroupResponse(error_code=E.NONE, members=results))
 
     def _leave_one(self, group: Group, mid: str, iid: str | None) -> int:
         if mid == "":
@@ -431,20 +452,20 @@ class RequestHandlers(_Base):
     ) -> None:
         gid = req.group_id
         if gid is None:
-            self._respond(token, commit_errors(req, E.INVALID_GROUP_ID))
+            self._respond(token, OffsetCommitResponse.with_error(req, E.INVALID_GROUP_ID))
             return
         if check is not None and (err := check(gid)):
-            self._respond(token, commit_errors(req, err))
+            self._respond(token, OffsetCommitResponse.with_error(req, err))
             return
         group = self._groups.get(gid)
         if group is None:
             if req.generation_id >= 0:
-                self._respond(token, commit_errors(req, E.ILLEGAL_GENERATION))
+                self._respond(token, OffsetCommitResponse.with_error(req, E.ILLEGAL_GENERATION))
                 return
             group = self._create_group(gid)  # a "simple" group: offsets only, no protocol type
         err = self._validate_commit(group, req)
         if err:
-            self._respond(token, commit_errors(req, err))
+            self._respond(token, OffsetCommitResponse.with_error(req, err))
             return
         self._store_offsets(group, req, token)
 
@@ -507,29 +528,31 @@ class RequestHandlers(_Base):
     ) -> None:
         gid = req.group_id
         if gid is None:
-            self._respond(token, {"error_code": E.INVALID_GROUP_ID, "topics": []})
+            self._respond(token, OffsetFetchResponse(error_code=E.INVALID_GROUP_ID))
             return
         if check is not None and (err := check(gid)):
-            self._respond(token, {"error_code": err, "topics": []})
+            self._respond(token, OffsetFetchResponse(error_code=err))
             return
         group = self._groups.get(gid)
         if group is not None and group.state is DEAD:
             group = None
-        topics: list[dict[str, Any]] = []
+        topics: list[OffsetFetchTopicResponse] = []
         if req.topics is None:
             if group is not None:
-                by_topic: dict[str, list[dict[str, Any]]] = {}
+                by_topic: dict[str, list[OffsetFetchPartition]] = {}
                 for tp in sorted(group.offsets.committed):
                     by_topic.setdefault(tp.topic, []).append(_fetched(group, tp, req.require_stable))
-                topics = [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+                topics = [
+                    OffsetFetchTopicResponse(name=name, partitions=parts) for name, parts in by_topic.items()
+                ]
         else:
             for t in req.topics:
                 parts = [
                     _fetched(group, TopicPartition(t.name, p), req.require_stable)
                     for p in t.partition_indexes
                 ]
-                topics.append({"name": t.name, "partitions": parts})
-        self._respond(token, {"error_code": E.NONE, "topics": topics})
+                topics.append(OffsetFetchTopicResponse(name=t.name, partitions=parts))
+        self._respond(token, OffsetFetchResponse(error_code=E.NONE, topics=topics))
 
     def _expire_offsets(self) -> None:
         """§11 retention: which offsets each kind of group may lose, then drop groups left empty."""
@@ -573,12 +596,12 @@ class RequestHandlers(_Base):
         results = []
         for gid in req.groups:
             if gid is None:
-                results.append(describe_error(None, E.INVALID_GROUP_ID))
+                results.append(DescribedGroup(error_code=E.INVALID_GROUP_ID, group_id=None))
             elif check is not None and (err := check(gid)):
-                results.append(describe_error(gid, err))
+                results.append(DescribedGroup(error_code=err, group_id=gid))
             else:
                 results.append(_describe(gid, self._groups.get(gid)))
-        self._respond(token, {"groups": results})
+        self._respond(token, DescribeGroupsResponse(groups=results))
 
     def _list_groups(
         self, req: ListGroupsRequest, token: Any, client_id: str, client_host: str, check: Any
@@ -591,13 +614,11 @@ class RequestHandlers(_Base):
                 if states and group.state.value.lower() not in states:
                     continue
                 groups.append(
-                    {
-                        "group_id": gid,
-                        "protocol_type": group.protocol_type or "",
-                        "group_state": group.state.value,
-                    }
+                    ListedGroup(
+                        group_id=gid, protocol_type=group.protocol_type or "", group_state=group.state.value
+                    )
                 )
-        self._respond(token, {"error_code": E.NONE, "groups": groups})
+        self._respond(token, ListGroupsResponse(error_code=E.NONE, groups=groups))
 
     def _delete_groups(
         self, req: DeleteGroupsRequest, token: Any, client_id: str, client_host: str, check: Any
@@ -618,25 +639,25 @@ class RequestHandlers(_Base):
                     err = E.NONE
                 else:
                     err = E.NON_EMPTY_GROUP
-            results.append({"group_id": gid, "error_code": err})
-        self._respond(token, {"results": results})
+            results.append(DeleteGroupsResult(group_id=gid, error_code=err))
+        self._respond(token, DeleteGroupsResponse(results=results))
 
     def _offset_delete(
         self, req: OffsetDeleteRequest, token: Any, client_id: str, client_host: str, check: Any
     ) -> None:
         gid = req.group_id
         if not gid:
-            self._respond(token, {"error_code": E.INVALID_GROUP_ID, "topics": []})
+            self._respond(token, OffsetDeleteResponse(error_code=E.INVALID_GROUP_ID))
             return
         if check is not None and (err := check(gid)):
-            self._respond(token, {"error_code": err, "topics": []})
+            self._respond(token, OffsetDeleteResponse(error_code=err))
             return
         group = self._groups.get(gid)
         if group is None or group.state is DEAD:
-            self._respond(token, {"error_code": E.GROUP_ID_NOT_FOUND, "topics": []})
+            self._respond(token, OffsetDeleteResponse(error_code=E.GROUP_ID_NOT_FOUND))
             return
         if group.state is not EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            self._respond(token, {"error_code": E.NON_EMPTY_GROUP, "topics": []})
+            self._respond(token, OffsetDeleteResponse(error_code=E.NON_EMPTY_GROUP))
             return
         empty = group.state is EMPTY
         eligible: list[TopicPartition] = []
@@ -647,79 +668,78 @@ class RequestHandlers(_Base):
             for p in t.partitions:
                 if subscribed:
                     parts.append(
-                        {"partition_index": p.partition_index, "error_code": E.GROUP_SUBSCRIBED_TO_TOPIC}
+                        PartitionResult(
+                            partition_index=p.partition_index, error_code=E.GROUP_SUBSCRIBED_TO_TOPIC
+                        )
                     )
                 else:
                     eligible.append(TopicPartition(t.name, p.partition_index))
-                    parts.append({"partition_index": p.partition_index, "error_code": E.NONE})
-            topics.append({"name": t.name, "partitions": parts})
+                    parts.append(PartitionResult(partition_index=p.partition_index, error_code=E.NONE))
+            topics.append(TopicPartitionResults(name=t.name, partitions=parts))
         self._remove_offsets(group, eligible)
-        self._respond(token, {"error_code": E.NONE, "topics": topics})
+        self._respond(token, OffsetDeleteResponse(error_code=E.NONE, topics=topics))
 
 
-def _commit_body(layout: list[tuple[str, list[tuple[int, int | None]]]], written: int) -> dict[str, Any]:
-    return {
-        "topics": [
-            {
-                "name": name,
-                "partitions": [
-                    {"partition_index": p, "error_code": written if err is None else err} for p, err in parts
+def _commit_body(
+    layout: list[tuple[str, list[tuple[int, int | None]]]], written: int
+) -> OffsetCommitResponse:
+    return OffsetCommitResponse(
+        topics=[
+            TopicPartitionResults(
+                name=name,
+                partitions=[
+                    PartitionResult(partition_index=p, error_code=written if err is None else err)
+                    for p, err in parts
                 ],
-            }
+            )
             for name, parts in layout
         ]
-    }
+    )
 
 
-def _fetched(group: Group | None, tp: TopicPartition, require_stable: bool) -> dict[str, Any]:
+def _fetched(group: Group | None, tp: TopicPartition, require_stable: bool) -> OffsetFetchPartition:
     if group is not None:
         if require_stable and group.offsets.is_pending(tp):
-            return {
-                "partition_index": tp.partition,
-                "committed_offset": -1,
-                "metadata": "",
-                "error_code": E.UNSTABLE_OFFSET_COMMIT,
-            }
+            return OffsetFetchPartition(
+                partition_index=tp.partition,
+                committed_offset=-1,
+                metadata="",
+                error_code=E.UNSTABLE_OFFSET_COMMIT,
+            )
         r = group.offsets.committed.get(tp)
         if r is not None:
-            return {
-                "partition_index": tp.partition,
-                "committed_offset": r.offset,
-                "metadata": r.metadata,
-                "error_code": E.NONE,
-            }
-    return {"partition_index": tp.partition, "committed_offset": -1, "metadata": "", "error_code": E.NONE}
+            return OffsetFetchPartition(
+                partition_index=tp.partition,
+                committed_offset=r.offset,
+                metadata=r.metadata,
+                error_code=E.NONE,
+            )
+    return OffsetFetchPartition(
+        partition_index=tp.partition, committed_offset=-1, metadata="", error_code=E.NONE
+    )
 
 
-def _describe(group_id: str, group: Group | None) -> dict[str, Any]:
+def _describe(group_id: str, group: Group | None) -> DescribedGroup:
     if group is None:
-        return {
-            "error_code": E.NONE,
-            "group_id": group_id,
-            "group_state": DEAD.value,
-            "protocol_type": "",
-            "protocol_data": "",
-            "members": [],
-        }
+        return DescribedGroup(error_code=E.NONE, group_id=group_id, group_state=DEAD.value)
     stable = group.state is STABLE
     pn = group.protocol_name if stable else None
-    members = [_describe_member(m, pn, stable) for m in group.members.values()]
-    return {
-        "error_code": E.NONE,
-        "group_id": group_id,
-        "group_state": group.state.value,
-        "protocol_type": group.protocol_type or "",
-        "protocol_data": (group.protocol_name or "") if stable else "",
-        "members": members,
-    }
+    return DescribedGroup(
+        error_code=E.NONE,
+        group_id=group_id,
+        group_state=group.state.value,
+        protocol_type=group.protocol_type or "",
+        protocol_data=(group.protocol_name or "") if stable else "",
+        members=[_describe_member(m, pn, stable) for m in group.members.values()],
+    )
 
 
-def _describe_member(m: Member, protocol_name: str | None, with_data: bool) -> dict[str, Any]:
-    return {
-        "member_id": m.member_id,
-        "group_instance_id": m.group_instance_id,
-        "client_id": m.client_id,
-        "client_host": m.client_host,
-        "member_metadata": m.metadata(protocol_name) if with_data else b"",
-        "member_assignment": m.assignment if with_data else b"",
-    }
+def _describe_member(m: Member, protocol_name: str | None, with_data: bool) -> DescribedMember:
+    return DescribedMember(
+        member_id=m.member_id,
+        group_instance_id=m.group_instance_id,
+        client_id=m.client_id,
+        client_host=m.client_host,
+        member_metadata=m.metadata(protocol_name) if with_data else b"",
+        member_assignment=m.assignment if with_data else b"",
+    )

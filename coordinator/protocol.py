@@ -1,23 +1,31 @@
-"""The coordinator wire protocol, version 0 (PROTOCOL.md): framing, typed messages, validation.
+"""The node's wire codec, version 0 (docs/protocol.md): framing, envelopes, the field rules.
 
 A frame is a 4-byte big-endian length and one MessagePack map. Requests are
-`{"api", "v", "id", "client_id", "body"}`, responses `{"id", "body"}`. Bodies are decoded into the
-msgspec structs below, one per API; a body that lacks a key or has a value of the wrong type is
-answered with INVALID_REQUEST (42), an unknown api or version with UNSUPPORTED_VERSION (35), and a
-frame whose correlation id cannot be read closes the connection.
+`{"api", "v", "id", "client_id", "body"}`, responses `{"id", "body"}`. A body is decoded once,
+straight into the API's struct of `coordinator/schema.py`; a body that lacks a key or has a
+value of the wrong type is answered with INVALID_REQUEST (42), an unknown api or version with
+UNSUPPORTED_VERSION (35), and a frame whose correlation id cannot be read closes the connection.
 
     decoder = FrameDecoder(max_frame_bytes=1 << 20)
     for payload in decoder.feed(data):             # raises FrameTooLarge
-        request = decode_request(payload)          # raises BadFrame (close) / InvalidRequest (answer)
-        ...
-        out = encode_response(request.id, {"error_code": 0})
+        request = decode_request(payload)          # raises BadFrame (close) / RequestError (answer)
+        ...                                        # request.body is e.g. a schema.HeartbeatRequest
+        out = encode_response(request.id, HeartbeatResponse(error_code=0))
 
-Unknown keys are ignored everywhere (forward compatibility); `bytes` fields are MessagePack bin.
+The rules are this codec's, not the structs': each API's request is read through a *view*
+generated from its struct (`_wire_view`) that lists exactly the keys of docs/protocol.md, every
+one required, group ids never nil; unknown keys are ignored everywhere (forward compatibility);
+`bytes` fields are MessagePack bin. Another codec (Kafka's binary protocol) maps its own wire
+onto the same structs.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 import struct
+import types
+import typing
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -25,8 +33,10 @@ import msgspec
 
 # Kafka's API keys and error codes: one definition each, shared with the core.
 from coordinator import error_codes as ErrorCode  # ErrorCode.NONE, ErrorCode.NOT_COORDINATOR, ...
-from coordinator.messages import (
+from coordinator.schema import (
+    API_NAMES,
     API_VERSIONS,
+    APIS,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
@@ -34,334 +44,107 @@ from coordinator.messages import (
     JOIN_GROUP,
     LEAVE_GROUP,
     LIST_GROUPS,
+    NULL_GROUP_ID,
     OFFSET_COMMIT,
     OFFSET_DELETE,
     OFFSET_FETCH,
     SYNC_GROUP,
+    ApiVersionsKey,
+    ApiVersionsResponse,
+    DescribedGroup,
+    ErrorResponse,
+    FindCoordinatorResponse,
+    HeartbeatResponse,
+    Int32,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    Message,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
 )
+
+__all__ = [
+    "API_NAMES",
+    "API_VERSIONS",
+    "DELETE_GROUPS",
+    "DESCRIBE_GROUPS",
+    "ERROR_NAMES",
+    "ErrorCode",
+    "FIND_COORDINATOR",
+    "HEARTBEAT",
+    "JOIN_GROUP",
+    "LEAVE_GROUP",
+    "LIST_GROUPS",
+    "OFFSET_COMMIT",
+    "OFFSET_DELETE",
+    "OFFSET_FETCH",
+    "SYNC_GROUP",
+]
 
 VERSION = 0
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
 
-API_NAMES = {
-    OFFSET_COMMIT: "OffsetCommit",
-    OFFSET_FETCH: "OffsetFetch",
-    FIND_COORDINATOR: "FindCoordinator",
-    JOIN_GROUP: "JoinGroup",
-    HEARTBEAT: "Heartbeat",
-    LEAVE_GROUP: "LeaveGroup",
-    SYNC_GROUP: "SyncGroup",
-    DESCRIBE_GROUPS: "DescribeGroups",
-    LIST_GROUPS: "ListGroups",
-    API_VERSIONS: "ApiVersions",
-    DELETE_GROUPS: "DeleteGroups",
-    OFFSET_DELETE: "OffsetDelete",
-}
-
-
 ERROR_NAMES = ErrorCode.NAMES
 
-Int8 = Annotated[int, msgspec.Meta(ge=-(2**7), le=2**7 - 1)]
-Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
-Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-
-
-class Message(msgspec.Struct, frozen=True):
-    """Base of every body struct: all listed keys are required, unknown keys are ignored."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Request bodies
-
-
-class ApiVersionsRequest(Message):
-    pass
-
-
-class FindCoordinatorRequest(Message):
-    key: str
-    key_type: Int8
-
-
-class JoinGroupProtocol(Message):
-    name: str
-    metadata: bytes
-
-
-class JoinGroupRequest(Message):
-    group_id: str
-    session_timeout_ms: Int32
-    rebalance_timeout_ms: Int32
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str
-    protocols: list[JoinGroupProtocol]
-    reason: str | None
-
-
-class SyncGroupAssignment(Message):
-    member_id: str
-    assignment: bytes
-
-
-class SyncGroupRequest(Message):
-    group_id: str
-    generation_id: Int32
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str | None
-    protocol_name: str | None
-    assignments: list[SyncGroupAssignment]
-
-
-class HeartbeatRequest(Message):
-    group_id: str
-    generation_id: Int32
-    member_id: str
-    group_instance_id: str | None
-
-
-class LeaveGroupMember(Message):
-    member_id: str
-    group_instance_id: str | None
-    reason: str | None
-
-
-class LeaveGroupRequest(Message):
-    group_id: str
-    members: list[LeaveGroupMember]
-
-
-class OffsetCommitPartition(Message):
-    partition_index: Int32
-    committed_offset: Int64
-    committed_metadata: str | None
-
-
-class OffsetCommitTopic(Message):
-    name: str
-    partitions: list[OffsetCommitPartition]
-
-
-class OffsetCommitRequest(Message):
-    group_id: str
-    generation_id: Int32
-    member_id: str
-    group_instance_id: str | None
-    topics: list[OffsetCommitTopic]
-
-
-class OffsetFetchTopic(Message):
-    name: str
-    partition_indexes: list[Int32]
-
-
-class OffsetFetchRequest(Message):
-    group_id: str
-    topics: list[OffsetFetchTopic] | None
-
-
-class DescribeGroupsRequest(Message):
-    groups: list[str]
-
-
-class ListGroupsRequest(Message):
-    states_filter: list[str]
-
-
-class DeleteGroupsRequest(Message):
-    groups_names: list[str]
-
-
-class OffsetDeletePartition(Message):
-    partition_index: Int32
-
-
-class OffsetDeleteTopic(Message):
-    name: str
-    partitions: list[OffsetDeletePartition]
-
-
-class OffsetDeleteRequest(Message):
-    group_id: str
-    topics: list[OffsetDeleteTopic]
-
-
-REQUEST_TYPES: dict[int, type[Message]] = {
-    API_VERSIONS: ApiVersionsRequest,
-    FIND_COORDINATOR: FindCoordinatorRequest,
-    JOIN_GROUP: JoinGroupRequest,
-    SYNC_GROUP: SyncGroupRequest,
-    HEARTBEAT: HeartbeatRequest,
-    LEAVE_GROUP: LeaveGroupRequest,
-    OFFSET_COMMIT: OffsetCommitRequest,
-    OFFSET_FETCH: OffsetFetchRequest,
-    DESCRIBE_GROUPS: DescribeGroupsRequest,
-    LIST_GROUPS: ListGroupsRequest,
-    DELETE_GROUPS: DeleteGroupsRequest,
-    OFFSET_DELETE: OffsetDeleteRequest,
-}
-
 # Every API this node serves, all at version 0 only (the ApiVersions answer).
-SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {api: (VERSION, VERSION) for api in REQUEST_TYPES}
-
-# ---------------------------------------------------------------------------------------------
-# Response bodies (the server encodes the core's dicts directly; these structs document the shape
-# and let clients decode responses typed: `decode_response_body(api, raw)`).
-
-
-class ApiVersionsKey(Message):
-    api_key: int
-    min_version: int
-    max_version: int
-
-
-class ApiVersionsResponse(Message):
-    error_code: int
-    api_keys: list[ApiVersionsKey] = []
-
-
-class FindCoordinatorResponse(Message):
-    error_code: int
-    error_message: str | None = None
-    node_id: int = -1
-    host: str = ""
-    port: int = -1
-
-
-class JoinGroupMember(Message):
-    member_id: str
-    group_instance_id: str | None
-    metadata: bytes
-
-
-class JoinGroupResponse(Message):
-    error_code: int
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    member_id: str = ""
-    members: list[JoinGroupMember] = []
-
-
-class SyncGroupResponse(Message):
-    error_code: int
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-class HeartbeatResponse(Message):
-    error_code: int
-
-
-class LeaveGroupMemberResponse(Message):
-    member_id: str
-    group_instance_id: str | None
-    error_code: int
-
-
-class LeaveGroupResponse(Message):
-    error_code: int
-    members: list[LeaveGroupMemberResponse] = []
-
-
-class PartitionError(Message):
-    partition_index: int
-    error_code: int
-
-
-class TopicPartitionErrors(Message):
-    name: str
-    partitions: list[PartitionError]
-
-
-class OffsetCommitResponse(Message):
-    topics: list[TopicPartitionErrors] = []
-    error_code: int = 0  # only in INVALID_REQUEST / UNSUPPORTED_VERSION answers
-
-
-class OffsetFetchPartition(Message):
-    partition_index: int
-    committed_offset: int
-    metadata: str | None
-    error_code: int
-
-
-class OffsetFetchTopicResponse(Message):
-    name: str
-    partitions: list[OffsetFetchPartition]
-
-
-class OffsetFetchResponse(Message):
-    error_code: int
-    topics: list[OffsetFetchTopicResponse] = []
-
-
-class DescribedMember(Message):
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    member_metadata: bytes
-    member_assignment: bytes
-
-
-class DescribedGroup(Message):
-    error_code: int
-    group_id: str
-    group_state: str
-    protocol_type: str
-    protocol_data: str
-    members: list[DescribedMember]
-
-
-class DescribeGroupsResponse(Message):
-    groups: list[DescribedGroup] = []
-    error_code: int = 0
-
-
-class ListedGroup(Message):
-    group_id: str
-    protocol_type: str
-    group_state: str
-
-
-class ListGroupsResponse(Message):
-    error_code: int
-    groups: list[ListedGroup] = []
-
-
-class DeleteGroupsResult(Message):
-    group_id: str
-    error_code: int
-
-
-class DeleteGroupsResponse(Message):
-    results: list[DeleteGroupsResult] = []
-    error_code: int = 0
-
-
-class OffsetDeleteResponse(Message):
-    error_code: int
-    topics: list[TopicPartitionErrors] = []
-
-
-RESPONSE_TYPES: dict[int, type[Message]] = {
-    API_VERSIONS: ApiVersionsResponse,
-    FIND_COORDINATOR: FindCoordinatorResponse,
-    JOIN_GROUP: JoinGroupResponse,
-    SYNC_GROUP: SyncGroupResponse,
-    HEARTBEAT: HeartbeatResponse,
-    LEAVE_GROUP: LeaveGroupResponse,
-    OFFSET_COMMIT: OffsetCommitResponse,
-    OFFSET_FETCH: OffsetFetchResponse,
-    DESCRIBE_GROUPS: DescribeGroupsResponse,
-    LIST_GROUPS: ListGroupsResponse,
-    DELETE_GROUPS: DeleteGroupsResponse,
-    OFFSET_DELETE: OffsetDeleteResponse,
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    key: (api.min_version, api.max_version) for key, api in APIS.items()
 }
+
+# Fields of the structs that Kafka has in later versions and version 0 of our wire does not carry
+# (docs/protocol.md "Not part of version 0"): a client that sends them has them ignored.
+_NOT_ON_WIRE: dict[int, frozenset[str]] = {
+    OFFSET_COMMIT: frozenset({"retention_time_ms"}),
+    OFFSET_FETCH: frozenset({"require_stable"}),
+    LIST_GROUPS: frozenset({"types_filter"}),
+}
+
+
+def _wire_type(tp: Any) -> Any:
+    """`tp` as version 0 carries it: a group id is never nil, every key of an entry is required."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        inner, *meta = typing.get_args(tp)
+        if any(m is NULL_GROUP_ID for m in meta):
+            return str
+        return Annotated[(_wire_type(inner), *meta)]
+    if origin is list:
+        return list[_wire_type(typing.get_args(tp)[0])]
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, (_wire_type(a) for a in typing.get_args(tp)))
+    if isinstance(tp, type) and issubclass(tp, Message):
+        return _entry_view(tp)
+    return tp
+
+
+def _entry_view(cls: type[Message]) -> type[Message]:
+    """A nested entry (a leaving member, a committed partition) as version 0 reads it: the
+    schema's struct itself, or a subclass of it with every field required and narrowed, so a
+    decoded entry needs no conversion afterwards."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = [(f, _wire_type(hints[f])) for f in cls.__struct_fields__]
+    if not cls.__struct_defaults__ and all(t == hints[f] for f, t in fields):
+        return cls
+    return msgspec.defstruct(f"{cls.__name__}V{VERSION}", fields, bases=(cls,), kw_only=True)
+
+
+def _wire_view(api: int) -> tuple[type[msgspec.Struct], tuple[str, ...]]:
+    """The version-0 view of `api`'s request struct: its wire keys, in order, all required.
+
+    Nested entries (protocols, partitions, ...) are the schema's own structs, shared as they are.
+    """
+    cls = APIS[api].request
+    hints = typing.get_type_hints(cls, include_extras=True)
+    names = tuple(f for f in cls.__struct_fields__ if f not in _NOT_ON_WIRE.get(api, ()))
+    view = msgspec.defstruct(
+        f"{cls.__name__}V{VERSION}", [(f, _wire_type(hints[f])) for f in names], frozen=True
+    )
+    return view, names
+
+
+_VIEWS = {api: _wire_view(api) for api in APIS}
 
 # ---------------------------------------------------------------------------------------------
 # Envelopes and framing
@@ -385,8 +168,11 @@ _encoder = msgspec.msgpack.Encoder()
 _envelope_decoder = msgspec.msgpack.Decoder(_RequestEnvelope)
 _response_decoder = msgspec.msgpack.Decoder(_ResponseEnvelope)
 _any_decoder = msgspec.msgpack.Decoder()
-_body_decoders = {api: msgspec.msgpack.Decoder(t) for api, t in REQUEST_TYPES.items()}
-_response_body_decoders = {api: msgspec.msgpack.Decoder(t) for api, t in RESPONSE_TYPES.items()}
+_body_decoders = {
+    api: (msgspec.msgpack.Decoder(view), APIS[api].request) for api, (view, _) in _VIEWS.items()
+}
+_response_body_decoders = {key: msgspec.msgpack.Decoder(api.response) for key, api in APIS.items()}
+_asdict = msgspec.structs.asdict
 
 
 class ProtocolError(Exception):
@@ -411,8 +197,8 @@ class RequestError(ProtocolError):
         self.message = message
         self.api = api
 
-    def body(self) -> dict[str, Any]:
-        return {"error_code": self.code, "error_message": self.message}
+    def body(self) -> ErrorResponse:
+        return ErrorResponse(error_code=self.code, error_message=self.message)
 
 
 @dataclass(slots=True)
@@ -476,8 +262,8 @@ def decode_request(payload: bytes) -> Request:
         env = _envelope_decoder.decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise _envelope_error(payload, exc) from None
-    decoder = _body_decoders.get(env.api)
-    if decoder is None:
+    body_decoder = _body_decoders.get(env.api)
+    if body_decoder is None:
         raise RequestError(env.id, ErrorCode.UNSUPPORTED_VERSION, f"unknown api {env.api}", env.api)
     if env.v != VERSION:
         raise RequestError(
@@ -486,8 +272,9 @@ def decode_request(payload: bytes) -> Request:
             f"{API_NAMES[env.api]} version {env.v} is not served (only {VERSION})",
             env.api,
         )
+    decoder, request_type = body_decoder
     try:
-        body = decoder.decode(env.body)
+        body = request_type(**_asdict(decoder.decode(env.body)))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise RequestError(
             env.id, ErrorCode.INVALID_REQUEST, f"invalid {API_NAMES[env.api]} body: {exc}", env.api
@@ -509,17 +296,24 @@ def _envelope_error(payload: bytes, exc: Exception) -> ProtocolError:
 
 
 def encode_request(api: int, id: int, body: Any, client_id: str = "", v: int = VERSION) -> bytes:
-    """A complete request frame (length prefix included); `body` is a struct or a dict."""
+    """A complete request frame (length prefix included).
+
+    `body` is the API's request struct (sent with exactly the keys of version 0) or, for test
+    tooling that sends what a struct cannot hold, any MessagePack-able value as it is.
+    """
+    if isinstance(body, Message):
+        _, names = _VIEWS[api]
+        body = {name: getattr(body, name) for name in names}
     return frame(_encoder.encode({"api": api, "v": v, "id": id, "client_id": client_id, "body": body}))
 
 
 def encode_response(id: int, body: Any) -> bytes:
-    """A complete response frame (length prefix included); `body` is a struct or a dict."""
+    """A complete response frame (length prefix included); `body` is a response struct."""
     return frame(_encoder.encode({"id": id, "body": body}))
 
 
 def decode_response(payload: bytes) -> tuple[int, dict[str, Any]]:
-    """A response frame's id and its body as a plain dict."""
+    """A response frame's id and its body as a plain dict (for tooling that checks raw answers)."""
     obj = _any_decoder.decode(payload)
     if not isinstance(obj, dict) or type(obj.get("id")) is not int or not isinstance(obj.get("body"), dict):
         raise BadFrame("malformed response frame")
@@ -527,78 +321,57 @@ def decode_response(payload: bytes) -> tuple[int, dict[str, Any]]:
 
 
 def decode_response_body(api: int, payload: bytes) -> tuple[int, Message]:
-    """A response frame's id and its body as the API's typed response struct."""
-    env = _response_decoder.decode(payload)
-    return env.id, _response_body_decoders[api].decode(env.body)
+    """A response frame's id and its body as the API's response struct.
+
+    A generic error answer (INVALID_REQUEST, UNSUPPORTED_VERSION) comes back as the API's struct
+    with that `error_code` and every other field at its default. Raises `BadFrame`.
+    """
+    try:
+        env = _response_decoder.decode(payload)
+        return env.id, _response_body_decoders[api].decode(env.body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BadFrame(f"malformed {API_NAMES.get(api, api)} response: {exc}") from None
 
 
-def to_builtins(body: Message) -> dict[str, Any]:
-    """A request struct as the plain dict (PROTOCOL.md field names, bytes kept) the core takes."""
-    return msgspec.to_builtins(body, builtin_types=(bytes,))
-
-
-def api_versions_body() -> dict[str, Any]:
-    return {
-        "error_code": 0,
-        "api_keys": [
-            {"api_key": api, "min_version": lo, "max_version": hi}
+def api_versions_body() -> ApiVersionsResponse:
+    return ApiVersionsResponse(
+        error_code=0,
+        api_keys=[
+            ApiVersionsKey(api_key=api, min_version=lo, max_version=hi)
             for api, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
         ],
-    }
+    )
 
 
-def precheck_error_body(api: int, body: Any, code: int, message: str | None = None) -> dict[str, Any]:
+def precheck_error_body(api: int, body: Any, code: int, message: str | None = None) -> Message:
     """The response to a coordinator-level pre-check failure (coordinator-spec.md §2.1 table).
 
     SyncGroup turns COORDINATOR_LOAD_IN_PROGRESS into REBALANCE_IN_PROGRESS and Heartbeat into
     NONE, as Kafka does for clients that do not know the load error.
     """
     if api == JOIN_GROUP:
-        return {
-            "error_code": code,
-            "generation_id": -1,
-            "protocol_type": None,
-            "protocol_name": None,
-            "leader": "",
-            "member_id": body.member_id,
-            "members": [],
-        }
+        return JoinGroupResponse(error_code=code, member_id=body.member_id)
     if api == SYNC_GROUP:
         if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
             code = ErrorCode.REBALANCE_IN_PROGRESS
-        return {"error_code": code, "protocol_type": None, "protocol_name": None, "assignment": b""}
+        return SyncGroupResponse(error_code=code)
     if api == HEARTBEAT:
-        return {"error_code": ErrorCode.NONE if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else code}
+        return HeartbeatResponse(
+            error_code=ErrorCode.NONE if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else code
+        )
     if api == LEAVE_GROUP:
-        return {"error_code": code, "members": []}
+        return LeaveGroupResponse(error_code=code)
     if api == OFFSET_COMMIT:
-        return {
-            "topics": [
-                {
-                    "name": t.name,
-                    "partitions": [
-                        {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
-                    ],
-                }
-                for t in body.topics
-            ]
-        }
+        return OffsetCommitResponse.with_error(body, code)
     if api == OFFSET_FETCH:
-        return {"error_code": code, "topics": []}
+        return OffsetFetchResponse(error_code=code)
     if api == OFFSET_DELETE:
-        return {"error_code": code, "topics": []}
+        return OffsetDeleteResponse(error_code=code)
     if api == FIND_COORDINATOR:
-        return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}
+        return FindCoordinatorResponse(error_code=code, error_message=message)
     raise ValueError(f"no per-group pre-check for api {api}")
 
 
-def described_error(group_id: str, code: int) -> dict[str, Any]:
+def described_error(group_id: str | None, code: int) -> DescribedGroup:
     """A DescribeGroups entry for a group whose pre-check failed."""
-    return {
-        "error_code": code,
-        "group_id": group_id,
-        "group_state": "",
-        "protocol_type": "",
-        "protocol_data": "",
-        "members": [],
-    }
+    return DescribedGroup(error_code=code, group_id=group_id)

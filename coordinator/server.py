@@ -52,6 +52,17 @@ from coordinator.error_codes import (
 from coordinator.group import CoordinatorConfig, GroupCoordinator
 from coordinator.messages import Discarded, Persist, Respond, StateChanged
 from coordinator.metrics import Metrics, serve_metrics
+from coordinator.schema import (
+    DeleteGroupsResponse,
+    DeleteGroupsResult,
+    DescribeGroupsResponse,
+    ErrorResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    ListGroupsResponse,
+    Message,
+    OffsetCommitResponse,
+)
 from coordinator.store import (
     DEFAULT_SHARDS,
     CoordinatorStore,
@@ -131,26 +142,30 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _error_of(body: dict[str, Any]) -> int:
-    code = body.get("error_code")
-    if code is not None:
+def _error_of(body: Message) -> int:
+    """The error a response reports, for metrics (OffsetCommit: its first partition error)."""
+    code = getattr(body, "error_code", None)
+    if type(code) is int:
         return code
-    for t in body.get("topics") or ():  # OffsetCommit: the first partition error
-        for p in t.get("partitions") or ():
-            if p.get("error_code"):
-                return p["error_code"]
+    if type(body) is OffsetCommitResponse:
+        for t in body.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    return p.error_code
     return 0
 
 
-def _unavailable_body(api: int, body: Any) -> dict[str, Any]:
+def _unavailable_body(api: int, body: Any) -> Message:
     """COORDINATOR_NOT_AVAILABLE in the shape of `api`'s response (the node has lost ZooKeeper)."""
     code = COORDINATOR_NOT_AVAILABLE
     if api == P.DESCRIBE_GROUPS:
-        return {"groups": [P.described_error(g, code) for g in body.groups]}
+        return DescribeGroupsResponse(groups=[P.described_error(g, code) for g in body.groups])
     if api == P.LIST_GROUPS:
-        return {"error_code": code, "groups": []}
+        return ListGroupsResponse(error_code=code)
     if api == P.DELETE_GROUPS:
-        return {"results": [{"group_id": g, "error_code": code} for g in body.groups_names]}
+        return DeleteGroupsResponse(
+            results=[DeleteGroupsResult(group_id=g, error_code=code) for g in body.groups_names]
+        )
     return P.precheck_error_body(api, body, code, "this node has lost ZooKeeper")
 
 
@@ -235,7 +250,7 @@ class _Connection(asyncio.Protocol):
             if not self.closed:
                 self.transport.resume_reading()
 
-    def send(self, id: int, body: dict[str, Any]) -> None:
+    def send(self, id: int, body: Message) -> None:
         if self.closed:
             return
         self._out.append(P.encode_response(id, body))
@@ -247,7 +262,7 @@ class _Connection(asyncio.Protocol):
             self.transport.writelines(self._out)
         self._out = []
 
-    def answer(self, pending: _Pending, body: dict[str, Any]) -> None:
+    def answer(self, pending: _Pending, body: Message) -> None:
         """The core answered `pending` (now or after parking)."""
         if pending is not self.busy:
             return
@@ -465,7 +480,7 @@ class CoordinatorNode:
             try:
                 outputs = self.core.handle(
                     api,
-                    P.to_builtins(req.body),
+                    req.body,
                     _now_ms(),
                     client_id=req.client_id,
                     client_host=conn.peer_host,
@@ -475,7 +490,7 @@ class CoordinatorNode:
             except Exception:
                 log.exception("the core failed on %s from %s", req.name, conn.peer_host)
                 conn.busy = None
-                conn.send(req.id, {"error_code": -1, "error_message": "internal error"})
+                conn.send(req.id, ErrorResponse(error_code=-1, error_message="internal error"))
                 return
             self._apply(outputs, req.body.generation_id if api == P.OFFSET_COMMIT else -1)
             # A heartbeat only moves deadlines later; while a timer is armed it will re-arm itself.
@@ -485,7 +500,7 @@ class CoordinatorNode:
         conn.send(req.id, body)
         self.metrics.observe(req.name, time.perf_counter() - t0, _error_of(body))
 
-    def _find_coordinator(self, body: P.FindCoordinatorRequest) -> dict[str, Any]:
+    def _find_coordinator(self, body: FindCoordinatorRequest) -> Message:
         if body.key_type != 0:
             return P.precheck_error_body(
                 P.FIND_COORDINATOR,
@@ -504,13 +519,7 @@ class CoordinatorNode:
             return P.precheck_error_body(
                 P.FIND_COORDINATOR, body, COORDINATOR_NOT_AVAILABLE, f"shard {shard} has no leader"
             )
-        return {
-            "error_code": 0,
-            "error_message": None,
-            "node_id": leader.node,
-            "host": leader.host,
-            "port": leader.port,
-        }
+        return FindCoordinatorResponse(error_code=0, node_id=leader.node, host=leader.host, port=leader.port)
 
     def _shard(self, group_id: str) -> int:
         s = self._shard_cache.get(group_id)

@@ -13,6 +13,7 @@ from coordinator.consumer_protocol import (
     perform_assignment,
     rebalance_protocol,
 )
+from coordinator.schema import JoinGroupMember
 from core.types import TopicPartition as TP
 
 
@@ -38,8 +39,8 @@ def test_cooperative_changes_revoke_only_what_moves():
 
 def test_join_protocols_list_every_assignor_in_preference_order_with_owned_partitions():
     protocols = join_protocols(["cooperative-sticky", "range"], ["t"], {TP("t", 1), TP("t", 0)}, 7)
-    assert [p["name"] for p in protocols] == ["cooperative-sticky", "range"]
-    sub = decode_subscription(protocols[0]["metadata"])
+    assert [p.name for p in protocols] == ["cooperative-sticky", "range"]
+    sub = decode_subscription(protocols[0].metadata)
     assert sub.topics == ("t",)
     assert sub.owned_partitions == (TP("t", 0), TP("t", 1))
     assert sub.generation == 7
@@ -48,11 +49,11 @@ def test_join_protocols_list_every_assignor_in_preference_order_with_owned_parti
 
 def test_leader_runs_the_selected_assignor_over_every_member():
     members = [
-        {
-            "member_id": m,
-            "group_instance_id": None,
-            "metadata": join_protocols(["range"], ["t0", "t1"], (), -1)[0]["metadata"],
-        }
+        JoinGroupMember(
+            member_id=m,
+            group_instance_id=None,
+            metadata=join_protocols(["range"], ["t0", "t1"], (), -1)[0].metadata,
+        )
         for m in ("C0", "C1")
     ]
     per_member, counts = perform_assignment("range", members, {"t0": 3, "t1": 3, "other": 5}.get)
@@ -67,11 +68,11 @@ def test_leader_runs_the_selected_assignor_over_every_member():
 
 def test_leader_skips_unknown_topics():
     members = [
-        {
-            "member_id": "C0",
-            "group_instance_id": None,
-            "metadata": join_protocols(["roundrobin"], ["t", "missing"], (), -1)[0]["metadata"],
-        }
+        JoinGroupMember(
+            member_id="C0",
+            group_instance_id=None,
+            metadata=join_protocols(["roundrobin"], ["t", "missing"], (), -1)[0].metadata,
+        )
     ]
     per_member, counts = perform_assignment("roundrobin", members, {"t": 2}.get)
     assert counts == {"t": 2}
@@ -83,8 +84,8 @@ def test_cooperative_sticky_leader_withholds_partitions_still_owned_by_another_m
     c1 = join_protocols(["cooperative-sticky"], ["t"], {TP("t", 0), TP("t", 1), TP("t", 2)}, 1)[0]
     c2 = join_protocols(["cooperative-sticky"], ["t"], (), -1)[0]
     members = [
-        {"member_id": "consumer1", "group_instance_id": None, "metadata": c1["metadata"]},
-        {"member_id": "consumer2", "group_instance_id": None, "metadata": c2["metadata"]},
+        JoinGroupMember(member_id="consumer1", group_instance_id=None, metadata=c1.metadata),
+        JoinGroupMember(member_id="consumer2", group_instance_id=None, metadata=c2.metadata),
     ]
     per_member, _ = perform_assignment("cooperative-sticky", members, {"t": 3}.get)
     got = {m: set(decode_assignment(b).partitions) for m, b in per_member.items()}
@@ -96,6 +97,6 @@ def test_eager_sticky_remembers_the_last_assignment_after_revoking_everything():
     from coordinator.assignors.payloads import decode_sticky_user_data
 
     previous = {TP("t", 0), TP("t", 2)}
-    sub = decode_subscription(join_protocols(["sticky"], ["t"], (), 3, previous=previous)[0]["metadata"])
+    sub = decode_subscription(join_protocols(["sticky"], ["t"], (), 3, previous=previous)[0].metadata)
     assert sub.owned_partitions == ()  # eager: revoked before joining
     assert decode_sticky_user_data(sub.user_data) == ([TP("t", 0), TP("t", 2)], 3)

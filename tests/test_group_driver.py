@@ -11,11 +11,16 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import msgspec
+
 from coordinator import error_codes as E
 from coordinator.group import CoordinatorConfig, GroupCoordinator
-from coordinator.messages import (
+from coordinator.messages import Discarded, Persist, Respond, StateChanged
+from coordinator.schema import (
+    APIS,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
+    GROUP_APIS,
     HEARTBEAT,
     JOIN_GROUP,
     LEAVE_GROUP,
@@ -24,10 +29,6 @@ from coordinator.messages import (
     OFFSET_DELETE,
     OFFSET_FETCH,
     SYNC_GROUP,
-    Discarded,
-    Persist,
-    Respond,
-    StateChanged,
 )
 
 GROUP = "group"
@@ -69,7 +70,8 @@ class Driver:
         for o in outputs:
             if isinstance(o, Respond):
                 assert o.request_token not in self.responses, f"request {o.request_token} answered twice"
-                self.responses[o.request_token] = o.body
+                # As the client reads it off the wire: a map with the response's field names.
+                self.responses[o.request_token] = msgspec.to_builtins(o.body, builtin_types=(bytes,))
             elif isinstance(o, Persist):
                 self.all_writes.append(o)
                 if o.token is not None:
@@ -92,7 +94,15 @@ class Driver:
         token = next(self._tokens)
         kw.setdefault("client_id", "client")
         kw.setdefault("client_host", "/127.0.0.1")
-        self.absorb(self.core.handle(api, body, self.now, request_token=token, **kw))
+        req = body
+        if api in GROUP_APIS and not isinstance(body, msgspec.Struct):
+            # The request struct built from the map, as a codec would (schema defaults apply).
+            try:
+                req = msgspec.convert(body, APIS[api].request, builtin_types=(bytes,))
+            except msgspec.ValidationError as e:
+                self.responses[token] = {"error_code": E.INVALID_REQUEST, "error_message": str(e)}
+                return token
+        self.absorb(self.core.handle(api, req, self.now, request_token=token, **kw))
         return token
 
     def response(self, token: int) -> dict[str, Any] | None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 
+import msgspec
 import pytest
 from test_group_driver import Driver
 
 from coordinator import error_codes as E
 from coordinator.group import GroupCoordinator
 from coordinator.group_metadata import DEAD, EMPTY
-from coordinator.messages import JOIN_GROUP, GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
+from coordinator.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
+from coordinator.schema import JOIN_GROUP, JoinGroupRequest
 
 
 def P(*names: str, md: bytes = b"m") -> list[dict]:
@@ -53,6 +55,10 @@ def test_member_id_required_hands_out_an_id_and_changes_nothing():
     assert (g.state, g.generation_id, g.members, set(g.pending_members)) == (EMPTY, 0, {}, {"consumer-1-1"})
 
 
+def _join_request(body):
+    return msgspec.convert(body, JoinGroupRequest, builtin_types=(bytes,))
+
+
 def test_generated_member_ids_are_client_or_instance_id_plus_uuid4():
     core = GroupCoordinator()
     body = {
@@ -63,11 +69,15 @@ def test_generated_member_ids_are_client_or_instance_id_plus_uuid4():
         "protocol_type": "consumer",
         "protocols": P("range"),
     }
-    out = core.handle(JOIN_GROUP, body, 0, client_id="my-client", request_token=1)
+    out = core.handle(JOIN_GROUP, _join_request(body), 0, client_id="my-client", request_token=1)
     uuid4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
-    assert re.fullmatch("my-client-" + uuid4, out[-1].body["member_id"])
+    assert re.fullmatch("my-client-" + uuid4, out[-1].body.member_id)
     out = core.handle(
-        JOIN_GROUP, {**body, "group_instance_id": "inst"}, 0, client_id="my-client", request_token=2
+        JOIN_GROUP,
+        _join_request({**body, "group_instance_id": "inst"}),
+        0,
+        client_id="my-client",
+        request_token=2,
     )
     assert re.fullmatch("inst-" + uuid4, core._groups["g"].static_members["inst"])
 

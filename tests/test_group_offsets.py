@@ -9,7 +9,7 @@ from test_group_driver import Driver
 
 from coordinator import error_codes as E
 from coordinator.group_metadata import DEAD
-from coordinator.messages import OFFSET_COMMIT
+from coordinator.schema import OFFSET_COMMIT
 
 T0 = ("t", 0)
 

@@ -9,7 +9,7 @@ import pytest
 from test_group_driver import GROUP, PROTOCOLS, Driver
 
 from coordinator import error_codes as E
-from coordinator.messages import (
+from coordinator.schema import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     HEARTBEAT,

@@ -1,0 +1,420 @@
+"""The coordinator's messages: one frozen struct per request and per response of every API.
+
+These structs are what the core (`coordinator/group.py`) takes and returns, what the node's
+codec (`coordinator/protocol.py`, docs/protocol.md) decodes frames into and encodes answers
+from, and what the member client builds and reads. `APIS` is the one table of APIs: key, name,
+versions served, request type, response type.
+
+A struct holds an API's *meaning*, not one wire's layout, the way Kafka's generated `*Data`
+classes hold the fields of every version. Each codec decides which fields its wire carries and
+how strictly (docs/protocol.md for ours):
+
+* fields Kafka has in later versions than ours (OffsetCommit `retention_time_ms`, OffsetFetch
+  `require_stable`, ListGroups `types_filter`) have Kafka's default and are not on our wire;
+* a `GroupId` may be None, the null group id that Kafka's coordinator answers with
+  INVALID_GROUP_ID; our wire cannot carry it (a nil group id is INVALID_REQUEST there);
+* nullable request fields default to None, so a struct built in code may leave them out; our
+  wire nevertheless requires every key it lists.
+
+    req = HeartbeatRequest(group_id="g", generation_id=3, member_id="m-1")
+    APIS[HEARTBEAT].response   # -> HeartbeatResponse
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NamedTuple
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+Int8 = Annotated[int, msgspec.Meta(ge=-(2**7), le=2**7 - 1)]
+Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
+class _NullGroupId:
+    """Marks a group id Kafka's coordinator may receive as null (see the module docstring)."""
+
+    def __repr__(self) -> str:
+        return "NULL_GROUP_ID"
+
+
+NULL_GROUP_ID = _NullGroupId()
+GroupId = Annotated[str | None, NULL_GROUP_ID]
+
+# API keys (Kafka's numbering).
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+API_VERSIONS = 18
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
+
+
+class Message(msgspec.Struct, frozen=True):
+    """Base of every request and response struct (and of their nested entries); build them with
+    keywords (`kw_only` where a nullable field comes before a required one, as on the wire)."""
+
+
+# ============================================================================ requests
+
+
+class ApiVersionsRequest(Message):
+    pass
+
+
+class FindCoordinatorRequest(Message):
+    key: str
+    key_type: Int8
+
+
+class JoinGroupProtocol(Message):
+    name: str
+    metadata: bytes
+
+
+class JoinGroupRequest(Message, kw_only=True):
+    group_id: GroupId
+    session_timeout_ms: Int32
+    rebalance_timeout_ms: Int32
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str
+    protocols: list[JoinGroupProtocol]
+    reason: str | None = None
+
+
+class SyncGroupAssignment(Message):
+    member_id: str
+    assignment: bytes
+
+
+class SyncGroupRequest(Message):
+    group_id: GroupId
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: list[SyncGroupAssignment] = []
+
+
+class HeartbeatRequest(Message):
+    group_id: GroupId
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+
+
+class LeaveGroupMember(Message):
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+class LeaveGroupRequest(Message):
+    group_id: GroupId
+    members: list[LeaveGroupMember]
+
+
+class OffsetCommitPartition(Message):
+    partition_index: Int32
+    committed_offset: Int64
+    committed_metadata: str | None = None
+
+
+class OffsetCommitTopic(Message):
+    name: str
+    partitions: list[OffsetCommitPartition]
+
+
+class OffsetCommitRequest(Message, kw_only=True):
+    group_id: GroupId
+    generation_id: Int32
+    member_id: str
+    group_instance_id: str | None = None
+    topics: list[OffsetCommitTopic]
+    # Kafka v2-v4 only (explicit per-offset expiry); -1 = the group's retention rules.
+    retention_time_ms: Int64 = -1
+
+
+class OffsetFetchTopic(Message):
+    name: str
+    partition_indexes: list[Int32]
+
+
+class OffsetFetchRequest(Message):
+    group_id: GroupId
+    topics: list[OffsetFetchTopic] | None = None  # None: every committed offset of the group
+    require_stable: bool = False  # Kafka v7+
+
+
+class DescribeGroupsRequest(Message):
+    groups: list[GroupId]
+
+
+class ListGroupsRequest(Message):
+    states_filter: list[str] = []
+    types_filter: list[str] = []  # Kafka v5+
+
+
+class DeleteGroupsRequest(Message):
+    groups_names: list[GroupId]
+
+
+class OffsetDeletePartition(Message):
+    partition_index: Int32
+
+
+class OffsetDeleteTopic(Message):
+    name: str
+    partitions: list[OffsetDeletePartition]
+
+
+class OffsetDeleteRequest(Message):
+    group_id: GroupId
+    topics: list[OffsetDeleteTopic]
+
+
+# =========================================================================== responses
+#
+# Defaults are the error shape: `JoinGroupResponse(error_code=E, member_id=m)` is a complete
+# error answer, and a generic error answer (`ErrorResponse`, e.g. INVALID_REQUEST) read as an
+# API's response leaves every other field at its default.
+
+
+class ErrorResponse(Message):
+    """The answer to a request that cannot be served at all (INVALID_REQUEST, UNSUPPORTED_VERSION,
+    an internal error): it has none of the API's own response fields."""
+
+    error_code: int
+    error_message: str
+
+
+class ApiVersionsKey(Message):
+    api_key: int
+    min_version: int
+    max_version: int
+
+
+class ApiVersionsResponse(Message):
+    error_code: int
+    api_keys: list[ApiVersionsKey] = []
+
+
+class FindCoordinatorResponse(Message):
+    error_code: int
+    error_message: str | None = None
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+
+
+class JoinGroupMember(Message):
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+class JoinGroupResponse(Message):
+    error_code: int
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: list[JoinGroupMember] = []
+    skip_assignment: bool | UnsetType = UNSET  # Kafka v9+ only: not on our wire unless set
+
+
+class SyncGroupResponse(Message):
+    error_code: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+class HeartbeatResponse(Message):
+    error_code: int
+
+
+class LeaveGroupMemberResponse(Message):
+    member_id: str
+    group_instance_id: str | None
+    error_code: int
+
+
+class LeaveGroupResponse(Message):
+    error_code: int
+    members: list[LeaveGroupMemberResponse] = []
+
+
+class PartitionResult(Message):
+    partition_index: int
+    error_code: int
+
+
+class TopicPartitionResults(Message):
+    name: str
+    partitions: list[PartitionResult]
+
+
+class OffsetCommitResponse(Message):
+    topics: list[TopicPartitionResults] = []
+    error_code: int | UnsetType = UNSET  # only in an ErrorResponse read as this API's
+
+    @classmethod
+    def with_error(cls, request: OffsetCommitRequest, error_code: int) -> OffsetCommitResponse:
+        """The answer carrying `error_code` for every requested partition (there is no
+        top-level error in an OffsetCommit answer)."""
+        return cls(
+            topics=[
+                TopicPartitionResults(
+                    name=t.name,
+                    partitions=[
+                        PartitionResult(partition_index=p.partition_index, error_code=error_code)
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.topics
+            ]
+        )
+
+
+class OffsetFetchPartition(Message):
+    partition_index: int
+    committed_offset: int
+    metadata: str | None
+    error_code: int
+
+
+class OffsetFetchTopicResponse(Message):
+    name: str
+    partitions: list[OffsetFetchPartition]
+
+
+class OffsetFetchResponse(Message):
+    error_code: int
+    topics: list[OffsetFetchTopicResponse] = []
+
+
+class DescribedMember(Message):
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    member_metadata: bytes
+    member_assignment: bytes
+
+
+class DescribedGroup(Message):
+    error_code: int
+    group_id: GroupId
+    group_state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: list[DescribedMember] = []
+
+
+class DescribeGroupsResponse(Message):
+    groups: list[DescribedGroup] = []
+    error_code: int | UnsetType = UNSET  # only in an ErrorResponse read as this API's
+
+
+class ListedGroup(Message):
+    group_id: str
+    protocol_type: str
+    group_state: str
+
+
+class ListGroupsResponse(Message):
+    error_code: int
+    groups: list[ListedGroup] = []
+
+
+class DeleteGroupsResult(Message):
+    group_id: GroupId
+    error_code: int
+
+
+class DeleteGroupsResponse(Message):
+    results: list[DeleteGroupsResult] = []
+    error_code: int | UnsetType = UNSET  # only in an ErrorResponse read as this API's
+
+
+class OffsetDeleteResponse(Message):
+    error_code: int
+    topics: list[TopicPartitionResults] = []
+
+
+# ============================================================================ the table
+
+
+class Api(NamedTuple):
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    request: type[Message]
+    response: type[Message]
+
+
+APIS: dict[int, Api] = {
+    api.key: api
+    for api in (
+        Api(OFFSET_COMMIT, "OffsetCommit", 0, 0, OffsetCommitRequest, OffsetCommitResponse),
+        Api(OFFSET_FETCH, "OffsetFetch", 0, 0, OffsetFetchRequest, OffsetFetchResponse),
+        Api(FIND_COORDINATOR, "FindCoordinator", 0, 0, FindCoordinatorRequest, FindCoordinatorResponse),
+        Api(JOIN_GROUP, "JoinGroup", 0, 0, JoinGroupRequest, JoinGroupResponse),
+        Api(HEARTBEAT, "Heartbeat", 0, 0, HeartbeatRequest, HeartbeatResponse),
+        Api(LEAVE_GROUP, "LeaveGroup", 0, 0, LeaveGroupRequest, LeaveGroupResponse),
+        Api(SYNC_GROUP, "SyncGroup", 0, 0, SyncGroupRequest, SyncGroupResponse),
+        Api(DESCRIBE_GROUPS, "DescribeGroups", 0, 0, DescribeGroupsRequest, DescribeGroupsResponse),
+        Api(LIST_GROUPS, "ListGroups", 0, 0, ListGroupsRequest, ListGroupsResponse),
+        Api(API_VERSIONS, "ApiVersions", 0, 0, ApiVersionsRequest, ApiVersionsResponse),
+        Api(DELETE_GROUPS, "DeleteGroups", 0, 0, DeleteGroupsRequest, DeleteGroupsResponse),
+        Api(OFFSET_DELETE, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+    )
+}
+
+API_NAMES: dict[int, str] = {key: api.name for key, api in APIS.items()}
+
+# The APIs the group coordinator core serves (the node answers the others itself).
+GROUP_APIS = frozenset(APIS) - {API_VERSIONS, FIND_COORDINATOR}
+
+Request = (
+    ApiVersionsRequest
+    | FindCoordinatorRequest
+    | JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
+    | DescribeGroupsRequest
+    | ListGroupsRequest
+    | DeleteGroupsRequest
+    | OffsetDeleteRequest
+)
+
+Response = (
+    ErrorResponse
+    | ApiVersionsResponse
+    | FindCoordinatorResponse
+    | JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
+    | DescribeGroupsResponse
+    | ListGroupsResponse
+    | DeleteGroupsResponse
+    | OffsetDeleteResponse
+)
