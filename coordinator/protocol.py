@@ -252,6 +252,11 @@ def frame(payload: bytes) -> bytes:
     return _HEADER.pack(len(payload)) + payload
 
 
+# What decoding a hostile frame can raise: msgspec's own errors, invalid UTF-8 in a string, and
+# nesting deeper than the decoder's recursion limit. Each is a bad frame, never a crash.
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, RecursionError)
+
+
 def decode_request(payload: bytes) -> Request:
     """Decode and validate one request frame.
 
@@ -260,7 +265,7 @@ def decode_request(payload: bytes) -> Request:
     """
     try:
         env = _envelope_decoder.decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _DECODE_ERRORS as exc:
         raise _envelope_error(payload, exc) from None
     body_decoder = _body_decoders.get(env.api)
     if body_decoder is None:
@@ -275,7 +280,7 @@ def decode_request(payload: bytes) -> Request:
     decoder, request_type = body_decoder
     try:
         body = request_type(**_asdict(decoder.decode(env.body)))
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _DECODE_ERRORS as exc:
         raise RequestError(
             env.id, ErrorCode.INVALID_REQUEST, f"invalid {API_NAMES[env.api]} body: {exc}", env.api
         ) from None
@@ -285,7 +290,7 @@ def decode_request(payload: bytes) -> Request:
 def _envelope_error(payload: bytes, exc: Exception) -> ProtocolError:
     try:
         obj = _any_decoder.decode(payload)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return BadFrame(f"not a MessagePack frame: {exc}")
     if not isinstance(obj, dict):
         return BadFrame("the frame is not a map")

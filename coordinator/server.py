@@ -283,14 +283,13 @@ class _Connection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self.process)
 
     def close(self) -> None:
+        """Close after sending the answers already produced (requests earlier in the same read
+        were handled: their clients get them); the transport drains its buffer, then closes."""
         if not self.closed:
+            self.flush()
             self.closed = True
-            self.flush_quietly()
             self.transport.close()
             self.node.connections.discard(self)
-
-    def flush_quietly(self) -> None:
-        self._out = []
 
 
 # ---------------------------------------------------------------------------------------------

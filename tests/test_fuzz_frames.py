@@ -2,8 +2,8 @@
 
 The same generator and checks as `python -m bench.fuzz_frames`, smaller, against the session's
 ZooKeeper container: the node must stay alive, answer or close on every bad frame, keep serving the
-live group (stable, commits succeed) and not grow by 50 MB. Defects the fuzzer found in the node
-are strict xfails that name them, so they flip once fixed.
+live group (stable, commits succeed), not grow by 50 MB, log no traceback, and answer requests
+pipelined before a frame it refuses by closing.
 """
 
 from __future__ import annotations
@@ -50,22 +50,9 @@ def test_node_memory_stays_bounded(report):
     assert report.rss_growth_mb < RSS_GROWTH_TARGET_MB
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect for coordinator/protocol.py: _envelope_error catches only msgspec.DecodeError, so "
-    "a frame with invalid UTF-8 in a str (UnicodeDecodeError) or nested deeper than msgspec's limit "
-    "(RecursionError) reaches server.dispatch's catch-all, which logs an ERROR with a traceback per "
-    "frame (log flooding) instead of refusing it as a bad frame",
-)
 def test_the_node_log_has_no_traceback(report):
     assert report.tracebacks == [], report.traceback_kinds
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect for coordinator/server.py: _Connection.close() discards the answers already "
-    "produced in the same batch (flush_quietly), so a well-formed request pipelined just before a "
-    "frame the node refuses by closing is handled but never answered",
-)
 def test_a_request_pipelined_before_a_refused_frame_is_answered(report):
     assert report.answer_before_close
