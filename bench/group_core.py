@@ -19,7 +19,7 @@ import gc
 import time
 
 from coordinator.group import CoordinatorConfig, GroupCoordinator
-from coordinator.messages import Persist, Respond
+from coordinator.messages import Respond, Write
 from coordinator.schema import (
     HEARTBEAT,
     JOIN_GROUP,
@@ -73,7 +73,7 @@ class _Run:
             o = pending.pop()
             if type(o) is Respond:
                 self.responses[o.request_token] = o.body
-            elif type(o) is Persist and o.token is not None:
+            elif isinstance(o, Write) and o.token is not None:
                 pending.extend(self.core.persisted(o.token, True, self.now))
 
     def send(self, api: int, body: dict) -> int:

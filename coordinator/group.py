@@ -14,8 +14,10 @@ Usage::
     for out in outputs:
         match out:
             case Respond(token, body): ...          # send body as the response to `token`
-            case Persist(kind, group_id, payload, token): ...
-                # write it; then: outputs += core.persisted(token, ok, now_ms) (if token is not None)
+            case WriteGroupMetadata(group_id, record, token): ...   # (WriteStaticReplacement too)
+            case WriteOffsets(group_id, offsets, generation_id, token): ...
+            case DeleteOffsets(group_id, partitions) | DeleteGroup(group_id): ...
+                # write it; then, if its token is not None: outputs += core.persisted(token, ok, now_ms)
             case StateChanged(group_id, old, new): ...   # metrics
             case Discarded(token): ...              # Kafka never answers this parked request
     # timers: call core.tick(now_ms) once now_ms > core.next_deadline()
@@ -39,27 +41,33 @@ from typing import Any
 from msgspec import UNSET
 
 from coordinator import error_codes as E
-from coordinator.group_metadata import (
+from coordinator.group_metadata import Group, Member, build_group
+from coordinator.group_requests import (
+    AssignmentWrite,
+    OffsetCommitWrite,
+    PendingWrite,
+    RequestHandlers,
+    StaticReplacementWrite,
+)
+from coordinator.group_state import (
     COMPLETING_REBALANCE,
     DEAD,
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
     VALID_PREVIOUS_STATES,
-    Group,
     GroupState,
     IllegalStateTransition,
-    Member,
-    build_group,
 )
-from coordinator.group_requests import RequestHandlers
 from coordinator.messages import (
+    DeleteGroup,
     Discarded,
     GroupSnapshot,
     Output,
-    Persist,
     Respond,
     StateChanged,
+    Write,
+    WriteGroupMetadata,
 )
 from coordinator.schema import (
     DELETE_GROUPS,
@@ -87,7 +95,7 @@ __all__ = [
     "IllegalStateTransition",
     "VALID_PREVIOUS_STATES",
     "Respond",
-    "Persist",
+    "Write",
     "StateChanged",
     "Discarded",
     "Output",
@@ -160,8 +168,8 @@ class GroupCoordinator(RequestHandlers):
         self._groups: dict[str, Group] = {}
         self._heap: list[tuple[int, int, int, Group, Any]] = []
         self._seq = itertools.count()
-        self._persist_seq = 0
-        self._persists: dict[int, tuple] = {}
+        self._write_seq = 0
+        self._pending_writes: dict[int, PendingWrite] = {}
         self._out: list[Output] = []
         self._now = 0
         self._next_retention_check: int | None = None
@@ -236,19 +244,16 @@ class GroupCoordinator(RequestHandlers):
     def persisted(
         self, token: int, ok: bool, now_ms: int, error_code: int = E.COORDINATOR_NOT_AVAILABLE
     ) -> list[Output]:
-        """Report the outcome of a `Persist` effect. `error_code` is the storage error on failure
-        (Kafka's codes; the core maps it per §4/§10 — e.g. NOT_COORDINATOR when fenced)."""
+        """Report the outcome of a `Write` that carried `token`. `error_code` is the storage error on
+        failure (Kafka's codes; the core maps it per §4/§10 — e.g. NOT_COORDINATOR when fenced)."""
         out = self._begin(now_ms)
-        ctx = self._persists.pop(token, None)
-        if ctx is None:
-            return out
-        kind = ctx[0]
-        if kind == "sync":
-            self._on_sync_persisted(ctx, ok, error_code)
-        elif kind == "static":
-            self._on_static_persisted(ctx, ok, error_code)
-        else:
-            self._on_offsets_persisted(ctx, token, ok, error_code)
+        match self._pending_writes.pop(token, None):
+            case AssignmentWrite() as pending:
+                self._on_sync_persisted(pending, ok, error_code)
+            case StaticReplacementWrite() as pending:
+                self._on_static_persisted(pending, ok, error_code)
+            case OffsetCommitWrite() as pending:
+                self._on_offsets_persisted(pending, token, ok, error_code)
         return out
 
     def snapshot(self, group_id: str) -> GroupSnapshot | None:
@@ -266,7 +271,7 @@ class GroupCoordinator(RequestHandlers):
             self._unload(self._groups[snapshot.group_id])
         group = build_group(snapshot, now_ms)
         self._groups[group.group_id] = group
-        out.append(StateChanged(group.group_id, "", group.state.value))
+        out.append(StateChanged(group.group_id, None, group.state))
         for m in group.members.values():
             self._schedule_session(group, m, m.session_timeout_ms)
         if len(group.members) > self.config.group_max_size:
@@ -339,29 +344,31 @@ class GroupCoordinator(RequestHandlers):
 
     def _transition(self, group: Group, target: GroupState) -> None:
         old = group.transition_to(target, self._now)
-        self._out.append(StateChanged(group.group_id, old.value, target.value))
+        self._out.append(StateChanged(group.group_id, old, target))
 
     def _live(self, group: Group) -> bool:
         return self._groups.get(group.group_id) is group and group.state is not DEAD
 
     def _create_group(self, group_id: str) -> Group:
         group = self._groups[group_id] = Group(group_id, self._now)
-        self._out.append(StateChanged(group_id, "", EMPTY.value))
+        self._out.append(StateChanged(group_id, None, EMPTY))
         return group
 
-    def _persist(self, kind: str, group: Group, payload: Any, ctx: tuple | None) -> None:
-        token = None
-        if ctx is not None:
-            self._persist_seq += 1
-            token = self._persist_seq
-            self._persists[token] = ctx
-        self._out.append(Persist(kind, group.group_id, payload, token))  # type: ignore[arg-type]
+    def _expect(self, pending: PendingWrite) -> int:
+        """The token of a write whose outcome `persisted` will report, remembered with `pending`."""
+        self._write_seq += 1
+        token = self._write_seq
+        self._pending_writes[token] = pending
+        return token
+
+    def _write(self, write: Write) -> None:
+        self._out.append(write)
 
     def _remove_group(self, group: Group) -> None:
         """Dead and gone (deleted, or Empty with no offsets left); the store forgets it too."""
         self._transition(group, DEAD)
         del self._groups[group.group_id]
-        self._persist("group_deleted", group, None, None)
+        self._write(DeleteGroup(group.group_id))
 
     def _unload(self, group: Group) -> None:
         del self._groups[group.group_id]
@@ -565,7 +572,7 @@ class GroupCoordinator(RequestHandlers):
             group.protocol_name = None
             group.subscribed_topics = group.compute_subscribed_topics()
             self._transition(group, EMPTY)
-            self._persist("group", group, group.to_record(), None)
+            self._write(WriteGroupMetadata(group.group_id, group.to_record()))
             return
         group.protocol_name = group.select_protocol()
         group.subscribed_topics = group.compute_subscribed_topics()

@@ -1,55 +1,30 @@
-"""One group's metadata: its states and their valid previous states, its members, leader and vote.
+"""One group's metadata: its state, its members, leader and vote.
 
-Kafka's `GroupMetadata`/`MemberMetadata` (`coordinator-spec.md` §0, §1, §5.3, §5.4): every state
-declares the states it may be entered from, and an illegal transition is a bug that raises
-`IllegalStateTransition`. The bookkeeping here (awaiting-join count, protocol counts, instance-id
-map, pending and pending-sync sets, leader re-pick) keeps every check the coordinator makes O(1)
-per request and every join round O(members). The request handling that drives these
-transitions lives in `coordinator/group.py`.
+Kafka's `GroupMetadata`/`MemberMetadata` (`coordinator-spec.md` §0, §1, §5.3, §5.4). The states
+and the states each may be entered from are in `coordinator/group_state.py`; an illegal
+transition is a bug that raises `IllegalStateTransition`. The bookkeeping here (awaiting-join
+count, protocol counts, instance-id map, pending and pending-sync sets, leader re-pick) keeps
+every check the coordinator makes O(1) per request and every join round O(members). The request
+handling that drives these transitions lives in `coordinator/group.py`.
 """
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import msgspec
 
+from coordinator.group_state import (
+    CAN_REBALANCE,
+    EMPTY,
+    STABLE,
+    GroupState,
+)
 from coordinator.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
 from coordinator.offsets import GroupOffsets
 from coordinator.schema import JoinGroupMember
 
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-EMPTY = GroupState.EMPTY
-PREPARING_REBALANCE = GroupState.PREPARING_REBALANCE
-COMPLETING_REBALANCE = GroupState.COMPLETING_REBALANCE
-STABLE = GroupState.STABLE
-DEAD = GroupState.DEAD
-
-#: target state -> the states it may be entered from (§1). Dead -> Dead is allowed.
-VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
-    PREPARING_REBALANCE: frozenset({STABLE, COMPLETING_REBALANCE, EMPTY}),
-    COMPLETING_REBALANCE: frozenset({PREPARING_REBALANCE}),
-    STABLE: frozenset({COMPLETING_REBALANCE}),
-    EMPTY: frozenset({PREPARING_REBALANCE}),
-    DEAD: frozenset({STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD}),
-}
-
-_CAN_REBALANCE = frozenset({STABLE, COMPLETING_REBALANCE, EMPTY})
-
 CONSUMER_PROTOCOL_TYPE = "consumer"
-
-
-class IllegalStateTransition(RuntimeError):
-    """A transition the state table forbids: a bug in the coordinator, never a client's fault."""
 
 
 class _Subscription(msgspec.Struct):
@@ -191,17 +166,14 @@ class Group:
 
     def transition_to(self, target: GroupState, now_ms: int) -> GroupState:
         old = self.state
-        if old not in VALID_PREVIOUS_STATES[target]:
-            raise IllegalStateTransition(
-                f"group {self.group_id!r} cannot go from {old.value} to {target.value}"
-            )
+        target.check_transition_from(old, self.group_id)
         self.state = target
         self.state_timestamp = now_ms
         return old
 
     @property
     def can_rebalance(self) -> bool:
-        return self.state in _CAN_REBALANCE
+        return self.state in CAN_REBALANCE
 
     def has_all_members_joined(self) -> bool:
         return len(self.members) == self.num_awaiting_join and not self.pending_members

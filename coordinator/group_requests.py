@@ -9,23 +9,20 @@ this split only keeps each file readable.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator import error_codes as E
-from coordinator.group_metadata import (
-    COMPLETING_REBALANCE,
-    CONSUMER_PROTOCOL_TYPE,
-    DEAD,
-    EMPTY,
-    PREPARING_REBALANCE,
-    STABLE,
-    Group,
-    Member,
-)
+from coordinator.group_metadata import CONSUMER_PROTOCOL_TYPE, Group, Member, Protocols
+from coordinator.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
 from coordinator.messages import (
+    DeleteOffsets,
     Discarded,
     OffsetRecord,
     Respond,
+    WriteGroupMetadata,
+    WriteOffsets,
+    WriteStaticReplacement,
 )
 from coordinator.offsets import metadata_length
 from coordinator.schema import (
@@ -67,6 +64,48 @@ else:
     _Base = object
 
 _CLASSIC = "classic"
+
+# Writes whose outcome the core waits for, each with what it needs when `persisted` reports it.
+
+#: One OffsetCommit's layout: per topic, per partition, None (written) or the partition's error.
+CommitLayout = list[tuple[str, list[tuple[int, int | None]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentWrite:
+    """The leader's SyncGroup in CompletingRebalance: the assignment of `generation_id`."""
+
+    group: Group
+    generation_id: int
+    assignments: dict[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class StaticReplacementWrite:
+    """A static member rejoined a Stable group with a new member id: what to restore on failure."""
+
+    group: Group
+    member: Member
+    old_member_id: str
+    new_member_id: str
+    old_protocols: Protocols
+    old_rebalance_timeout_ms: int
+    old_session_timeout_ms: int
+    join_token: Any
+    leader_before: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitWrite:
+    """One OffsetCommit's accepted offsets (staged until written) and whom to answer."""
+
+    group: Group
+    offsets: list[OffsetRecord]
+    request_token: Any
+    layout: CommitLayout
+
+
+PendingWrite = AssignmentWrite | StaticReplacementWrite | OffsetCommitWrite
 
 
 class RequestHandlers(_Base):
@@ -209,23 +248,46 @@ class RequestHandlers(_Base):
             self._respond(group.unpark_sync(m), SyncGroupResponse(error_code=E.FENCED_INSTANCE_ID))
         group.rename(m, new_id)
         self._schedule_session(group, m, m.session_timeout_ms)
-        old = (m.protocols, m.rebalance_timeout_ms, m.session_timeout_ms)
+        pending = StaticReplacementWrite(
+            group,
+            m,
+            old_id,
+            new_id,
+            m.protocols,
+            m.rebalance_timeout_ms,
+            m.session_timeout_ms,
+            token,
+            leader_before,
+        )
         group.update(m, protocols, req.rebalance_timeout_ms, req.session_timeout_ms)
         group.park_join(m, token)
         state = group.state
         if state is STABLE:
             if group.select_protocol() == group.protocol_name:
                 # Same protocol: persist the new member id, no rebalance, same generation.
-                ctx = ("static", group, m, old_id, new_id, old, token, leader_before)
-                self._persist("group", group, group.to_record(), ctx)
+                self._write(
+                    WriteStaticReplacement(
+                        group.group_id,
+                        group.to_record(),
+                        self._expect(pending),
+                        old_member_id=old_id,
+                        new_member_id=new_id,
+                    )
+                )
             else:
                 self._prepare_rebalance(group)
         elif state is COMPLETING_REBALANCE:
             # The leader may have computed the assignment against the old member id.
             self._prepare_rebalance(group)
 
-    def _on_static_persisted(self, ctx: tuple, ok: bool, error: int) -> None:
-        _, group, m, old_id, new_id, old, token, leader_before = ctx
+    def _on_static_persisted(self, pending: StaticReplacementWrite, ok: bool, error: int) -> None:
+        group, m, token, leader_before = (
+            pending.group,
+            pending.member,
+            pending.join_token,
+            pending.leader_before,
+        )
+        old_id, new_id = pending.old_member_id, pending.new_member_id
         parked = m.awaiting_join and m.join_token is token
         if ok:
             if not parked:
@@ -255,8 +317,9 @@ class RequestHandlers(_Base):
         if group.members.get(new_id) is not m:
             return
         # Revert (PROTOCOL.md: the previous protocols are restored with the id and timeouts).
-        protocols, rebalance_timeout_ms, session_timeout_ms = old
-        group.update(m, protocols, rebalance_timeout_ms, session_timeout_ms)
+        group.update(
+            m, pending.old_protocols, pending.old_rebalance_timeout_ms, pending.old_session_timeout_ms
+        )
         if m.awaiting_join:
             other = group.unpark_join(m)
             if not parked:
@@ -322,8 +385,8 @@ class RequestHandlers(_Base):
                 for a in req.assignments or ():
                     if a.member_id in assignments:
                         assignments[a.member_id] = a.assignment
-                ctx = ("sync", group, group.generation_id, assignments)
-                self._persist("group", group, group.to_record(assignments), ctx)
+                token = self._expect(AssignmentWrite(group, group.generation_id, assignments))
+                self._write(WriteGroupMetadata(gid, group.to_record(assignments), token))
         elif state is STABLE:
             self._synced(group, mid)
             self._respond(
@@ -346,8 +409,8 @@ class RequestHandlers(_Base):
         if not group.pending_sync_members:
             group.sync_op = None  # Kafka's DelayedSync completes once everyone has synced
 
-    def _on_sync_persisted(self, ctx: tuple, ok: bool, error: int) -> None:
-        _, group, generation_id, assignments = ctx
+    def _on_sync_persisted(self, pending: AssignmentWrite, ok: bool, error: int) -> None:
+        group, generation_id, assignments = pending.group, pending.generation_id, pending.assignments
         if not (
             self._live(group) and group.state is COMPLETING_REBALANCE and group.generation_id == generation_id
         ):
@@ -494,7 +557,7 @@ class RequestHandlers(_Base):
         now, max_bytes = self._now, self.config.offset_metadata_max_bytes
         expire = None if req.retention_time_ms == -1 else now + req.retention_time_ms
         records: dict[TopicPartition, OffsetRecord] = {}
-        layout: list[tuple[str, list[tuple[int, int | None]]]] = []
+        layout: CommitLayout = []
         for t in req.topics:
             parts: list[tuple[int, int | None]] = []
             for p in t.partitions:
@@ -514,12 +577,13 @@ class RequestHandlers(_Base):
             return
         batch = list(records.values())
         group.offsets.stage(batch)
-        self._persist("offsets", group, batch, ("offsets", group, batch, token, layout))
+        seq = self._expect(OffsetCommitWrite(group, batch, token, layout))
+        self._write(WriteOffsets(group.group_id, batch, req.generation_id, seq))
 
-    def _on_offsets_persisted(self, ctx: tuple, seq: int, ok: bool, error: int) -> None:
-        _, group, batch, token, layout = ctx
-        group.offsets.complete(batch, seq, ok)
-        self._respond(token, _commit_body(layout, E.NONE if ok else E.map_offset_write_error(error)))
+    def _on_offsets_persisted(self, pending: OffsetCommitWrite, seq: int, ok: bool, error: int) -> None:
+        pending.group.offsets.complete(pending.offsets, seq, ok)
+        body = _commit_body(pending.layout, E.NONE if ok else E.map_offset_write_error(error))
+        self._respond(pending.request_token, body)
 
     # ================================================================ OffsetFetch, retention (§11)
 
@@ -584,7 +648,7 @@ class RequestHandlers(_Base):
     def _remove_offsets(self, group: Group, tps: list[TopicPartition]) -> None:
         removed = group.offsets.remove(tps)
         if removed:
-            self._persist("offsets_deleted", group, removed, None)
+            self._write(DeleteOffsets(group.group_id, removed))
         if removed and group.state is EMPTY and not group.offsets.has_offsets():
             self._remove_group(group)
 
@@ -680,9 +744,7 @@ class RequestHandlers(_Base):
         self._respond(token, OffsetDeleteResponse(error_code=E.NONE, topics=topics))
 
 
-def _commit_body(
-    layout: list[tuple[str, list[tuple[int, int | None]]]], written: int
-) -> OffsetCommitResponse:
+def _commit_body(layout: CommitLayout, written: int) -> OffsetCommitResponse:
     return OffsetCommitResponse(
         topics=[
             TopicPartitionResults(

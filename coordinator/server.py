@@ -29,6 +29,7 @@ used in the session that claimed it, so a write with a stale epoch is refused by
 from __future__ import annotations
 
 import asyncio
+import enum
 import errno
 import hashlib
 import logging
@@ -50,7 +51,24 @@ from coordinator.error_codes import (
     REQUEST_TIMED_OUT,
 )
 from coordinator.group import CoordinatorConfig, GroupCoordinator
-from coordinator.messages import Discarded, Persist, Respond, StateChanged
+from coordinator.group_state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupState,
+)
+from coordinator.messages import (
+    DeleteGroup,
+    DeleteOffsets,
+    Discarded,
+    Respond,
+    StateChanged,
+    Write,
+    WriteGroupMetadata,
+    WriteOffsets,
+)
 from coordinator.metrics import Metrics, serve_metrics
 from coordinator.schema import (
     DeleteGroupsResponse,
@@ -77,8 +95,19 @@ from core.zk import connect
 
 log = logging.getLogger(__name__)
 
-LOADING = "loading"
-LEADING = "leading"
+
+class ShardStatus(enum.Enum):
+    """What this node does with a shard it claimed."""
+
+    #: Claimed (its epoch is ours); its groups are being read from ZooKeeper: group requests get
+    #: COORDINATOR_LOAD_IN_PROGRESS.
+    LOADING = "loading"
+    #: Loaded: this node serves the shard's groups and writes them with the shard's epoch.
+    LEADING = "leading"
+
+
+LOADING = ShardStatus.LOADING
+LEADING = ShardStatus.LEADING
 
 
 @dataclass
@@ -120,7 +149,7 @@ class NodeConfig:
 class _Shard:
     __slots__ = ("status", "epoch", "since")
 
-    def __init__(self, status: str, epoch: int):
+    def __init__(self, status: ShardStatus, epoch: int):
         self.status = status
         self.epoch = epoch
         self.since = time.monotonic()
@@ -327,7 +356,7 @@ class CoordinatorNode:
         self._suspended_since: float | None = None
         self._need_register = False
         self._session: int | None = None  # the ZooKeeper session our shards were claimed in
-        self._state_counts: dict[str, int] = {}
+        self._state_counts: dict[GroupState, int] = {}
         self._verifying: set[int] = set()
         self._placement_cache: tuple[tuple[int, ...], list[int]] = ((), [])
 
@@ -491,7 +520,7 @@ class CoordinatorNode:
                 conn.busy = None
                 conn.send(req.id, ErrorResponse(error_code=-1, error_message="internal error"))
                 return
-            self._apply(outputs, req.body.generation_id if api == P.OFFSET_COMMIT else -1)
+            self._apply(outputs)
             # A heartbeat only moves deadlines later; while a timer is armed it will re-arm itself.
             if api != P.HEARTBEAT or self._timer is None:
                 self._schedule_timer()
@@ -539,15 +568,13 @@ class CoordinatorNode:
             return COORDINATOR_LOAD_IN_PROGRESS
         return 0
 
-    def _apply(self, outputs: list, generation: int = -1) -> None:
+    def _apply(self, outputs: list) -> None:
         for out in outputs:
             kind = type(out)
             if kind is Respond:
                 token = out.request_token
                 if isinstance(token, _Pending):
                     token.conn.answer(token, out.body)
-            elif kind is Persist:
-                self._spawn(self._persist(out, generation))
             elif kind is StateChanged:
                 self._state_changed(out)
             elif kind is Discarded:
@@ -559,43 +586,52 @@ class CoordinatorNode:
                         "closing connection from %s: its parked request was discarded", token.conn.peer_host
                     )
                     token.conn.close()
+            else:
+                self._spawn(self._persist(out))
 
     def _state_changed(self, out: StateChanged) -> None:
         counts = self._state_counts
-        if out.old:
-            counts[out.old] = counts.get(out.old, 0) - 1
-        if out.new != "Dead":
-            counts[out.new] = counts.get(out.new, 0) + 1
-        if out.new == "PreparingRebalance":
+        old, new = out.old, out.new
+        if old is not None:
+            counts[old] = counts.get(old, 0) - 1
+        if new is not DEAD:
+            counts[new] = counts.get(new, 0) + 1
+        if new is PREPARING_REBALANCE:
             self.metrics.inc("rebalances")
-        elif out.new == "Stable":
+        elif new is STABLE:
             self.metrics.inc("rebalances_completed")
         if log.isEnabledFor(logging.DEBUG):
+            was = "" if old is None else old.value
             log.debug(
                 "group %r %s -> %s",
                 out.group_id,
-                out.old or "(new)",
-                out.new,
-                extra={"event": "group_state", "group": out.group_id, "old": out.old, "new": out.new},
+                was or "(new)",
+                new.value,
+                extra={"event": "group_state", "group": out.group_id, "old": was, "new": new.value},
             )
 
     # -- persistence -------------------------------------------------------------------------
 
-    async def _persist(self, out: Persist, generation: int) -> None:
+    async def _persist(self, out: Write) -> None:
         shard = self._shard(out.group_id)
         st = self.shards.get(shard)
         ok, code = False, NOT_LEADER_OR_FOLLOWER
         if st is not None and st.status is LEADING:
             store = self.store
             try:
-                if out.kind == "group":
-                    await store.write_group(shard, st.epoch, out.payload)
-                elif out.kind == "offsets":
-                    await store.commit_offsets(shard, st.epoch, out.group_id, out.payload, generation)
-                elif out.kind == "offsets_deleted":
-                    await store.delete_offsets(shard, st.epoch, out.group_id, out.payload)
-                elif out.kind == "group_deleted":
-                    await store.delete_group(shard, st.epoch, out.group_id)
+                match out:
+                    case WriteGroupMetadata():  # (a WriteStaticReplacement too)
+                        await store.write_group(shard, st.epoch, out.record)
+                    case WriteOffsets():
+                        await store.commit_offsets(
+                            shard, st.epoch, out.group_id, out.offsets, out.generation_id
+                        )
+                    case DeleteOffsets():
+                        await store.delete_offsets(shard, st.epoch, out.group_id, out.partitions)
+                    case DeleteGroup():
+                        await store.delete_group(shard, st.epoch, out.group_id)
+                    case _:
+                        raise TypeError(f"not a write: {out!r}")
                 ok, code = True, 0
             except Fenced as exc:
                 log.warning(
@@ -891,20 +927,18 @@ class CoordinatorNode:
                         conn.close()
 
     def _gauges(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        states: dict[str, int] = {
-            s: 0 for s in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable")
-        }
+        states = dict.fromkeys((EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE), 0)
         members = 0
         for state, count in self.core.stats().values():
-            if state.value in states:
-                states[state.value] += 1
+            if state in states:
+                states[state] += 1
             members += count
         return {
-            "groups": [({"state": s}, n) for s, n in states.items()],
+            "groups": [({"state": s.value}, n) for s, n in states.items()],
             "members": [({}, members)],
             "shards_led": [
-                ({"status": st}, sum(1 for x in self.shards.values() if x.status == st))
-                for st in (LOADING, LEADING)
+                ({"status": st.value}, sum(1 for x in self.shards.values() if x.status is st))
+                for st in ShardStatus
             ],
             "connections": [({}, len(self.connections))],
             "zk_connected": [({}, 1 if self.serving else 0)],

@@ -8,8 +8,8 @@ import pytest
 from test_group_driver import Driver
 
 from coordinator import error_codes as E
-from coordinator.group_metadata import DEAD
-from coordinator.messages import GroupSnapshot
+from coordinator.group_state import DEAD, EMPTY, PREPARING_REBALANCE
+from coordinator.messages import DeleteGroup, GroupSnapshot, WriteGroupMetadata
 
 T0 = ("t", 0)
 
@@ -116,8 +116,8 @@ def test_delete_groups():
     }
     assert "idle" not in d.core.group_ids()
     assert d.fetched([T0], group="idle") == {T0: (-1, "", 0)}
-    assert any(w.kind == "group_deleted" and w.group_id == "idle" for w in d.all_writes)
-    assert ("Empty", "Dead") in [(s.old, s.new) for s in d.states if s.group_id == "idle"]
+    assert any(isinstance(w, DeleteGroup) and w.group_id == "idle" for w in d.all_writes)
+    assert (EMPTY, DEAD) in [(s.old, s.new) for s in d.states if s.group_id == "idle"]
 
 
 @pytest.mark.parametrize("state", ["PreparingRebalance", "CompletingRebalance"])
@@ -241,7 +241,7 @@ def test_load_empty_and_simple_groups():
 def test_group_write_payload_is_loadable():
     d = Driver()
     (a, b), gen = d.stable_group(2)
-    rec = [w for w in d.all_writes if w.kind == "group"][-1].payload
+    rec = [w for w in d.all_writes if isinstance(w, WriteGroupMetadata)][-1].record
     other = Driver()
     other.absorb(other.core.load_group(GroupSnapshot("group", rec, []), 0))
     assert other.heartbeat(a, gen) == E.NONE
@@ -255,7 +255,7 @@ def test_unload_answers_parked_requests_with_not_coordinator():
     d.absorb(d.core.unload_group("group", d.now))
     assert (d.responses[ta]["error_code"], d.responses[ta]["member_id"]) == (E.NOT_COORDINATOR, a)
     assert d.core.group_ids() == []
-    assert (d.states[-1].old, d.states[-1].new) == ("PreparingRebalance", "Dead")
+    assert (d.states[-1].old, d.states[-1].new) == (PREPARING_REBALANCE, DEAD)
     # timers of the unloaded group do nothing
     d.advance(10_000)
 

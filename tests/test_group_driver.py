@@ -15,7 +15,7 @@ import msgspec
 
 from coordinator import error_codes as E
 from coordinator.group import CoordinatorConfig, GroupCoordinator
-from coordinator.messages import Discarded, Persist, Respond, StateChanged
+from coordinator.messages import Discarded, Respond, StateChanged, Write
 from coordinator.schema import (
     APIS,
     DELETE_GROUPS,
@@ -45,7 +45,7 @@ KAFKA_TEST_CONFIG = dict(
 class Driver:
     """Feeds requests to a `GroupCoordinator` and records what comes out.
 
-    Persist effects succeed at once unless `auto_persist` is False; then they queue in `writes`
+    Writes succeed at once unless `auto_persist` is False; then they queue in `writes`
     until `complete(token, ok, error)`.
     """
 
@@ -58,8 +58,8 @@ class Driver:
         self.now = 0
         self.auto_persist = auto_persist
         self.responses: dict[int, dict[str, Any]] = {}
-        self.writes: list[Persist] = []
-        self.all_writes: list[Persist] = []
+        self.writes: list[Write] = []
+        self.all_writes: list[Write] = []
         self.states: list[StateChanged] = []
         self.discarded: list[Any] = []
         self._tokens = itertools.count(1)
@@ -72,7 +72,7 @@ class Driver:
                 assert o.request_token not in self.responses, f"request {o.request_token} answered twice"
                 # As the client reads it off the wire: a map with the response's field names.
                 self.responses[o.request_token] = msgspec.to_builtins(o.body, builtin_types=(bytes,))
-            elif isinstance(o, Persist):
+            elif isinstance(o, Write):
                 self.all_writes.append(o)
                 if o.token is not None:
                     self.writes.append(o)

@@ -10,8 +10,8 @@ from test_group_driver import Driver
 
 from coordinator import error_codes as E
 from coordinator.group import GroupCoordinator
-from coordinator.group_metadata import DEAD, EMPTY
-from coordinator.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
+from coordinator.group_state import DEAD, EMPTY
+from coordinator.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord, WriteGroupMetadata
 from coordinator.schema import JOIN_GROUP, JoinGroupRequest
 
 
@@ -487,5 +487,5 @@ def test_generation_rules():
     assert d.state() == "Empty" and d.group().generation_id == 3
     assert d.group().protocol_name is None
     # the Empty group is persisted
-    assert d.all_writes[-1].kind == "group" and d.all_writes[-1].payload.members == []
-    assert d.all_writes[-1].payload.generation_id == 3
+    assert isinstance(d.all_writes[-1], WriteGroupMetadata) and d.all_writes[-1].record.members == []
+    assert d.all_writes[-1].record.generation_id == 3

@@ -8,7 +8,8 @@ import pytest
 from test_group_driver import Driver
 
 from coordinator import error_codes as E
-from coordinator.group_metadata import DEAD
+from coordinator.group_state import DEAD
+from coordinator.messages import DeleteGroup, DeleteOffsets, WriteOffsets
 from coordinator.schema import OFFSET_COMMIT
 
 T0 = ("t", 0)
@@ -142,15 +143,15 @@ def test_metadata_too_large_per_partition():
 def test_all_too_large_writes_nothing():
     d = Driver(offset_metadata_max_bytes=1)
     assert d.call_commit({T0: 1}, metadata="xx") == {T0: E.OFFSET_METADATA_TOO_LARGE}
-    assert [w for w in d.all_writes if w.kind == "offsets"] == []
+    assert [w for w in d.all_writes if isinstance(w, WriteOffsets)] == []
 
 
 def test_commit_record_timestamps_and_explicit_retention():
     d = Driver()
     d.advance(1234)
     d.call_commit({T0: 5})
-    (w,) = [w for w in d.all_writes if w.kind == "offsets"]
-    (rec,) = w.payload
+    (w,) = [w for w in d.all_writes if isinstance(w, WriteOffsets)]
+    (rec,) = w.offsets
     assert (rec.topic, rec.partition, rec.offset, rec.commit_timestamp, rec.expire_timestamp) == (
         "t",
         0,
@@ -166,7 +167,7 @@ def test_commit_record_timestamps_and_explicit_retention():
         "topics": [{"name": "t", "partitions": [{"partition_index": 1, "committed_offset": 1}]}],
     }
     d.send(OFFSET_COMMIT, body)
-    assert d.all_writes[-1].payload[0].expire_timestamp == 1334
+    assert d.all_writes[-1].offsets[0].expire_timestamp == 1334
 
 
 def test_commit_is_visible_only_once_written():
@@ -282,11 +283,11 @@ def test_simple_group_offsets_expire_per_offset_then_the_group_is_removed():
     d.call_commit({("t", 1): 1})
     d.advance(5001)  # T0 is 10 s old at the check after 10 s
     assert d.fetched([T0, ("t", 1)]) == {T0: (-1, "", 0), ("t", 1): (1, "", 0)}
-    assert any(w.kind == "offsets_deleted" and w.payload == [("t", 0)] for w in d.all_writes)
+    assert any(isinstance(w, DeleteOffsets) and w.partitions == [("t", 0)] for w in d.all_writes)
     d.advance(5000)
     assert d.core.group_ids() == []
-    assert d.all_writes[-1].kind == "group_deleted"
-    assert d.states[-1].new == "Dead"
+    assert isinstance(d.all_writes[-1], DeleteGroup)
+    assert d.states[-1].new is DEAD
     # a later commit recreates it
     assert d.call_commit({T0: 3}) == {T0: 0} and d.group().generation_id == 0
 

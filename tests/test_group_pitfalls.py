@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from test_group_driver import Driver
 
 from coordinator import error_codes as E
-from coordinator.group_metadata import DEAD, EMPTY, STABLE, Group
+from coordinator.group_metadata import Group
+from coordinator.group_state import DEAD, EMPTY, STABLE
 
 
 # 1. Dead answers COORDINATOR_NOT_AVAILABLE, not UNKNOWN_MEMBER_ID.

@@ -77,17 +77,17 @@ def test_normal_cycle_and_state_changed_outputs():
     (leader,), gen = d.stable_group(1)
     seen = [(s.old, s.new) for s in d.states]
     assert seen == [
-        ("", "Empty"),
-        ("Empty", "PreparingRebalance"),
-        ("PreparingRebalance", "CompletingRebalance"),
-        ("CompletingRebalance", "Stable"),
+        (None, S.EMPTY),
+        (S.EMPTY, S.PREPARING_REBALANCE),
+        (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE),
+        (S.COMPLETING_REBALANCE, S.STABLE),
     ]
     # the last member leaving a Stable group: PreparingRebalance then immediately Empty (§7.4)
     d.states.clear()
     assert d.leave((leader, None))["members"][0]["error_code"] == E.NONE
     assert [(s.old, s.new) for s in d.states] == [
-        ("Stable", "PreparingRebalance"),
-        ("PreparingRebalance", "Empty"),
+        (S.STABLE, S.PREPARING_REBALANCE),
+        (S.PREPARING_REBALANCE, S.EMPTY),
     ]
     assert d.group().generation_id == gen + 1
 

@@ -6,6 +6,7 @@ import pytest
 from test_group_driver import Driver
 
 from coordinator import error_codes as E
+from coordinator.messages import WriteStaticReplacement
 
 
 def P(*names: str, md: bytes = b"m") -> list[dict]:
@@ -45,7 +46,8 @@ def test_replacement_in_stable_with_same_protocol_persists_without_rebalance():
     }
     assert d.state() == "Stable" and d.group().generation_id == gen
     w = d.all_writes[writes]
-    assert w.kind == "group" and [m.member_id for m in w.payload.members] == [ids["i0"], new]
+    assert isinstance(w, WriteStaticReplacement) and (w.old_member_id, w.new_member_id) == (ids["i1"], new)
+    assert [m.member_id for m in w.record.members] == [ids["i0"], new]
     g = d.group()
     assert g.static_members["i1"] == new and list(g.members) == [ids["i0"], new]  # position kept
     assert g.members[new].assignment == f"a-{old}".encode()  # assignment kept

@@ -6,7 +6,8 @@ import pytest
 from test_group_driver import Driver
 
 from coordinator import error_codes as E
-from coordinator.group_metadata import DEAD, EMPTY
+from coordinator.group_state import DEAD, EMPTY
+from coordinator.messages import WriteGroupMetadata
 
 
 def completing(d: Driver, n: int = 2) -> tuple[list[str], str, int]:
@@ -96,8 +97,9 @@ def test_followers_wait_for_the_leader_then_everyone_gets_its_assignment():
             "assignment": expect[mid],
         }
     w = d.all_writes[-1]
-    assert w.kind == "group" and {m.member_id: m.assignment for m in w.payload.members} == expect
-    assert all("stranger" != m.member_id for m in w.payload.members)
+    assert isinstance(w, WriteGroupMetadata)
+    assert {m.member_id: m.assignment for m in w.record.members} == expect
+    assert all("stranger" != m.member_id for m in w.record.members)
 
 
 def test_leader_sync_first_then_followers_get_theirs_in_stable():
