@@ -5,7 +5,8 @@ and the states each may be entered from are in `coordinator/group_state.py`; an 
 transition is a bug that raises `IllegalStateTransition`. The bookkeeping here (awaiting-join
 count, protocol counts, instance-id map, pending and pending-sync sets, leader re-pick) keeps
 every check the coordinator makes O(1) per request and every join round O(members). The request
-handling that drives these transitions lives in `coordinator/group.py`.
+handling that drives these transitions lives in `coordinator/membership_manager.py` and
+`coordinator/group_manager.py`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """One group's committed offsets: in-flight commits, visibility, and the retention rules of §11.
 
-Pure bookkeeping with no opinion about group state: `group.py` decides *whether* a commit is
-accepted (§10) and *which* expiry rule applies (§11); this module keeps the records straight.
+Pure bookkeeping with no opinion about group state: `offset_manager.py` decides *whether* a
+commit is accepted (§10) and *which* expiry rule applies (§11); this module keeps the records
+straight.
 
 A commit is staged when its write is issued and becomes visible to OffsetFetch only when the write
 succeeds. Writes are ordered by their sequence number (the persist token), so a later successful

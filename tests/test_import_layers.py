@@ -130,7 +130,6 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-GROUP_REQUESTS = "coordinator/group.py <-> coordinator/group_requests.py (the mixin; issue 12 schema rewrite)"
 CLIENT_PIPELINE = (
     "coordinator.client -> pipeline.membership, pipeline.consumer -> coordinator.client: the packages "
     "coordinator and pipeline import each other (issue 12: the membership interface moves below both)"
@@ -142,11 +141,9 @@ CLIENT_PIPELINE = (
     [
         ("coordinator.assignors.sticky", "coordinator.assignors.sticky_general"),
         ("core.embedded", "core.zk"),
-        pytest.param(
-            "coordinator.group",
-            "coordinator.group_requests",
-            marks=pytest.mark.xfail(strict=True, reason=GROUP_REQUESTS),
-        ),
+        ("coordinator.group", "coordinator.membership_manager"),
+        ("coordinator.membership_manager", "coordinator.offset_manager"),
+        ("coordinator.group_manager", "coordinator.membership_manager"),
     ],
 )
 def test_no_module_cycle_between(a, b):
@@ -154,7 +151,6 @@ def test_no_module_cycle_between(a, b):
     assert not _in_one_cycle(MODULE_CYCLES, a, b)
 
 
-@pytest.mark.xfail(strict=True, reason=GROUP_REQUESTS)
 def test_no_module_cycle_at_all():
     assert MODULE_CYCLES == []
 
