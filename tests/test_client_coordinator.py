@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from coordinator.client import CoordinatorMember
+from coordinator.client import CoordinatorMember, MemberState
 from core.errors import CommitFailed
 from core.types import OffsetAndMetadata
 from core.types import TopicPartition as TP
@@ -282,3 +282,44 @@ def test_a_failing_listener_is_reported_by_the_next_poll_and_the_member_carries_
         assert m.fatal_error is None
     finally:
         m.close()
+
+
+def polled(*members: CoordinatorMember, timeout: float = 0.05) -> bool:
+    """One `poll(timeout)` of each member in turn, from the calling thread."""
+    for m in members:
+        m.poll(timeout)
+    return True
+
+
+def test_a_poll_that_times_out_mid_join_leaves_the_join_in_flight_for_the_next_poll(zk, nodes):
+    """Kafka's poll(timer): a poll returns when its timeout runs out, the JoinGroup stays in flight
+    (same member id, no second JoinGroup), and the next polls complete the same rebalance."""
+    create_topic(zk, "t", partitions=4)
+    ra, rb = Recorder(), Recorder()
+    a = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000, listener=ra)
+    b = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000, listener=rb)
+    a.start()
+    b.start()
+    try:
+        wait_for(lambda: polled(a) and len(a.assignment()) == 4, what="a owns everything")
+        # b's JoinGroup waits for a to rejoin, and a rejoins only inside its own poll().
+        wait_for(
+            lambda: polled(b) and b.state == MemberState.PREPARING_REBALANCE and b.member_id != "",
+            what="b's JoinGroup in flight",
+        )
+        member_id, joins = b.member_id, b.stats["joins"]
+        for _ in range(10):
+            b.poll(0.05)  # each returns after its timeout, the group still rebalancing
+        assert (b.state, b.member_id, b.stats["joins"]) == (MemberState.PREPARING_REBALANCE, member_id, joins)
+        assert len(a.assignment()) == 4 and b.assignment() == set() and rb.events == []
+        wait_for(
+            lambda: polled(a, b) and all_stable([a, b], 4) and len(b.assignment()) == 2,
+            what="a stable group of two, polled alternately from one thread",
+        )
+        assert b.member_id == member_id
+        assert b.stats["joins"] == joins  # the JoinGroup sent before the ten polls completed the join
+        assert [k for k, _ in ra.events] == ["assigned", "revoked", "assigned"]
+        assert rb.events == [("assigned", frozenset(b.assignment()))]
+    finally:
+        b.close()
+        a.close()
