@@ -22,9 +22,11 @@ Where rebalances run differs, as it does between Kafka's consumer and Kafka 0.8'
 
 * scheme three (`"coordinator"`): as in Kafka, inside `poll()`, on the caller's thread. The
   heartbeat thread only notices that a rebalance started; the next `poll()` calls
-  `on_partitions_revoked`, rejoins, and calls `on_partitions_assigned`. Between two polls the
-  assignment cannot change, so the caller can always commit what it processed; a commit after the
-  member was fenced raises `CommitFailed`.
+  `on_partitions_revoked`, rejoins, and calls `on_partitions_assigned`. A `poll(timeout_ms)` whose
+  timeout runs out before the group completed the rebalance returns anyway (the join stays in
+  flight for the next poll), so one thread can poll several consumers of a group in turn. Between
+  two polls the assignment cannot change, so the caller can always commit what it processed; a
+  commit after the member was fenced raises `CommitFailed`.
 * scheme one (`"zk"`): 0.8's member releases and claims partitions on its own thread, at its own
   pace. The consumer applies each change under its lock, and `commit()` holds that lock while it
   writes, so a release waits for a commit in flight. `commit()` raises `CommitFailed` when a
@@ -239,8 +241,8 @@ class Consumer:
         member = self._membership
         if member is not None and hasattr(member, "poll"):
             # Scheme three: the poll timer, and any pending rebalance with its listener callbacks,
-            # right here on the caller's thread. Raises the member's fatal error, a listener's
-            # exception, or CoordinatorUnavailable.
+            # right here on the caller's thread, for at most the timeout. Raises the member's fatal
+            # error, a listener's exception, or CoordinatorUnavailable.
             member.poll(timeout_ms / 1000)
         self._maybe_auto_commit()
         while True:
