@@ -323,3 +323,59 @@ def test_a_poll_that_times_out_mid_join_leaves_the_join_in_flight_for_the_next_p
     finally:
         b.close()
         a.close()
+
+
+def test_a_pending_response_is_collected_in_slices_and_responses_come_back_in_order(zk, nodes):
+    """`Connection.send` + `PendingResponse.result(timeout)`: a parked JoinGroup is collected by a
+    later call (None meanwhile), and pipelined responses are matched to their requests."""
+    from coordinator import protocol as wire
+    from coordinator.client_connection import Connection, parse_address
+    from coordinator.consumer_protocol import PROTOCOL_TYPE, join_protocols
+    from coordinator.protocol import ErrorCode as E
+    from coordinator.schema import (
+        FindCoordinatorRequest,
+        JoinGroupRequest,
+        LeaveGroupMember,
+        LeaveGroupRequest,
+    )
+
+    create_topic(zk, "t", partitions=2)
+    host, port = parse_address(nodes.bootstrap.split(",")[0])
+    conn = Connection(host, port, "test")
+    try:
+        first = conn.send(wire.FIND_COORDINATOR, FindCoordinatorRequest(key="g", key_type=0), 10)
+        second = conn.send(wire.FIND_COORDINATOR, FindCoordinatorRequest(key="other", key_type=0), 10)
+        b = second.result(10)  # reads the first response on the way and keeps it for `first`
+        a = first.result(0)
+        assert a.error_code == b.error_code == 0 and (a.host, a.port) == (host, port)
+
+        # A poll-driven member rejoins only inside its poll(): until then the newcomer's JoinGroup is parked.
+        stable = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000)
+        stable.start()
+        wait_for(lambda: polled(stable) and all_stable([stable], 2), what="one stable member")
+
+        def join(member_id: str) -> JoinGroupRequest:
+            return JoinGroupRequest(
+                group_id="g",
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=10_000,
+                member_id=member_id,
+                protocol_type=PROTOCOL_TYPE,
+                protocols=join_protocols(["range"], ["t"], [], -1),
+            )
+
+        required = conn.request(wire.JOIN_GROUP, join(""), 10)
+        assert required.error_code == E.MEMBER_ID_REQUIRED
+        pending = conn.send(wire.JOIN_GROUP, join(required.member_id), 20)
+        assert [pending.result(t) for t in (0, 0.05, 0.2)] == [None, None, None]  # parked, still in flight
+        answered = None
+        while answered is None:
+            stable.poll(0.05)  # the stable member rejoins; the newcomer's JoinGroup is answered
+            answered = pending.result(0.05)
+        assert answered.error_code == 0, answered
+        assert answered.member_id == required.member_id
+        leave = LeaveGroupRequest(group_id="g", members=[LeaveGroupMember(member_id=required.member_id)])
+        assert conn.request(wire.LEAVE_GROUP, leave, 10).error_code == 0
+        stable.close()
+    finally:
+        conn.close()
