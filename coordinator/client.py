@@ -309,7 +309,7 @@ class CoordinatorMember:
                 self._cv.notify_all()
         self._raise_pending()
 
-    def poll(self, timeout: float = 0.0) -> None:
+    def poll(self, timeout: float = 0.0, join_timeout: float | None = None) -> None:
         """Kafka's `ConsumerCoordinator.poll`: reset the poll timer and do the group work here.
 
         With `poll_driven=True` this is where partitions change hands: lost partitions are
@@ -317,7 +317,9 @@ class CoordinatorMember:
         pending rebalance goes on — `on_partitions_revoked`, JoinGroup, SyncGroup,
         `on_partitions_assigned`, all on the calling thread. The call returns when `timeout` runs
         out even if the group has not completed the rebalance yet: the JoinGroup or SyncGroup stays
-        in flight and the next `poll()` carries on with it (Kafka's `poll(timer)`). Raises
+        in flight and the next `poll()` carries on with it (Kafka's `poll(timer)`). `join_timeout`
+        (default `timeout`) bounds the wait for JoinGroup/SyncGroup answers alone: a consumer that
+        has partitions to fetch passes 0, as Kafka's `poll(Duration)` does, and fetches meanwhile. Raises
         `CoordinatorUnavailable` once no node answered FindCoordinator for `coordinator_timeout_ms`,
         and whatever a listener callback raised. Without `poll_driven` it is `record_poll()`.
         """
@@ -327,7 +329,9 @@ class CoordinatorMember:
         with self._cv:
             self._in_poll += 1
         try:
-            self._drive(time.monotonic() + max(timeout, 0.0))
+            now = time.monotonic()
+            deadline = now + max(timeout, 0.0)
+            self._drive(deadline, deadline if join_timeout is None else now + max(join_timeout, 0.0))
         finally:
             with self._cv:
                 self._in_poll -= 1
@@ -340,6 +344,12 @@ class CoordinatorMember:
                 if waited >= self.coordinator_timeout:
                     self._unknown_since = time.monotonic()  # the next error after another full timeout
                     raise CoordinatorUnavailable(self._unavailable_message(waited))
+
+    @property
+    def rebalance_in_progress(self) -> bool:
+        """A rebalance is under way or due: the next `poll()` has group work to do."""
+        with self._cv:
+            return self._rejoin_needed or self.state != MemberState.STABLE
 
     def _raise_pending(self) -> None:
         if self.fatal_error is not None:
@@ -425,7 +435,9 @@ class CoordinatorMember:
             with self._cv:
                 current = self._generation == gen and gen.generation_id == generation
                 stable = self.state == MemberState.STABLE
-            if code in FENCING_ERRORS and current:
+            if code in FENCING_ERRORS and current and stable:
+                # With a JoinGroup/SyncGroup in flight the group may just have moved to the generation
+                # its answer brings this member: that answer, not the commit, decides.
                 self._reset_generation(f"commit answered {error_name(code)}")
             elif code == E.REBALANCE_IN_PROGRESS and current and stable:
                 self.request_rejoin("commit answered REBALANCE_IN_PROGRESS")
@@ -708,7 +720,7 @@ class CoordinatorMember:
                     if not self._work_pending_locked():
                         self._cv.wait(1.0)
                         continue
-                self._drive(None)
+                self._drive(None, None)
         except Exception as exc:  # a bug or a fatal group error: surface it through record_poll()
             if not isinstance(exc, GroupshiftError):
                 log.exception("group %s: group thread failed", self.group_id)
@@ -727,10 +739,10 @@ class CoordinatorMember:
         gen = self._generation
         return bool(self._owned) and (gen.generation_id == NO_GENERATION or not gen.member_id)
 
-    def _drive(self, deadline: float | None) -> None:
+    def _drive(self, deadline: float | None, join_deadline: float | None) -> None:
         """One round of the group work (the body of `poll()`): report partitions lost to a fencing
-        or a poll timeout, find the coordinator, and carry a pending rebalance on — until
-        `deadline` (None: until found, stable or closed)."""
+        or a poll timeout, find the coordinator (until `deadline`), and carry a pending rebalance
+        on (until `join_deadline`). None: until found, stable or closed."""
         with self._cv:
             fenced = self._fenced_with_partitions_locked()
         if fenced:
@@ -746,7 +758,7 @@ class CoordinatorMember:
         with self._cv:
             need = self._rejoin_needed or self.state != MemberState.STABLE
         if need:
-            self._join_group_if_needed(deadline)
+            self._join_group_if_needed(join_deadline)
 
     def _poll_expired_locked(self) -> bool:
         return (
