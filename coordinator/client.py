@@ -11,6 +11,9 @@ the generation, so commits fail, and the next `poll()` reports the partitions lo
 the coordinator up again when it moved, and leaves the group when `poll()` is not called for
 `max_poll_interval_ms`. So the partitions a caller holds change only inside its own `poll()`:
 between two polls it can always commit what it processed, or learn (CommitFailed) that it can't.
+A `poll(timeout)` never waits for the rest of the group longer than `timeout`: a JoinGroup or
+SyncGroup the coordinator has not answered yet stays in flight, and the next `poll()` collects
+its answer and goes on (Kafka's pending join future), so one thread can drive several members.
 
 `pipeline.Consumer` uses `poll_driven=True`. With the default `poll_driven=False` (benchmarks,
 tests, tools that only need a member) a *group thread* calls the same code in a loop, so the
@@ -62,6 +65,7 @@ from coordinator.client_connection import (
     Connection,
     ConnectionLost,
     CoordinatorUnavailable,
+    PendingResponse,
     error_name,
     parse_address,
     zk_address,
@@ -92,6 +96,7 @@ from coordinator.schema import (
     OffsetFetchTopic,
     SyncGroupAssignment,
     SyncGroupRequest,
+    SyncGroupResponse,
 )
 from core.errors import CommitFailed, GroupshiftError, RebalanceFailed
 from core.types import OffsetAndMetadata, TopicPartition
@@ -134,6 +139,16 @@ class Generation:
     generation_id: int = NO_GENERATION
     member_id: str = ""
     protocol_name: str | None = None
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """The JoinGroup or SyncGroup awaiting its response (Kafka's pending join future)."""
+
+    api: int  # wire.JOIN_GROUP or wire.SYNC_GROUP
+    response: PendingResponse
+    conn: Connection  # the join connection it went out on
+    generation: Generation  # the member's generation when it was sent
 
 
 # --- the member ------------------------------------------------------------------------------
@@ -215,6 +230,8 @@ class CoordinatorMember:
         self._discovery_lock = threading.Lock()  # one FindCoordinator round at a time
         self._in_poll = 0  # a poll() is running (its join may outlast max_poll_interval_ms)
         self._join_conn: Connection | None = None
+        self._in_flight: _InFlight | None = None  # survives a poll() whose timeout ran out
+        self._retry_at = 0.0  # no JoinGroup before this (monotonic) after a retriable error
         self._ctl_conn: Connection | None = None
         self._rejoin_needed = True
         self._needs_join_prepare = True
@@ -292,14 +309,17 @@ class CoordinatorMember:
                 self._cv.notify_all()
         self._raise_pending()
 
-    def poll(self, timeout: float = 0.0) -> None:
+    def poll(self, timeout: float = 0.0, join_timeout: float | None = None) -> None:
         """Kafka's `ConsumerCoordinator.poll`: reset the poll timer and do the group work here.
 
         With `poll_driven=True` this is where partitions change hands: lost partitions are
         reported, the coordinator is looked up (retried until `timeout` seconds passed), and a
-        pending rebalance runs to completion — `on_partitions_revoked`, JoinGroup, SyncGroup,
-        `on_partitions_assigned`, all on the calling thread. A rebalance blocks the call until the
-        group completes it (at most the rebalance timeout, `max_poll_interval_ms`). Raises
+        pending rebalance goes on — `on_partitions_revoked`, JoinGroup, SyncGroup,
+        `on_partitions_assigned`, all on the calling thread. The call returns when `timeout` runs
+        out even if the group has not completed the rebalance yet: the JoinGroup or SyncGroup stays
+        in flight and the next `poll()` carries on with it (Kafka's `poll(timer)`). `join_timeout`
+        (default `timeout`) bounds the wait for JoinGroup/SyncGroup answers alone: a consumer that
+        has partitions to fetch passes 0, as Kafka's `poll(Duration)` does, and fetches meanwhile. Raises
         `CoordinatorUnavailable` once no node answered FindCoordinator for `coordinator_timeout_ms`,
         and whatever a listener callback raised. Without `poll_driven` it is `record_poll()`.
         """
@@ -309,7 +329,9 @@ class CoordinatorMember:
         with self._cv:
             self._in_poll += 1
         try:
-            self._drive(time.monotonic() + max(timeout, 0.0))
+            now = time.monotonic()
+            deadline = now + max(timeout, 0.0)
+            self._drive(deadline, deadline if join_timeout is None else now + max(join_timeout, 0.0))
         finally:
             with self._cv:
                 self._in_poll -= 1
@@ -322,6 +344,12 @@ class CoordinatorMember:
                 if waited >= self.coordinator_timeout:
                     self._unknown_since = time.monotonic()  # the next error after another full timeout
                     raise CoordinatorUnavailable(self._unavailable_message(waited))
+
+    @property
+    def rebalance_in_progress(self) -> bool:
+        """A rebalance is under way or due: the next `poll()` has group work to do."""
+        with self._cv:
+            return self._rejoin_needed or self.state != MemberState.STABLE
 
     def _raise_pending(self) -> None:
         if self.fatal_error is not None:
@@ -407,7 +435,9 @@ class CoordinatorMember:
             with self._cv:
                 current = self._generation == gen and gen.generation_id == generation
                 stable = self.state == MemberState.STABLE
-            if code in FENCING_ERRORS and current:
+            if code in FENCING_ERRORS and current and stable:
+                # With a JoinGroup/SyncGroup in flight the group may just have moved to the generation
+                # its answer brings this member: that answer, not the commit, decides.
                 self._reset_generation(f"commit answered {error_name(code)}")
             elif code == E.REBALANCE_IN_PROGRESS and current and stable:
                 self.request_rejoin("commit answered REBALANCE_IN_PROGRESS")
@@ -570,6 +600,7 @@ class CoordinatorMember:
                 if conn is not None:
                     conn.close()
             self._ctl_conn = self._join_conn = None
+            self._in_flight = None  # its connection is gone: the next join sends JoinGroup again
             self._coordinator = None
             if self._unknown_since is None:
                 self._unknown_since = time.monotonic()
@@ -689,7 +720,7 @@ class CoordinatorMember:
                     if not self._work_pending_locked():
                         self._cv.wait(1.0)
                         continue
-                self._drive(None)
+                self._drive(None, None)
         except Exception as exc:  # a bug or a fatal group error: surface it through record_poll()
             if not isinstance(exc, GroupshiftError):
                 log.exception("group %s: group thread failed", self.group_id)
@@ -708,10 +739,10 @@ class CoordinatorMember:
         gen = self._generation
         return bool(self._owned) and (gen.generation_id == NO_GENERATION or not gen.member_id)
 
-    def _drive(self, deadline: float | None) -> None:
+    def _drive(self, deadline: float | None, join_deadline: float | None) -> None:
         """One round of the group work (the body of `poll()`): report partitions lost to a fencing
-        or a poll timeout, find the coordinator (until `deadline`; None: until found or closed),
-        and complete a pending rebalance."""
+        or a poll timeout, find the coordinator (until `deadline`), and carry a pending rebalance
+        on (until `join_deadline`). None: until found, stable or closed."""
         with self._cv:
             fenced = self._fenced_with_partitions_locked()
         if fenced:
@@ -727,7 +758,7 @@ class CoordinatorMember:
         with self._cv:
             need = self._rejoin_needed or self.state != MemberState.STABLE
         if need:
-            self._join_group_if_needed()
+            self._join_group_if_needed(join_deadline)
 
     def _poll_expired_locked(self) -> bool:
         return (
@@ -776,72 +807,138 @@ class CoordinatorMember:
             with self._cv:
                 self._owned -= revoked
 
-    def _join_group_if_needed(self) -> None:
-        """Phases two and three until the member is stable again (or must look the coordinator up)."""
+    def _join_group_if_needed(self, deadline: float | None) -> None:
+        """Phases two and three until the member is stable again, must look the coordinator up, or
+        `deadline` passes (None: no deadline).
+
+        Kafka's `joinGroupIfNeeded(timer)`: when the deadline passes while a JoinGroup or SyncGroup
+        is in flight, the request stays in flight and the next call collects its response — same
+        member id, no second JoinGroup for the same rebalance — so a `poll(timeout)` never waits
+        for the rest of the group longer than its timeout.
+        """
         while True:
             with self._cv:
                 if self._closed or self._poll_timed_out or self._coordinator is None:
                     return
-                conn = self._join_conn
-                if self._needs_join_prepare:
-                    self._needs_join_prepare = False
-                    prepare = True
-                else:
-                    prepare = False
-            if prepare:
-                self._on_join_prepare()
-            with self._cv:
-                self._rejoin_needed = False
-                self.state = MemberState.PREPARING_REBALANCE
-                gen = self._generation
-                owned = set(self._owned)
-                stable_gen = self._stable_generation
-            body = JoinGroupRequest(
-                group_id=self.group_id,
-                session_timeout_ms=self.session_timeout_ms,
-                rebalance_timeout_ms=self.rebalance_timeout_ms,
-                member_id=gen.member_id,
-                group_instance_id=self.group_instance_id,
-                protocol_type=PROTOCOL_TYPE,
-                protocols=join_protocols(
-                    self.assignors, self.topics, owned, stable_gen, self.rack, previous=self._last_assignment
-                ),
-                reason=None,
-            )
-            self.stats["joins"] += 1
-            try:
-                resp = conn.request(wire.JOIN_GROUP, body, self.rebalance_timeout_ms / 1000 + 5)
-            except ConnectionLost as exc:
-                self.mark_coordinator_unknown(str(exc))
-                return
-            code = resp.error_code
-            if code == E.MEMBER_ID_REQUIRED:
-                with self._cv:
-                    self._generation = Generation(NO_GENERATION, resp.member_id, None)
-                continue
-            if code:
-                if not self._handle_join_error("JoinGroup", code):
+                conn, in_flight = self._join_conn, self._in_flight
+                if in_flight is not None and in_flight.conn is not conn:
+                    # Sent to a coordinator we since left: send JoinGroup to the new one.
+                    in_flight = self._in_flight = None
+            if in_flight is None:
+                if conn is None or not self._backoff_elapsed(deadline):
                     return
-                continue
-            if resp.protocol_type not in (None, PROTOCOL_TYPE):
-                self._fail(RebalanceFailed(f"JoinGroup answered protocol type {resp.protocol_type!r}"))
-                return
-            with self._cv:
-                if self._closed:
+                in_flight = self._send_join(conn)
+                if in_flight is None:
                     return
-                self._generation = Generation(resp.generation_id, resp.member_id, resp.protocol_name)
-                self.state = MemberState.COMPLETING_REBALANCE
-                self._last_heartbeat_ok = time.monotonic()  # a long join phase is not a dead coordinator
-                self._cv.notify_all()
-            if not self._sync(conn, resp):
+            resp = self._collect(in_flight, deadline)
+            if resp is None:
+                return  # the deadline passed (still in flight) or the connection broke
+            if in_flight.api == wire.JOIN_GROUP:
+                if not self._on_join_response(conn, in_flight, resp):
+                    return
+            elif self._on_sync_response(in_flight, resp):
                 with self._cv:
-                    if self._closed or self._coordinator is None:
-                        return
-                continue
+                    done = not self._rejoin_needed
+                if done:
+                    return
+
+    def _backoff_elapsed(self, deadline: float | None) -> bool:
+        """Wait out the retry backoff after a failed JoinGroup/SyncGroup (no longer than `deadline`)."""
+        wait = self._retry_at - time.monotonic()
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+        if wait > 0:
+            self._sleep(wait)
+        with self._cv:
+            return not self._closed and time.monotonic() >= self._retry_at
+
+    def _send_join(self, conn: Connection) -> _InFlight | None:
+        """Revoke what the protocol revokes before joining (once per rebalance), then send JoinGroup."""
+        with self._cv:
+            prepare, self._needs_join_prepare = self._needs_join_prepare, False
+        if prepare:
+            self._on_join_prepare()
+        with self._cv:
+            if self._closed:
+                return None
+            self._rejoin_needed = False
+            self.state = MemberState.PREPARING_REBALANCE
+            gen = self._generation
+            owned = set(self._owned)
+            stable_gen = self._stable_generation
+        body = JoinGroupRequest(
+            group_id=self.group_id,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            member_id=gen.member_id,
+            group_instance_id=self.group_instance_id,
+            protocol_type=PROTOCOL_TYPE,
+            protocols=join_protocols(
+                self.assignors, self.topics, owned, stable_gen, self.rack, previous=self._last_assignment
+            ),
+            reason=None,
+        )
+        return self._send(conn, wire.JOIN_GROUP, body, gen, "joins")
+
+    def _send(
+        self, conn: Connection, api: int, body: Message, gen: Generation, stat: str
+    ) -> _InFlight | None:
+        self.stats[stat] += 1
+        try:
+            # The coordinator may park it for the whole rebalance timeout; Kafka allows 5 s more.
+            pending = conn.send(api, body, self.rebalance_timeout_ms / 1000 + 5)
+        except ConnectionLost as exc:
+            self.mark_coordinator_unknown(str(exc))
+            return None
+        in_flight = _InFlight(api, pending, conn, gen)
+        with self._cv:
+            self._in_flight = in_flight
+        return in_flight
+
+    def _collect(self, in_flight: _InFlight, deadline: float | None) -> Any:
+        """The in-flight request's response, or None: the deadline passed first (it stays in flight)
+        or the connection broke (the coordinator is looked up again)."""
+        timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            resp = in_flight.response.result(timeout)
+        except ConnectionLost as exc:
             with self._cv:
-                done = not self._rejoin_needed
-            if done:
-                return
+                if self._in_flight is in_flight:
+                    self._in_flight = None
+            self.mark_coordinator_unknown(str(exc))
+            return None
+        if resp is not None:
+            with self._cv:
+                if self._in_flight is in_flight:
+                    self._in_flight = None
+        return resp
+
+    def _on_join_response(self, conn: Connection, in_flight: _InFlight, resp: JoinGroupResponse) -> bool:
+        """Phase two's answer: a generation (then the leader assigns and SyncGroup goes out at once)
+        or an error. False when the join loop must stop (look the coordinator up, fatal error)."""
+        code = resp.error_code
+        if code == E.MEMBER_ID_REQUIRED:
+            with self._cv:
+                self._generation = Generation(NO_GENERATION, resp.member_id, None)
+            return True
+        if code:
+            return self._handle_join_error("JoinGroup", code)
+        if resp.protocol_type not in (None, PROTOCOL_TYPE):
+            self._fail(RebalanceFailed(f"JoinGroup answered protocol type {resp.protocol_type!r}"))
+            return False
+        with self._cv:
+            if self._closed:
+                return False
+            if self.state != MemberState.PREPARING_REBALANCE or self._generation != in_flight.generation:
+                # Fenced or left (poll timeout) while the JoinGroup was in flight: join afresh.
+                log.info("group %s: JoinGroup answered after the member left; joining again", self.group_id)
+                self._rejoin_needed = True
+                return True
+            gen = self._generation = Generation(resp.generation_id, resp.member_id, resp.protocol_name)
+            self.state = MemberState.COMPLETING_REBALANCE
+            self._last_heartbeat_ok = time.monotonic()  # a long join phase is not a dead coordinator
+            self._cv.notify_all()
+        return self._send_sync(conn, gen, resp)
 
     def _handle_join_error(self, api: str, code: int) -> bool:
         """React to a JoinGroup/SyncGroup error; False when the join loop must stop (rediscover, fatal)."""
@@ -855,10 +952,10 @@ class CoordinatorMember:
             return True
         if code in COORDINATOR_ERRORS:
             self.mark_coordinator_unknown(f"{api} answered {error_name(code)}")
-            self._sleep(self.retry_backoff)
+            self._retry_at = time.monotonic() + self.retry_backoff
             return False
         if code == E.COORDINATOR_LOAD_IN_PROGRESS:
-            self._sleep(self.retry_backoff)
+            self._retry_at = time.monotonic() + self.retry_backoff
             return True
         if code in FATAL_JOIN_ERRORS:
             what = {
@@ -874,7 +971,7 @@ class CoordinatorMember:
                 RebalanceFailed(f"{api} for group {self.group_id!r} failed: {error_name(code)}. {what}")
             )
             return False
-        self._sleep(self.retry_backoff)
+        self._retry_at = time.monotonic() + self.retry_backoff
         return True
 
     def _call_listener(self, method: str, partitions: set[TopicPartition]) -> None:
@@ -893,9 +990,8 @@ class CoordinatorMember:
             self._closed = True
             self._cv.notify_all()
 
-    def _sync(self, conn: Connection, join: JoinGroupResponse) -> bool:
-        """Phase three: the leader assigns; everyone sends SyncGroup. True when the member is stable."""
-        gen = self._generation
+    def _send_sync(self, conn: Connection, gen: Generation, join: JoinGroupResponse) -> bool:
+        """Phase three: the leader assigns; everyone sends SyncGroup. False when the loop must stop."""
         assignments: list[SyncGroupAssignment] = []
         if join.leader == gen.member_id and join.members:
             try:
@@ -907,8 +1003,8 @@ class CoordinatorMember:
                     self.group_id,
                     type(exc).__name__,
                 )
-                self._sleep(self.retry_backoff)
-                return False
+                self._retry_at = time.monotonic() + self.retry_backoff
+                return True
             except Exception as exc:
                 self._fail(RebalanceFailed(f"the leader's assignor {gen.protocol_name!r} failed: {exc}"))
                 return False
@@ -929,12 +1025,11 @@ class CoordinatorMember:
             protocol_name=gen.protocol_name,
             assignments=assignments,
         )
-        self.stats["syncs"] += 1
-        try:
-            resp = conn.request(wire.SYNC_GROUP, body, self.rebalance_timeout_ms / 1000 + 5)
-        except ConnectionLost as exc:
-            self.mark_coordinator_unknown(str(exc))
-            return False
+        return self._send(conn, wire.SYNC_GROUP, body, gen, "syncs") is not None
+
+    def _on_sync_response(self, in_flight: _InFlight, resp: SyncGroupResponse) -> bool:
+        """SyncGroup's answer; True when the member is stable in the generation it synced."""
+        gen = in_flight.generation
         code = resp.error_code
         if code:
             self._handle_join_error("SyncGroup", code)

@@ -1,7 +1,8 @@
 """A member's connection to a coordinator node, and where it finds the nodes and the topic sizes.
 
-`Connection` is blocking and thread-safe (one request in flight at a time; `abort()` breaks a
-request parked in another thread). Nodes register under `/groupshift/coordinators/ids/<node>`;
+`Connection` is thread-safe: `request()` sends and waits, `send()` returns a `PendingResponse` to
+collect later (a JoinGroup that outlives one `poll()`); `abort()` breaks a request parked in
+another thread. Nodes register under `/groupshift/coordinators/ids/<node>`;
 topic sizes come from `/brokers/topics/<t>`.
 """
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from coordinator import protocol as wire
 from coordinator.schema import Message
@@ -36,19 +39,23 @@ def error_name(code: int) -> str:
 
 
 class Connection:
-    """A blocking request/response connection to one node; one request in flight at a time.
+    """A request/response connection to one node, thread-safe.
 
     The node answers a connection's requests in order and may park JoinGroup/SyncGroup, so the
-    member uses one connection for those and another for heartbeats and offsets.
+    member uses one connection for those and another for heartbeats and offsets. `request()`
+    sends and waits (one such request in flight at a time); `send()` returns a `PendingResponse`
+    the caller waits on in slices, so a JoinGroup can outlive the `poll()` that sent it (Kafka's
+    `RequestFuture`). Responses are read in the order the requests were sent.
     """
 
     def __init__(self, host: str, port: int, client_id: str, connect_timeout: float = 5.0):
         self.address = (host, port)
         self.client_id = client_id
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._next_id = 0
         self._decoder = wire.FrameDecoder(max_frame_bytes=64 << 20)
-        self._frames: list[bytes] = []
+        self._in_flight: deque[tuple[int, int]] = deque()  # (correlation id, api), oldest first
+        self._ready: dict[int, Any] = {}  # responses read but not yet collected, by correlation id
         try:
             self._sock = socket.create_connection(self.address, timeout=connect_timeout)
         except OSError as exc:
@@ -59,6 +66,15 @@ class Connection:
     def request(self, api: int, body: Message, timeout: float) -> Any:
         """Send one request struct and wait for the API's response struct; raises `ConnectionLost`."""
         with self._lock:
+            resp = self.send(api, body, timeout).result(timeout)
+            if resp is None:  # only when the clock moved backwards between send and result
+                self._fail(api, "timed out")
+            return resp
+
+    def send(self, api: int, body: Message, timeout: float) -> PendingResponse:
+        """Send one request struct; its response must arrive within `timeout` seconds (then the
+        connection is closed: the request's fate is unknown). Raises `ConnectionLost`."""
+        with self._lock:
             if self.closed:
                 raise ConnectionLost("connection closed")
             self._next_id = (self._next_id + 1) & 0x7FFFFFFF
@@ -66,24 +82,52 @@ class Connection:
             try:
                 self._sock.settimeout(timeout)
                 self._sock.sendall(wire.encode_request(api, rid, body, self.client_id))
-                while True:
-                    while self._frames:
-                        got, resp = wire.decode_response_body(api, self._frames.pop(0))
-                        if got == rid:
-                            return resp
-                    data = self._sock.recv(1 << 16)
+            except OSError as exc:
+                self._fail(api, exc)
+            self._in_flight.append((rid, api))
+            return PendingResponse(self, api, rid, time.monotonic() + timeout)
+
+    def _wait(self, pending: PendingResponse, timeout: float | None) -> Any:
+        """`pending`'s response, or None when `timeout` seconds passed first (None: no limit but
+        the request's own). Reads what already arrived even when `timeout` is 0."""
+        until = pending.expires if timeout is None else min(pending.expires, time.monotonic() + timeout)
+        with self._lock:
+            try:
+                while pending.rid not in self._ready:
+                    if self.closed:
+                        raise ConnectionLost("connection closed")
+                    now = time.monotonic()
+                    if now >= pending.expires:
+                        raise ConnectionLost(f"no response within {pending.timeout:g}s")
+                    self._sock.settimeout(max(until - now, 0.0))  # 0.0: read what is there only
+                    try:
+                        data = self._sock.recv(1 << 16)
+                    except (BlockingIOError, TimeoutError):
+                        if time.monotonic() >= until and time.monotonic() < pending.expires:
+                            return None
+                        continue
                     if not data:
                         raise ConnectionLost(f"{self.address[0]}:{self.address[1]} closed the connection")
-                    self._frames.extend(self._decoder.feed(data))
-            except (OSError, wire.ProtocolError) as exc:
-                self._close_locked()
-                raise ConnectionLost(f"{wire.API_NAMES.get(api, api)} to {self.address}: {exc}") from None
-            except ConnectionLost:
-                self._close_locked()
-                raise
+                    for frame in self._decoder.feed(data):
+                        if not self._in_flight:
+                            raise wire.ProtocolError("a response to no request")
+                        rid, api = self._in_flight.popleft()
+                        got, resp = wire.decode_response_body(api, frame)
+                        if got != rid:
+                            raise wire.ProtocolError(f"response {got} arrived where {rid} was due")
+                        self._ready[got] = resp
+                return self._ready.pop(pending.rid)
+            except (OSError, wire.ProtocolError, ConnectionLost) as exc:
+                self._fail(pending.api, exc)
+
+    def _fail(self, api: int, why: object) -> NoReturn:
+        self._close_locked()
+        raise ConnectionLost(f"{wire.API_NAMES.get(api, api)} to {self.address}: {why}") from None
 
     def _close_locked(self) -> None:
         self.closed = True
+        self._in_flight.clear()
+        self._ready.clear()
         try:
             self._sock.close()
         except OSError:
@@ -103,6 +147,22 @@ class Connection:
             self._sock.close()
         except OSError:
             pass
+
+
+class PendingResponse:
+    """A request sent on a `Connection` whose response has not been collected yet.
+
+    `result(timeout)` returns the response, or None when `timeout` seconds passed first — the
+    request stays in flight and a later `result()` collects it. Raises `ConnectionLost` when the
+    connection broke or the request's own timeout (given to `send`) passed.
+    """
+
+    def __init__(self, conn: Connection, api: int, rid: int, expires: float):
+        self.conn, self.api, self.rid, self.expires = conn, api, rid, expires
+        self.timeout = max(expires - time.monotonic(), 0.0)
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self.conn._wait(self, timeout)
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -22,9 +22,11 @@ Where rebalances run differs, as it does between Kafka's consumer and Kafka 0.8'
 
 * scheme three (`"coordinator"`): as in Kafka, inside `poll()`, on the caller's thread. The
   heartbeat thread only notices that a rebalance started; the next `poll()` calls
-  `on_partitions_revoked`, rejoins, and calls `on_partitions_assigned`. Between two polls the
-  assignment cannot change, so the caller can always commit what it processed; a commit after the
-  member was fenced raises `CommitFailed`.
+  `on_partitions_revoked`, rejoins, and calls `on_partitions_assigned`. A `poll(timeout_ms)` whose
+  timeout runs out before the group completed the rebalance returns anyway (the join stays in
+  flight for the next poll), so one thread can poll several consumers of a group in turn. Between
+  two polls the assignment cannot change, so the caller can always commit what it processed; a
+  commit after the member was fenced raises `CommitFailed`.
 * scheme one (`"zk"`): 0.8's member releases and claims partitions on its own thread, at its own
   pace. The consumer applies each change under its lock, and `commit()` holds that lock while it
   writes, so a release waits for a commit in flight. `commit()` raises `CommitFailed` when a
@@ -237,19 +239,30 @@ class Consumer:
         self._check_open()
         deadline = time.monotonic() + timeout_ms / 1000
         member = self._membership
-        if member is not None and hasattr(member, "poll"):
-            # Scheme three: the poll timer, and any pending rebalance with its listener callbacks,
-            # right here on the caller's thread. Raises the member's fatal error, a listener's
-            # exception, or CoordinatorUnavailable.
-            member.poll(timeout_ms / 1000)
-        self._maybe_auto_commit()
+        driven = member is not None and hasattr(member, "poll")
+        first = True
         while True:
+            wait = min(max(deadline - time.monotonic(), 0.0), 0.02)
+            if driven:
+                # Scheme three: the poll timer, and any pending rebalance with its listener
+                # callbacks, right here on the caller's thread (Kafka's poll loop). A consumer with
+                # partitions to fetch does not wait for the group's answers (they are collected on
+                # the next turn); one without gives the rebalance the slice. Raises the member's
+                # fatal error, a listener's exception, or CoordinatorUnavailable.
+                with self._lock:
+                    fetchable = bool(self._fetcher.assignment() - self._fetcher.paused())
+                busy = member.rebalance_in_progress
+                member.poll(max(deadline - time.monotonic(), 0.0), join_timeout=0.0 if fetchable else wait)
+                if busy and not fetchable:
+                    wait = 0.0  # the slice went to the rebalance
+            if first:
+                first = False
+                self._maybe_auto_commit()
             if self._callback_pending:
                 time.sleep(0.001)  # let a rebalance callback take the lock first
             with self._lock:
                 self._check_open()
-                left = deadline - time.monotonic()
-                got = self._fetcher.poll(min(max(left, 0.0), 0.02))
+                got = self._fetcher.poll(min(wait, max(deadline - time.monotonic(), 0.0)))
                 self._note_delivered(got)
             if got or time.monotonic() >= deadline:
                 return got

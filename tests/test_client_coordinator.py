@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from coordinator.client import CoordinatorMember
+from coordinator.client import CoordinatorMember, MemberState
 from core.errors import CommitFailed
 from core.types import OffsetAndMetadata
 from core.types import TopicPartition as TP
@@ -282,3 +282,100 @@ def test_a_failing_listener_is_reported_by_the_next_poll_and_the_member_carries_
         assert m.fatal_error is None
     finally:
         m.close()
+
+
+def polled(*members: CoordinatorMember, timeout: float = 0.05) -> bool:
+    """One `poll(timeout)` of each member in turn, from the calling thread."""
+    for m in members:
+        m.poll(timeout)
+    return True
+
+
+def test_a_poll_that_times_out_mid_join_leaves_the_join_in_flight_for_the_next_poll(zk, nodes):
+    """Kafka's poll(timer): a poll returns when its timeout runs out, the JoinGroup stays in flight
+    (same member id, no second JoinGroup), and the next polls complete the same rebalance."""
+    create_topic(zk, "t", partitions=4)
+    ra, rb = Recorder(), Recorder()
+    a = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000, listener=ra)
+    b = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000, listener=rb)
+    a.start()
+    b.start()
+    try:
+        wait_for(lambda: polled(a) and len(a.assignment()) == 4, what="a owns everything")
+        # b's JoinGroup waits for a to rejoin, and a rejoins only inside its own poll().
+        wait_for(
+            lambda: polled(b) and b.state == MemberState.PREPARING_REBALANCE and b.member_id != "",
+            what="b's JoinGroup in flight",
+        )
+        member_id, joins = b.member_id, b.stats["joins"]
+        for _ in range(10):
+            b.poll(0.05)  # each returns after its timeout, the group still rebalancing
+        assert (b.state, b.member_id, b.stats["joins"]) == (MemberState.PREPARING_REBALANCE, member_id, joins)
+        assert len(a.assignment()) == 4 and b.assignment() == set() and rb.events == []
+        wait_for(
+            lambda: polled(a, b) and all_stable([a, b], 4) and len(b.assignment()) == 2,
+            what="a stable group of two, polled alternately from one thread",
+        )
+        assert b.member_id == member_id
+        assert b.stats["joins"] == joins  # the JoinGroup sent before the ten polls completed the join
+        assert [k for k, _ in ra.events] == ["assigned", "revoked", "assigned"]
+        assert rb.events == [("assigned", frozenset(b.assignment()))]
+    finally:
+        b.close()
+        a.close()
+
+
+def test_a_pending_response_is_collected_in_slices_and_responses_come_back_in_order(zk, nodes):
+    """`Connection.send` + `PendingResponse.result(timeout)`: a parked JoinGroup is collected by a
+    later call (None meanwhile), and pipelined responses are matched to their requests."""
+    from coordinator import protocol as wire
+    from coordinator.client_connection import Connection, parse_address
+    from coordinator.consumer_protocol import PROTOCOL_TYPE, join_protocols
+    from coordinator.protocol import ErrorCode as E
+    from coordinator.schema import (
+        FindCoordinatorRequest,
+        JoinGroupRequest,
+        LeaveGroupMember,
+        LeaveGroupRequest,
+    )
+
+    create_topic(zk, "t", partitions=2)
+    host, port = parse_address(nodes.bootstrap.split(",")[0])
+    conn = Connection(host, port, "test")
+    try:
+        first = conn.send(wire.FIND_COORDINATOR, FindCoordinatorRequest(key="g", key_type=0), 10)
+        second = conn.send(wire.FIND_COORDINATOR, FindCoordinatorRequest(key="other", key_type=0), 10)
+        b = second.result(10)  # reads the first response on the way and keeps it for `first`
+        a = first.result(0)
+        assert a.error_code == b.error_code == 0 and (a.host, a.port) == (host, port)
+
+        # A poll-driven member rejoins only inside its poll(): until then the newcomer's JoinGroup is parked.
+        stable = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000)
+        stable.start()
+        wait_for(lambda: polled(stable) and all_stable([stable], 2), what="one stable member")
+
+        def join(member_id: str) -> JoinGroupRequest:
+            return JoinGroupRequest(
+                group_id="g",
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=10_000,
+                member_id=member_id,
+                protocol_type=PROTOCOL_TYPE,
+                protocols=join_protocols(["range"], ["t"], [], -1),
+            )
+
+        required = conn.request(wire.JOIN_GROUP, join(""), 10)
+        assert required.error_code == E.MEMBER_ID_REQUIRED
+        pending = conn.send(wire.JOIN_GROUP, join(required.member_id), 20)
+        assert [pending.result(t) for t in (0, 0.05, 0.2)] == [None, None, None]  # parked, still in flight
+        answered = None
+        while answered is None:
+            stable.poll(0.05)  # the stable member rejoins; the newcomer's JoinGroup is answered
+            answered = pending.result(0.05)
+        assert answered.error_code == 0, answered
+        assert answered.member_id == required.member_id
+        leave = LeaveGroupRequest(group_id="g", members=[LeaveGroupMember(member_id=required.member_id)])
+        assert conn.request(wire.LEAVE_GROUP, leave, 10).error_code == 0
+        stable.close()
+    finally:
+        conn.close()

@@ -133,13 +133,15 @@ def coordinator_env(zk, zk_connect, tmp_path):
 
 
 class Worker(threading.Thread):
-    """A consumer loop: poll, record what was delivered, commit; commits on revocation (listener)."""
+    """A consumer loop: poll, commit, and record what was delivered — in `delivered` when the commit
+    succeeded, in `retracted` when it raised CommitFailed (those records are delivered again)."""
 
     def __init__(self, consumer: Consumer, delivered: list, name: str):
         super().__init__(daemon=True, name=name)
         self.consumer, self.delivered = consumer, delivered
         self.stop_event = threading.Event()
         self.commit_failures = 0
+        self.retracted: list = []
         self.snapshots: list[tuple[float, frozenset]] = []
         self.fetched: list[tuple[float, TP]] = []  # (when, partition) of every non-empty poll
         self.error: BaseException | None = None
@@ -149,15 +151,16 @@ class Worker(threading.Thread):
             while not self.stop_event.is_set():
                 got = self.consumer.poll(timeout_ms=50)
                 now = time.monotonic()
-                for tp, records in got.items():
-                    self.delivered.extend((tp, r.offset, self.name) for r in records)
-                    self.fetched.append((now, tp))
+                batch = [(tp, r.offset, self.name) for tp, records in got.items() for r in records]
+                self.fetched.extend((now, tp) for tp in got)
                 self.snapshots.append((time.monotonic(), frozenset(self.consumer.assignment())))
                 if got:
                     try:
                         self.consumer.commit()
+                        self.delivered.extend(batch)
                     except CommitFailed:
                         self.commit_failures += 1
+                        self.retracted.extend(batch)
             self.consumer.close()
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
@@ -184,26 +187,6 @@ def polled(*consumers: Consumer) -> bool:
     for c in consumers:
         c.poll(0)
     return True
-
-
-def wait_polling(consumers: list[Consumer], cond, what: str, timeout: float = 20.0) -> None:
-    """Poll every consumer from its own thread until `cond()`: a scheme-three rebalance completes
-    only once every member has polled, and a poll blocks while its member rejoins."""
-    stop = threading.Event()
-
-    def loop(c: Consumer) -> None:
-        while not stop.is_set():
-            c.poll(20)
-
-    threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in consumers]
-    for t in threads:
-        t.start()
-    try:
-        wait_for(cond, timeout, what)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(30)
 
 
 def committed_all(env: Env, group: str, ends: dict[TP, int]) -> bool:
@@ -413,9 +396,13 @@ def test_static_member_restarted_within_its_session_timeout_causes_no_rebalance(
     env.topic("t", partitions=4)
     a = env.consumer("gs", ["t"], group_instance_id="a", session_timeout_ms=5000)
     b = env.consumer("gs", ["t"], group_instance_id="b", session_timeout_ms=5000)
-    wait_polling(
-        [a, b],
-        lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2 and a.generation == b.generation,
+    wait_for(
+        lambda: (
+            polled(a, b)
+            and len(a.assignment()) == 2
+            and len(b.assignment()) == 2
+            and a.generation == b.generation
+        ),
         what="two static members stable",
     )
     generation, a_parts, b_gens = a.generation, a.assignment(), list(b.generations)
@@ -427,6 +414,46 @@ def test_static_member_restarted_within_its_session_timeout_causes_no_rebalance(
     assert a2.assignment() == a_parts
     assert a2.generation == generation
     assert b.generation == generation and b.generations == b_gens  # b never rebalanced
+
+
+def test_two_consumers_polled_alternately_from_one_thread_split_the_partitions_and_read_everything(
+    coordinator_env,
+):
+    """A poll that must rejoin returns after its timeout (the JoinGroup stays in flight), so one
+    thread can drive two members of one group: each poll lets the other's rebalance go on."""
+    env = coordinator_env
+    env.topic("t", partitions=4)
+    a = env.consumer("g1", ["t"], max_poll_records=25, enable_auto_commit=False)
+    b = env.consumer("g1", ["t"], max_poll_records=25, enable_auto_commit=False)
+    delivered: list = []
+
+    def poll_both() -> bool:
+        for name, c in (("a", a), ("b", b)):
+            got = c.poll(timeout_ms=50)
+            for tp, batch in got.items():
+                delivered.extend((tp, r.offset, name) for r in batch)
+            if got:
+                c.commit()
+        return True
+
+    wait_for(
+        lambda: (
+            poll_both()
+            and len(a.assignment()) == 2
+            and len(b.assignment()) == 2
+            and a.generation == b.generation != -1
+        ),
+        what="a stable group of two, polled alternately from one thread",
+    )
+    generation, owners = a.generation, {"a": a.assignment(), "b": b.assignment()}
+    assert owners["a"] | owners["b"] == {TP("t", p) for p in range(4)}
+    for p in range(4):
+        env.produce("t", p, 200)
+    ends = env.end_offsets("t", 4)
+    wait_for(lambda: poll_both() and committed_all(env, "g1", ends), what="everything read and committed")
+    assert_exactly_once(delivered, ends)
+    assert all(tp in owners[name] for tp, _, name in delivered)
+    assert a.generation == b.generation == generation  # no rebalance while they consumed
 
 
 def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
@@ -501,6 +528,8 @@ def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
             w.stop()
         if "w2" in locals():
             w2.stop()
+    # Every record committed exactly once. A commit racing the group's move to the next generation
+    # (its JoinGroup answer not yet collected by a poll) fails and its records come again (retracted).
     counts = Counter((tp, off) for tp, off, _ in delivered)
     assert all(n == 1 for n in counts.values())
 
