@@ -1,6 +1,6 @@
 """Scheme three's consumer side: a group member talking to the coordinator (seed 003's four phases).
 
-`CoordinatorMember` implements `pipeline.membership.Membership`. The group work — find the
+`CoordinatorMember` implements `core.membership.Membership`. The group work — find the
 coordinator (FindCoordinator to any node), join (MEMBER_ID_REQUIRED and REBALANCE_IN_PROGRESS
 answered by joining again), run the assignor the group's vote selected when it is the leader, sync,
 and the listener callbacks — happens in `poll()`, on the caller's thread, as in Kafka's
@@ -99,8 +99,8 @@ from coordinator.schema import (
     SyncGroupResponse,
 )
 from core.errors import CommitFailed, GroupshiftError, RebalanceFailed
+from core.membership import NoopListener, call_listener
 from core.types import OffsetAndMetadata, TopicPartition
-from pipeline.membership import NoopListener, call_listener
 
 log = logging.getLogger(__name__)
 

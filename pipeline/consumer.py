@@ -58,8 +58,8 @@ from typing import Any
 import pyarrow as pa
 
 from core.errors import CommitFailed, GroupshiftError
+from core.membership import NoopListener, call_listener
 from core.types import OffsetAndMetadata, TopicPartition
-from pipeline.membership import NoopListener, call_listener
 from topics.fetcher import ConsumerRecord, Fetcher, records
 
 log = logging.getLogger(__name__)

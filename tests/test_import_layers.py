@@ -8,8 +8,6 @@ Two checks:
   under `TYPE_CHECKING`, because a lazy import only hides a cycle — has no cycle between modules,
   and none between top-level packages (`cli → migrate, experiments, pipeline → zk_rebalance,
   coordinator → topics → core`).
-
-Known cycles that another change removes are strict xfails naming them, so they flip when fixed.
 """
 
 from __future__ import annotations
@@ -130,12 +128,6 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-CLIENT_PIPELINE = (
-    "coordinator.client -> pipeline.membership, pipeline.consumer -> coordinator.client: the packages "
-    "coordinator and pipeline import each other (issue 12: the membership interface moves below both)"
-)
-
-
 @pytest.mark.parametrize(
     "a, b",
     [
@@ -155,7 +147,6 @@ def test_no_module_cycle_at_all():
     assert MODULE_CYCLES == []
 
 
-@pytest.mark.xfail(strict=True, reason=CLIENT_PIPELINE)
 def test_no_package_cycle():
     assert PACKAGE_CYCLES == []
 

@@ -33,6 +33,7 @@ from kazoo.exceptions import (
 )
 
 from core.errors import CommitFailed
+from core.membership import RebalanceListener
 from core.types import TopicPartition
 from core.zk import connect
 from zk_rebalance import fencing
@@ -55,7 +56,6 @@ from zk_rebalance.state import (
     _ENTERED_FROM,
     ConsumerRebalanceFailed,
     MemberState,
-    RebalanceListener,
     _PartitionInfo,
 )
 from zk_rebalance.watches import WatchesMixin

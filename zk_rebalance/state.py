@@ -1,13 +1,11 @@
-"""Scheme one's member vocabulary: its states, its rebalance failure, its listener, its registry entry."""
+"""Scheme one's member vocabulary: its states, its rebalance failure, its registry entry."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
 
 from core.errors import RebalanceFailed
-from core.types import TopicPartition
 from zk_rebalance.layout import ThreadId
 
 
@@ -18,12 +16,6 @@ class ConsumerRebalanceFailed(RebalanceFailed):
     `rebalance_max_retries × rebalance_backoff_ms` above the session timeout (the 0.8 FAQ rule)
     or remove the owner node that blocks the claim.
     """
-
-
-class RebalanceListener(Protocol):
-    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None: ...
-    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
-    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None: ...
 
 
 class MemberState(Enum):

@@ -2,7 +2,8 @@
 
 `pipeline.Consumer` talks to a group only through this interface, so scheme one
 (`zk_rebalance.ZkGroupMember`) and scheme three (`coordinator.client.CoordinatorMember`) are
-interchangeable (ARCHITECTURE.md, "One consumer API for both schemes"):
+interchangeable: one consumer API for both schemes. It lives in `core`, below both, so neither
+scheme imports `pipeline`:
 
     member.start()                        # join; rebalances then happen in the background
     member.assignment()                   # {TopicPartition, ...} owned right now
