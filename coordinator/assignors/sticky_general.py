@@ -59,20 +59,38 @@ class _GeneralBuilder:
         self.topics, self.counts, self.topic_index = o.topics, o.counts, o.topic_index
         n_topics = len(self.topics)
         # Potential topics per member (with metadata) and potential consumers per topic (rank order).
+        # Members with the same topics share one (read-only) list and set: with mostly identical
+        # subscriptions this is a pass over the topics per distinct subscription, not per member.
         self.member_topics: list[list[int]] = []
-        self.topic_consumers: list[list[int]] = [[] for _ in range(n_topics)]
+        self.member_topic_sets: list[set[int]] = []
+        same: dict[tuple[str, ...], tuple[list[int], set[int], list[int]]] = {}
         for r, name in enumerate(self.names):
-            mine = [self.topic_index[t] for t in subscriptions[name].topics if t in self.topic_index]
-            self.member_topics.append(mine)
+            topics = subscriptions[name].topics
+            group = same.get(topics)
+            if group is None:
+                mine = [self.topic_index[t] for t in topics if t in self.topic_index]
+                group = same[topics] = (mine, set(mine), [])
+            self.member_topics.append(group[0])
+            self.member_topic_sets.append(group[1])
+            group[2].append(r)
+        self.topic_consumers: list[list[int]] = [[] for _ in range(n_topics)]
+        for mine, _, ranks in same.values():
             for t in mine:
-                self.topic_consumers[t].append(r)
-        self.member_topic_sets = [set(ts) for ts in self.member_topics]
+                self.topic_consumers[t].extend(ranks)
+        if len(same) > 1:  # merging groups broke rank order: restore it
+            for consumers in self.topic_consumers:
+                consumers.sort()
         # Current assignment: valid claims of still-subscribed topics.
         self.revocation_required = False
         self.lists: list[list[TopicPartition]] = [[] for _ in self.names]
+        all_topics = set(self.topics)
         for mi, owned in enumerate(o.owned):
-            subscribed = set(subscriptions[o.members[mi]].topics)
-            keep = [tp for tp in owned if tp[0] in subscribed]
+            topics = subscriptions[o.members[mi]].topics
+            if len(same[topics][1]) == len(all_topics):  # subscribed to every topic: keeps every claim
+                keep = owned
+            else:
+                subscribed = set(topics)
+                keep = [tp for tp in owned if tp[0] in subscribed]
             if len(keep) != len(owned):
                 self.revocation_required = True
             self.lists[rank_of[mi]] = keep
@@ -104,7 +122,8 @@ class _GeneralBuilder:
                 self._water_fill(topic_partitions(self.topics[t], unassigned[t]), self.topic_consumers[t])
 
         fixed_topic = [len(c) < 2 for c in self.topic_consumers]
-        max_size = [sum(self.counts[t] for t in ts) for ts in self.member_topics]
+        max_size_of = {id(ts): sum(self.counts[t] for t in ts) for ts in self.member_topics}
+        max_size = [max_size_of[id(ts)] for ts in self.member_topics]
         self.max_size = max_size
         self.participants = [
             r
