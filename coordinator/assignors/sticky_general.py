@@ -25,7 +25,7 @@ The Kafka example of `StickyAssignorTest`'s javadoc: with different subscription
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from functools import cache
 from itertools import compress
@@ -177,12 +177,16 @@ class _GeneralBuilder:
             width = len(active)
             take = remaining if i == k else min(remaining, width * (sizes[order[i]] - level))
             block = tps[pos : pos + take]
-            for j, r in enumerate(active):
-                if j >= take:
-                    break
-                part = block[j::width]
-                lists[r].extend(part)
-                sizes[r] += len(part)
+            if take <= width:  # one each to the first `take` members (the usual stretch in big groups)
+                taking = active[:take]
+                deque(map(list.append, map(lists.__getitem__, taking), block), maxlen=0)
+                for r in taking:
+                    sizes[r] += 1
+            else:
+                for j, r in enumerate(active):
+                    part = block[j::width]
+                    lists[r].extend(part)
+                    sizes[r] += len(part)
             pos += take
             remaining -= take
             if not remaining:
