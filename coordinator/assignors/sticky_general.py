@@ -112,9 +112,10 @@ class _GeneralBuilder:
 
     def build(self) -> Assignment:
         available = [bytearray(b"\x01") * n for n in self.counts]
+        index = self.topic_index
         for lst in self.lists:
-            for tp in lst:
-                available[self.topic_index[tp[0]]][tp[1]] = 0
+            for topic, p in lst:
+                available[index[topic]][p] = 0
         unassigned = [list(compress(range(len(flags)), flags)) for flags in available]
         initializing = not any(self.sizes)
         for t in self.topic_order:
@@ -122,7 +123,8 @@ class _GeneralBuilder:
                 self._water_fill(topic_partitions(self.topics[t], unassigned[t]), self.topic_consumers[t])
 
         fixed_topic = [len(c) < 2 for c in self.topic_consumers]
-        max_size_of = {id(ts): sum(self.counts[t] for t in ts) for ts in self.member_topics}
+        distinct = {id(ts): ts for ts in self.member_topics}  # shared by members with the same topics
+        max_size_of = {k: sum(map(self.counts.__getitem__, ts)) for k, ts in distinct.items()}
         max_size = [max_size_of[id(ts)] for ts in self.member_topics]
         self.max_size = max_size
         self.participants = [
