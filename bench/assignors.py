@@ -33,7 +33,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from coordinator.assignors import Subscription, get_assignor  # noqa: E402
 from coordinator.assignors.payloads import encode_sticky_user_data  # noqa: E402
@@ -140,7 +141,10 @@ def main() -> None:
     print(f"{'assigned':>9} {'min..max':>10}")
     for case in args.case or list(CASES):
         out = subprocess.run(
-            [sys.executable, __file__, "--json", "--case", case],
+            # -m, not the file path: run as a script, bench/ would come first on sys.path and
+            # bench/inspect.py would shadow the standard library's inspect.
+            [sys.executable, "-m", "bench.assignors", "--json", "--case", case],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONHASHSEED": "0"},

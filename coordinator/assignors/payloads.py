@@ -22,17 +22,23 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import repeat
 
 import msgspec
 
-from coordinator.assignors.base import DEFAULT_GENERATION, Subscription
+from coordinator.assignors.base import DEFAULT_GENERATION, Subscription, make_tp
 from core.types import TopicPartition
 
 CONSUMER_PROTOCOL_VERSION = 0
 
 
-class TopicPartitions(msgspec.Struct, frozen=True):
-    """One topic's partitions, the unit in which every payload lists partitions."""
+class TopicPartitions(msgspec.Struct, frozen=True, gc=False):
+    """One topic's partitions, the unit in which every payload lists partitions.
+
+    Not tracked by the garbage collector (it holds a name and a list of ints, so it cannot be part of a
+    reference cycle): a sticky member's user data decodes to one of these per owned topic, a million in a
+    large group, and tracked ones would make the collector's full passes walk them all.
+    """
 
     topic: str
     partitions: list[int]
@@ -91,7 +97,14 @@ def group_by_topic(partitions: Iterable[TopicPartition]) -> list[TopicPartitions
 
 def flatten(groups: Iterable[TopicPartitions]) -> list[TopicPartition]:
     """The inverse of `group_by_topic`."""
-    return [TopicPartition(g.topic, p) for g in groups for p in g.partitions]
+    out: list[TopicPartition] = []
+    for g in groups:  # make_tp: no Python-level NamedTuple __new__ call per partition
+        partitions = g.partitions
+        if len(partitions) == 1:  # common in large groups: one partition of each of many topics
+            out.append(make_tp((g.topic, partitions[0])))
+        else:
+            out.extend(map(make_tp, zip(repeat(g.topic), partitions)))
+    return out
 
 
 def encode_subscription(subscription: Subscription) -> bytes:

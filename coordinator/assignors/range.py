@@ -35,10 +35,19 @@ class RangeAssignor(Assignor):
     ) -> Assignment:
         ordered = member_order(subscriptions)
         consumers_per_topic: dict[str, list[str]] = {t: [] for t in partitions_per_topic}
+        # Members with the same topics are handled together: with identical subscriptions this is one
+        # pass over the topics, not one per member.
+        same_topics: dict[tuple[str, ...], list[str]] = {}
         for member in ordered:
-            for topic in dict.fromkeys(subscriptions[member].topics):
+            same_topics.setdefault(subscriptions[member].topics, []).append(member)
+        position = {member: i for i, member in enumerate(ordered)}
+        for topics, members in same_topics.items():
+            for topic in topics:  # Subscription already dropped duplicate topics
                 if topic in consumers_per_topic:
-                    consumers_per_topic[topic].append(member)
+                    consumers_per_topic[topic].extend(members)
+        if len(same_topics) > 1:  # merging groups broke member order: restore it
+            for consumers in consumers_per_topic.values():
+                consumers.sort(key=position.__getitem__)
         assignment: Assignment = {member: [] for member in subscriptions}
         for topic in java_sorted(partitions_per_topic):
             members = consumers_per_topic[topic]

@@ -25,7 +25,7 @@ The Kafka example of `StickyAssignorTest`'s javadoc: with different subscription
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from functools import cache
 from itertools import compress
@@ -59,20 +59,38 @@ class _GeneralBuilder:
         self.topics, self.counts, self.topic_index = o.topics, o.counts, o.topic_index
         n_topics = len(self.topics)
         # Potential topics per member (with metadata) and potential consumers per topic (rank order).
+        # Members with the same topics share one (read-only) list and set: with mostly identical
+        # subscriptions this is a pass over the topics per distinct subscription, not per member.
         self.member_topics: list[list[int]] = []
-        self.topic_consumers: list[list[int]] = [[] for _ in range(n_topics)]
+        self.member_topic_sets: list[set[int]] = []
+        same: dict[tuple[str, ...], tuple[list[int], set[int], list[int]]] = {}
         for r, name in enumerate(self.names):
-            mine = [self.topic_index[t] for t in subscriptions[name].topics if t in self.topic_index]
-            self.member_topics.append(mine)
+            topics = subscriptions[name].topics
+            group = same.get(topics)
+            if group is None:
+                mine = [self.topic_index[t] for t in topics if t in self.topic_index]
+                group = same[topics] = (mine, set(mine), [])
+            self.member_topics.append(group[0])
+            self.member_topic_sets.append(group[1])
+            group[2].append(r)
+        self.topic_consumers: list[list[int]] = [[] for _ in range(n_topics)]
+        for mine, _, ranks in same.values():
             for t in mine:
-                self.topic_consumers[t].append(r)
-        self.member_topic_sets = [set(ts) for ts in self.member_topics]
+                self.topic_consumers[t].extend(ranks)
+        if len(same) > 1:  # merging groups broke rank order: restore it
+            for consumers in self.topic_consumers:
+                consumers.sort()
         # Current assignment: valid claims of still-subscribed topics.
         self.revocation_required = False
         self.lists: list[list[TopicPartition]] = [[] for _ in self.names]
+        all_topics = set(self.topics)
         for mi, owned in enumerate(o.owned):
-            subscribed = set(subscriptions[o.members[mi]].topics)
-            keep = [tp for tp in owned if tp[0] in subscribed]
+            topics = subscriptions[o.members[mi]].topics
+            if len(same[topics][1]) == len(all_topics):  # subscribed to every topic: keeps every claim
+                keep = owned
+            else:
+                subscribed = set(topics)
+                keep = [tp for tp in owned if tp[0] in subscribed]
             if len(keep) != len(owned):
                 self.revocation_required = True
             self.lists[rank_of[mi]] = keep
@@ -94,9 +112,10 @@ class _GeneralBuilder:
 
     def build(self) -> Assignment:
         available = [bytearray(b"\x01") * n for n in self.counts]
+        index = self.topic_index
         for lst in self.lists:
-            for tp in lst:
-                available[self.topic_index[tp[0]]][tp[1]] = 0
+            for topic, p in lst:
+                available[index[topic]][p] = 0
         unassigned = [list(compress(range(len(flags)), flags)) for flags in available]
         initializing = not any(self.sizes)
         for t in self.topic_order:
@@ -104,7 +123,9 @@ class _GeneralBuilder:
                 self._water_fill(topic_partitions(self.topics[t], unassigned[t]), self.topic_consumers[t])
 
         fixed_topic = [len(c) < 2 for c in self.topic_consumers]
-        max_size = [sum(self.counts[t] for t in ts) for ts in self.member_topics]
+        distinct = {id(ts): ts for ts in self.member_topics}  # shared by members with the same topics
+        max_size_of = {k: sum(map(self.counts.__getitem__, ts)) for k, ts in distinct.items()}
+        max_size = [max_size_of[id(ts)] for ts in self.member_topics]
         self.max_size = max_size
         self.participants = [
             r
@@ -158,12 +179,16 @@ class _GeneralBuilder:
             width = len(active)
             take = remaining if i == k else min(remaining, width * (sizes[order[i]] - level))
             block = tps[pos : pos + take]
-            for j, r in enumerate(active):
-                if j >= take:
-                    break
-                part = block[j::width]
-                lists[r].extend(part)
-                sizes[r] += len(part)
+            if take <= width:  # one each to the first `take` members (the usual stretch in big groups)
+                taking = active[:take]
+                deque(map(list.append, map(lists.__getitem__, taking), block), maxlen=0)
+                for r in taking:
+                    sizes[r] += 1
+            else:
+                for j, r in enumerate(active):
+                    part = block[j::width]
+                    lists[r].extend(part)
+                    sizes[r] += len(part)
             pos += take
             remaining -= take
             if not remaining:
