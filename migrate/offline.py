@@ -315,6 +315,7 @@ def _advance(st: _Run, batch: int, progress) -> R.Migration:
     assert m is not None
     if m.state == R.PLANNED:
         check_idle(zk, g, m.source, m.dest)
+        checkpoint("before:snapshot")
         snap = offsets(zk, m.source, g)
         R.check_bound(len(snap), f"group {g!r} under {m.source}")
         st.write(R.advance(m, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
