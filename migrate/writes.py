@@ -68,22 +68,33 @@ def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coord
 
 
 def commit(
-    zk: KazooClient, scheme: str, group: str, offsets: dict[TopicPartition, int], progress=None
+    zk: KazooClient,
+    scheme: str,
+    group: str,
+    offsets: dict[TopicPartition, int],
+    progress=None,
+    batch: int = BATCH,
 ) -> str:
-    """Write `offsets` for an inactive group; returns how it was written (for the user)."""
+    """Write `offsets` for an inactive group; returns how it was written (for the user).
+
+    `batch` (1..BATCH) bounds the ops per transaction and the partitions per OffsetCommit.
+    """
+    batch = max(1, min(batch, BATCH))
     lead = check_inactive(zk, scheme, group, "writing offsets")
     if scheme == SCHEME_ZK:
-        n = legacy.write_offsets(zk, group, offsets, batch=BATCH, progress=progress)
+        n = legacy.write_offsets(zk, group, offsets, batch=batch, progress=progress)
         return f"in ZooKeeper ({n} transaction{'s' if n != 1 else ''})"
     if lead is not None:
-        _commit_via(lead, group, offsets, progress)
+        _commit_via(lead, group, offsets, progress, batch)
         return f"through coordinator {lead.address}"
-    return _commit_in_zk(zk, group, offsets, progress)
+    return _commit_in_zk(zk, group, offsets, progress, batch)
 
 
-def _commit_via(lead: coordinated.Leader, group: str, offsets: dict[TopicPartition, int], progress) -> None:
+def _commit_via(
+    lead: coordinated.Leader, group: str, offsets: dict[TopicPartition, int], progress, batch: int = BATCH
+) -> None:
     tps = sorted(offsets)
-    for i, chunk in enumerate(zkio.chunked(tps, BATCH)):
+    for i, chunk in enumerate(zkio.chunked(tps, batch)):
         body = commit_body(group, -1, "", {(tp.topic, tp.partition): offsets[tp] for tp in chunk})
         resp = coordinated.request(lead, P.OFFSET_COMMIT, body, timeout=30.0)
         bad = [
@@ -94,16 +105,18 @@ def _commit_via(lead: coordinated.Leader, group: str, offsets: dict[TopicPartiti
         ]
         if resp.get("error_code") or bad:
             code = bad[0][2] if bad else resp["error_code"]
-            done = f"the first {i * BATCH} partitions were written; " if i else "nothing was written; "
+            done = f"the first {i * batch} partitions were written; " if i else "nothing was written; "
             raise GroupshiftError(
                 f"coordinator {lead.address} refused the commit with {P.ERROR_NAMES.get(code, code)}: {done}"
                 "check the group and run the command again"
             )
         if progress is not None:
-            progress(min((i + 1) * BATCH, len(tps)), len(tps))
+            progress(min((i + 1) * batch, len(tps)), len(tps))
 
 
-def _commit_in_zk(zk: KazooClient, group: str, offsets: dict[TopicPartition, int], progress) -> str:
+def _commit_in_zk(
+    zk: KazooClient, group: str, offsets: dict[TopicPartition, int], progress, batch: int = BATCH
+) -> str:
     shard, _ = coordinated.leader(zk, group)
     epoch_path = f"{shard_path(shard)}/epoch"
     got_epoch = zkio.get_many(zk, [epoch_path])[0]
@@ -121,7 +134,7 @@ def _commit_in_zk(zk: KazooClient, group: str, offsets: dict[TopicPartition, int
         path = offset_path(group, *tp)
         ops.append(("create", path, data) if got is None else ("set", path, data, got[1].version))
     guard = (epoch_path, got_epoch[1].version) if got_epoch is not None else None
-    n = legacy.run_ops(zk, ops, batch=BATCH, guard=guard, progress=progress)
+    n = legacy.run_ops(zk, ops, batch=batch, guard=guard, progress=progress)
     return f"in ZooKeeper, fenced by shard {shard}'s epoch ({n} transaction{'s' if n != 1 else ''})"
 
 
@@ -201,3 +214,41 @@ def _delete_tree_fenced(zk: KazooClient, group: str, root: str) -> str:
     epoch_path = f"{shard_path(shard)}/epoch"
     got = zkio.get_many(zk, [epoch_path])[0]
     return _delete_tree(zk, root, (epoch_path, got[1].version) if got else None)
+
+
+def delete_partitions(zk: KazooClient, scheme: str, group: str, tps: list[TopicPartition]) -> str:
+    """Delete the committed offsets of exactly these partitions (those that exist) of an inactive group."""
+    lead = check_inactive(zk, scheme, group, "deleting offsets")
+    if scheme == SCHEME_ZK:
+        paths = [legacy.offset_path(group, tp) for tp in tps]
+        guard = None
+    elif lead is not None:
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(tps):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        body = {
+            "group_id": group,
+            "topics": [
+                {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in by_topic.items()
+            ],
+        }
+        resp = coordinated.request(lead, P.OFFSET_DELETE, body, timeout=30.0)
+        codes = [resp.get("error_code", 0)] + [
+            p["error_code"] for t in resp.get("topics", []) for p in t["partitions"]
+        ]
+        bad = [c for c in codes if c]
+        if bad:
+            raise GroupshiftError(
+                f"coordinator {lead.address} refused to delete the offsets: "
+                f"{P.ERROR_NAMES.get(bad[0], bad[0])}"
+            )
+        return f"through coordinator {lead.address}"
+    else:
+        shard, _ = coordinated.leader(zk, group)
+        epoch_path = f"{shard_path(shard)}/epoch"
+        got = zkio.get_many(zk, [epoch_path])[0]
+        guard = (epoch_path, got[1].version) if got else None
+        paths = [offset_path(group, *tp) for tp in tps]
+    present = [p for p, got in zip(paths, zkio.get_many(zk, paths), strict=True) if got is not None]
+    n = legacy.run_ops(zk, [("delete", p) for p in present], batch=BATCH, guard=guard) if present else 0
+    return f"{len(present)} offsets deleted ({n} transaction{'s' if n != 1 else ''})"

@@ -1,0 +1,168 @@
+"""`groupshift migrate plan|run|status|verify|rollback`: move a group between the schemes (thin: no logic)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from cli.inspect_common import zk_session
+from cli.main import main, zk_option
+
+SCHEMES = click.Choice(["zk", "coordinator"])
+
+
+@main.group("migrate")
+def migrate_group() -> None:
+    """Move a consumer group and its offsets between scheme one (zk) and the coordinator, and back."""
+
+
+def _output(f):
+    return click.option(
+        "--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True
+    )(f)
+
+
+def _direction(f):
+    f = click.option(
+        "--mode",
+        type=click.Choice(["offline", "live"]),
+        default="offline",
+        show_default=True,
+        help="offline: the group is stopped. live (the bridge) is not available yet.",
+    )(f)
+    f = click.option("--to", "dest", type=SCHEMES, required=True, help="The scheme to move to.")(f)
+    return click.option("--from", "source", type=SCHEMES, required=True, help="The scheme it is in.")(f)
+
+
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@migrate_group.command("plan")
+@click.argument("group")
+@_direction
+@_output
+@zk_option
+def plan_cmd(group, source, dest, mode, output, zk) -> None:
+    """Print what `run` would do (partitions, offsets, members, checks); writes nothing."""
+    from migrate.offline import check_args, plan
+    from migrate.render import render
+
+    check_args(source, dest, mode)
+    with zk_session(zk) as client:
+        p = plan(client, group, source, dest, mode)
+    failed = [c for c in p["checks"] if not c["ok"]]
+    if output == "json":
+        click.echo(json.dumps(p))
+    else:
+        click.echo(
+            f"migrate {group} from {source} to {dest} ({mode}): {p['partitions']} partitions, "
+            f"{p['to_copy']} to copy; steps: {' -> '.join(p['steps']) or 'none'}"
+        )
+        for c in p["checks"]:
+            detail = f" ({c['detail']})" if c["detail"] else ""
+            click.echo(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['check']}{detail}")
+        click.echo(render(p["offsets"], "table", ["topic", "partition", "source", "destination"]))
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+@migrate_group.command("run")
+@click.argument("group")
+@_direction
+@click.option("--overwrite", is_flag=True, help="Replace offsets the destination already has.")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1000),
+    default=1000,
+    show_default=True,
+    help="Offsets per ZooKeeper transaction (or OffsetCommit request).",
+)
+@_output
+@zk_option
+def run_cmd(group, source, dest, mode, overwrite, batch, output, zk) -> None:
+    """Start, or resume after a crash, the migration of GROUP (planned -> ... -> done)."""
+    from migrate.offline import check_args, run, status
+    from migrate.render import Progress
+
+    check_args(source, dest, mode)
+    with zk_session(zk) as client:
+        run(
+            client,
+            group,
+            source,
+            dest,
+            mode=mode,
+            overwrite=overwrite,
+            batch=batch,
+            say=_say,
+            progress=Progress(f"copying {group}"),
+        )
+        _show_status(status(client, group), output)
+
+
+@migrate_group.command("rollback")
+@click.argument("group")
+@click.option(
+    "--batch", type=click.IntRange(1, 1000), default=1000, show_default=True, help="Offsets per transaction."
+)
+@_output
+@zk_option
+def rollback_cmd(group, batch, output, zk) -> None:
+    """Undo an unfinished migration: the destination's offsets as they were before it."""
+    from migrate.offline import rollback, status
+    from migrate.render import Progress
+
+    with zk_session(zk) as client:
+        rollback(client, group, batch=batch, say=_say, progress=Progress(f"restoring {group}"))
+        _show_status(status(client, group), output)
+
+
+@migrate_group.command("status")
+@click.argument("group")
+@_output
+@zk_option
+def status_cmd(group, output, zk) -> None:
+    """The recorded migration of GROUP: its state and history."""
+    from migrate.offline import status
+
+    with zk_session(zk) as client:
+        _show_status(status(client, group), output)
+
+
+@migrate_group.command("verify")
+@click.argument("group")
+@_direction
+@_output
+@zk_option
+def verify_cmd(group, source, dest, mode, output, zk) -> None:
+    """Compare GROUP's offsets in the two schemes, partition by partition (exit 1 when they differ)."""
+    from migrate.offline import check_args, verify
+    from migrate.render import render
+
+    check_args(source, dest, mode)
+    with zk_session(zk) as client:
+        v = verify(client, group, source, dest)
+    if output == "json":
+        click.echo(json.dumps(v))
+    else:
+        same = "equal" if v["equal"] else f"{len(v['differ'])} partition(s) differ"
+        click.echo(f"group {group}: {v['partitions']} partitions under {source}, {dest}: {same}")
+        if v["differ"]:
+            click.echo(render(v["differ"][:100], "table", ["topic", "partition", "source", "destination"]))
+    if not v["equal"]:
+        raise click.exceptions.Exit(1)
+
+
+def _show_status(s: dict, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(s))
+        return
+    running = f", running ({s['running']})" if s["running"] else ""
+    click.echo(
+        f"migration of {s['group']} from {s['from']} to {s['to']} ({s['mode']}): {s['state']}{running}; "
+        f"{s['partitions']} partitions"
+    )
+    for h in s["history"]:
+        click.echo(f"  {h['state']:<12} {h['at_ms']}")

@@ -1,0 +1,518 @@
+"""The offline migration engine: move a stopped group's offsets between scheme one and scheme three.
+
+    run(zk, "billing", "zk", "coordinator")   # planned -> frozen -> copied -> verified -> switched -> done
+    rollback(zk, "billing")                   # destination back to what it was; record rolled_back
+
+Every check happens before anything is written (a refused command changes nothing). A run
+holds an ephemeral lock `/groupshift/migration-locks/<g>` (a second run is refused; a lock left
+by a dead process on this host is taken over); every transition of the record is one `multi`
+checking the lock and the record's version. Offsets are read and written with the inspect
+tools' readers and writers (`migrate.legacy`, `migrate.coordinated`, `migrate.writes`).
+
+Test hook: `GROUPSHIFT_MIGRATE_EXIT_AT=k` makes the process exit (code 99) at the k-th
+checkpoint it reaches (or at the checkpoint named k), to test that a killed migration resumes
+or rolls back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from coordinator.store import decode_group, group_path, znode_name
+from core.errors import GroupshiftError, UnknownGroup
+from core.types import TopicPartition
+from migrate import coordinated, legacy, writes, zkio
+from migrate import record as R
+from migrate.model import SCHEME_ZK, check_scheme
+
+EXIT_CODE = 99
+_reached = 0
+
+
+class MigrationBusy(GroupshiftError):
+    """Another migration of the group holds the lock, or an unfinished one has other arguments."""
+
+
+def record_path(group: str) -> str:
+    return f"{R.ROOT}/{znode_name(group)}"
+
+
+def lock_path(group: str) -> str:
+    return f"{R.LOCKS}/{znode_name(group)}"
+
+
+def checkpoint(name: str) -> None:
+    """A step boundary: the test hook may end the process here, as a kill would."""
+    global _reached
+    _reached += 1
+    at = os.environ.get("GROUPSHIFT_MIGRATE_EXIT_AT")
+    if at and (at == name or at == str(_reached)):
+        sys.stderr.write(f"test hook: exiting at checkpoint {_reached} ({name})\n")
+        sys.stderr.flush()
+        os._exit(EXIT_CODE)
+
+
+# -- reads ---------------------------------------------------------------------------------------
+
+
+def read_record(zk: KazooClient, group: str) -> tuple[R.Migration | None, int]:
+    got = zkio.get_many(zk, [record_path(group)])[0]
+    if got is None:
+        return None, -1
+    return R.decode(got[0], record_path(group)), got[1].version
+
+
+def exists(zk: KazooClient, scheme: str, group: str) -> bool:
+    return legacy.exists(zk, group) if scheme == SCHEME_ZK else coordinated.exists(zk, group)
+
+
+def offsets(zk: KazooClient, scheme: str, group: str) -> dict[TopicPartition, int]:
+    read = legacy.read_offsets if scheme == SCHEME_ZK else coordinated.read_offsets
+    return {tp: c.offset for tp, c in read(zk, group).items()}
+
+
+def live_members(zk: KazooClient, scheme: str, group: str) -> list[str]:
+    """Who is in the group now (scheme one: registered consumer ids; scheme three: client/member ids)."""
+    if scheme == SCHEME_ZK:
+        return sorted(zkio.children(zk, f"{legacy.group_dir(group)}/ids") or [])
+    _, lead = coordinated.leader(zk, group)
+    if lead is not None:
+        described = coordinated.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
+        if described["group_state"] in ("Empty", "Dead"):
+            return []
+        return sorted(f"{m['client_id']} ({m['member_id']})" for m in described["members"])
+    got = zkio.get_many(zk, [group_path(group)])[0]
+    stored = decode_group(got[0]) if got is not None and got[0] else None
+    return sorted(f"{m.client_id} ({m.member_id}, as stored)" for m in (stored.members if stored else []))
+
+
+def lock_holder(zk: KazooClient, group: str) -> dict | None:
+    got = zkio.get_many(zk, [lock_path(group)])[0]
+    if got is None:
+        return None
+    try:
+        holder = json.loads(got[0])
+    except ValueError:
+        holder = {}
+    holder["version"] = got[1].version
+    return holder
+
+
+def _members_refusal(group: str, scheme: str, names: list[str], side: str) -> str:
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return (
+        f"group {group!r} has {len(names)} live member(s) on the {side} ({scheme}): {shown}; "
+        "stop them before an offline migration"
+    )
+
+
+def check_idle(zk: KazooClient, group: str, source: str, dest: str) -> None:
+    for scheme, side in ((source, "source"), (dest, "destination")):
+        names = live_members(zk, scheme, group)
+        if names:
+            raise writes.GroupActive(_members_refusal(group, scheme, names, side))
+
+
+# -- plan ------------------------------------------------------------------------------------------
+
+
+def plan(zk: KazooClient, group: str, source: str, dest: str, mode: str = "offline") -> dict:
+    """What `run` would do, and the checks it would make; writes nothing."""
+    check_args(source, dest, mode)
+    if not exists(zk, source, group):
+        raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
+    src, dst = offsets(zk, source, group), offsets(zk, dest, group)
+    rec, _ = read_record(zk, group)
+    members = {s: live_members(zk, s, group) for s in (source, dest)}
+    holder = lock_holder(zk, group)
+    resuming = rec is not None and rec.state not in R.TERMINAL
+    checks = [
+        ("source has no live members", not members[source], ", ".join(members[source][:10])),
+        ("destination has no live members", not members[dest], ", ".join(members[dest][:10])),
+        ("source has committed offsets", bool(src), f"{len(src)} partitions"),
+        (
+            "destination has no offsets of its own",
+            resuming or not dst,
+            f"{len(dst)} partitions" + ("; resuming" if resuming else " (pass --overwrite)" if dst else ""),
+        ),
+        ("no other migration running", holder is None, _holder_text(holder) if holder else ""),
+        ("no unfinished migration with other arguments", R.conflict(rec, source, dest) is None, ""),
+        (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
+    ]
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
+        for tp in sorted(src)
+    ]
+    return {
+        "group": group,
+        "from": source,
+        "to": dest,
+        "mode": mode,
+        "partitions": len(src),
+        "to_copy": len(R.diff(src, dst)),
+        "members": members[source],
+        "record": rec.state if rec else None,
+        "steps": [s for s in R.ORDER if not resuming or R.ORDER.index(s) > R.ORDER.index(rec.state)],
+        "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
+        "offsets": rows,
+    }
+
+
+def _holder_text(h: dict) -> str:
+    return f"pid {h.get('pid')} on {h.get('host')}"
+
+
+def check_args(source: str, dest: str, mode: str) -> None:
+    check_scheme(source)
+    check_scheme(dest)
+    if source == dest:
+        raise GroupshiftError(f"--from and --to are both {source}; a migration goes between the two schemes")
+    if mode == "live":
+        raise GroupshiftError(
+            "live migration (--mode live, the bridge) is not available yet; "
+            "stop the group and use --mode offline"
+        )
+    if mode not in R.MODES:
+        raise GroupshiftError(f"unknown mode {mode!r}; use offline")
+
+
+# -- run -------------------------------------------------------------------------------------------
+
+
+class _Run:
+    """One process's hold on a group's migration: the lock, the record and its version."""
+
+    def __init__(self, zk: KazooClient, group: str, say):
+        self.zk, self.group, self.say = zk, group, say
+        self.rec: R.Migration | None = None
+        self.version = -1
+
+    def lock(self) -> None:
+        data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since_ms": _now()}).encode()
+        for attempt in range(2):
+            parents = ["/groupshift", R.ROOT, R.LOCKS]
+            txn = self.zk.transaction()
+            for p, got in zip(parents, zkio.get_many(self.zk, parents), strict=True):
+                if got is None:
+                    txn.create(p, b"")
+            txn.create(lock_path(self.group), data, ephemeral=True)
+            results = _commit(txn)
+            if not any(isinstance(r, Exception) for r in results):
+                checkpoint("locked")
+                return
+            holder = lock_holder(self.zk, self.group)
+            if holder is not None and attempt == 0 and _dead_here(holder):
+                try:  # the lock of a killed run on this host: its session has not expired yet
+                    self.zk.delete(lock_path(self.group), version=holder["version"])
+                except NoNodeError:
+                    pass
+                continue
+            who = _holder_text(holder) if holder else "another process"
+            raise MigrationBusy(
+                f"a migration of group {self.group!r} is already running ({who}); wait for it to finish"
+            )
+
+    def unlock(self) -> None:
+        try:
+            self.zk.delete(lock_path(self.group))
+        except NoNodeError:
+            pass
+
+    def write(self, new: R.Migration) -> None:
+        """One transition: one multi, guarded by the lock and the record's version."""
+        path = record_path(self.group)
+        checkpoint(f"before:{new.state}")
+        txn = self.zk.transaction()
+        txn.check(lock_path(self.group), version=0)
+        if self.version < 0:
+            txn.create(path, R.encode(new))
+        else:
+            txn.set_data(path, R.encode(new), version=self.version)
+        results = _commit(txn)
+        if any(isinstance(r, Exception) for r in results):
+            raise MigrationBusy(
+                f"the migration record of {self.group!r} changed under this run ({results!r}); "
+                "check `migrate status` and run again"
+            )
+        self.rec, self.version = new, self.version + 1
+        self.say(f"migrate {self.group}: {new.state}")
+        checkpoint(new.state)
+
+
+def run(
+    zk: KazooClient,
+    group: str,
+    source: str,
+    dest: str,
+    *,
+    mode: str = "offline",
+    overwrite: bool = False,
+    batch: int = writes.BATCH,
+    say=lambda line: None,
+    progress=None,
+) -> R.Migration:
+    """Start or resume the migration; returns the record in state done."""
+    check_args(source, dest, mode)
+    rec, version = read_record(zk, group)
+    why = R.conflict(rec, source, dest)
+    if why:
+        raise MigrationBusy(why)
+    resuming = rec is not None and rec.state not in R.TERMINAL
+    holder = lock_holder(zk, group)
+    if holder is not None and not _dead_here(holder):
+        raise MigrationBusy(
+            f"a migration of group {group!r} is already running ({_holder_text(holder)}); "
+            "wait for it to finish"
+        )
+    if not resuming:
+        if not exists(zk, source, group):
+            raise UnknownGroup(
+                f"group {group!r} does not exist under scheme {source}; check the name (and --zk)"
+            )
+    check_idle(zk, group, source, dest)
+    if not resuming:
+        src, dst = offsets(zk, source, group), offsets(zk, dest, group)
+        if not src:
+            raise GroupshiftError(
+                f"group {group!r} has no committed offsets under {source}; nothing to migrate"
+            )
+        R.check_bound(len(src), f"group {group!r} under {source}")
+        if dst and not overwrite:
+            raise GroupshiftError(
+                f"group {group!r} already has {len(dst)} committed offset(s) under {dest}; "
+                "pass --overwrite to replace them (a rollback restores them)"
+            )
+    state = _Run(zk, group, say)
+    state.lock()
+    try:
+        if resuming:
+            state.rec, state.version = read_record(zk, group)  # re-read under the lock
+            if state.rec is None or state.rec.state in R.TERMINAL:
+                raise MigrationBusy(f"the migration of {group!r} finished meanwhile; see `migrate status`")
+            say(f"migrate {group}: resuming from {state.rec.state}")
+        else:
+            state.version = version
+            state.rec = rec
+            new = R.new(group, source, dest, mode, _now(), dst, exists(zk, dest, group), overwrite)
+            if rec is None:
+                state.version = -1
+            state.write(new)
+        return _advance(state, batch, progress)
+    finally:
+        state.unlock()
+
+
+def _advance(st: _Run, batch: int, progress) -> R.Migration:
+    zk, g = st.zk, st.group
+    m = st.rec
+    assert m is not None
+    if m.state == R.PLANNED:
+        check_idle(zk, g, m.source, m.dest)
+        checkpoint("before:snapshot")
+        snap = offsets(zk, m.source, g)
+        R.check_bound(len(snap), f"group {g!r} under {m.source}")
+        st.write(R.advance(m, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
+    while st.rec.state in (R.FROZEN, R.COPIED):
+        m = st.rec
+        want = R.as_offsets(m.snapshot)
+        _check_source(zk, m, want)
+        if m.state == R.FROZEN or R.diff(want, offsets(zk, m.dest, g)):
+            _copy(zk, m, want, batch, progress, st.say)
+        if m.state == R.FROZEN:
+            st.write(R.advance(m, R.COPIED, _now()))
+        have = offsets(zk, m.dest, g)
+        bad = R.diff(want, have)
+        if bad:
+            tp = bad[0]
+            raise GroupshiftError(
+                f"{len(bad)} partition(s) differ after the copy ({tp.topic}-{tp.partition}: "
+                f"source {want[tp]}, "
+                f"destination {have.get(tp)}); run again to copy them again, or roll back"
+            )
+        st.write(R.advance(st.rec, R.VERIFIED, _now()))
+    if st.rec.state == R.VERIFIED:
+        m = st.rec
+        check_idle(zk, g, m.source, m.dest)
+        _check_source(zk, m, R.as_offsets(m.snapshot))
+        st.write(R.advance(m, R.SWITCHED, _now()))
+    if st.rec.state == R.SWITCHED:
+        st.write(R.advance(st.rec, R.DONE, _now()))
+    return st.rec
+
+
+def _check_source(zk: KazooClient, m: R.Migration, want: dict[TopicPartition, int]) -> None:
+    now = offsets(zk, m.source, m.group)
+    if now != want:
+        moved = [tp for tp in sorted(set(now) | set(want)) if now.get(tp) != want.get(tp)]
+        tp = moved[0]
+        raise GroupshiftError(
+            f"the source group {m.group!r} ({m.source}) changed since it was frozen: "
+            f"{len(moved)} partition(s) "
+            f"differ ({tp.topic}-{tp.partition}: {want.get(tp)} -> {now.get(tp)}); a consumer committed "
+            "meanwhile; stop it and roll back (`migrate rollback`), then migrate again"
+        )
+
+
+def _copy(zk, m: R.Migration, want, batch: int, progress, say) -> None:
+    todo = {tp: want[tp] for tp in R.diff(want, offsets(zk, m.dest, m.group))}
+    checkpoint("before:copy")
+    if not todo:
+        return
+    n = [0]
+    started = time.monotonic()
+
+    def step(done: int, total: int) -> None:
+        n[0] += 1
+        if progress is not None:
+            progress(done, total)
+        checkpoint(f"copy:{n[0]}")
+
+    how = writes.commit(zk, m.dest, m.group, todo, progress=step, batch=batch)
+    secs = max(time.monotonic() - started, 1e-6)
+    say(f"migrate {m.group}: copied {len(todo)} offsets {how} ({len(todo) / secs:,.0f} partitions/s)")
+
+
+# -- rollback ------------------------------------------------------------------------------------
+
+
+def rollback(
+    zk: KazooClient, group: str, *, batch: int = writes.BATCH, say=lambda line: None, progress=None
+) -> R.Migration:
+    """Put the destination back as it was before the migration; the record becomes rolled_back."""
+    rec, version = read_record(zk, group)
+    if rec is None:
+        raise GroupshiftError(f"no migration of group {group!r} is recorded; nothing to roll back")
+    if rec.state == R.DONE:
+        raise GroupshiftError(
+            f"the migration of {group!r} from {rec.source} to {rec.dest} is done; migrate it back with "
+            f"`migrate run {group} --from {rec.dest} --to {rec.source}`"
+        )
+    if rec.state == R.ROLLED_BACK:
+        raise GroupshiftError(f"the migration of {group!r} is already rolled back")
+    holder = lock_holder(zk, group)
+    if holder is not None and not _dead_here(holder):
+        raise MigrationBusy(
+            f"a migration of group {group!r} is running ({_holder_text(holder)}); "
+            "wait for it before rolling back"
+        )
+    check_idle(zk, group, rec.source, rec.dest)
+    st = _Run(zk, group, say)
+    st.lock()
+    try:
+        st.rec, st.version = read_record(zk, group)
+        m = st.rec
+        if m is None or m.state in R.TERMINAL:
+            raise MigrationBusy(f"the migration of {group!r} finished meanwhile; see `migrate status`")
+        _restore(zk, m, batch, progress, say)
+        st.write(R.advance(m, R.ROLLED_BACK, _now()))
+        return st.rec
+    finally:
+        st.unlock()
+
+
+def _restore(zk: KazooClient, m: R.Migration, batch: int, progress, say) -> None:
+    g, dest = m.group, m.dest
+    if not m.dest_existed:
+        if exists(zk, dest, g):
+            checkpoint("before:restore")
+            how = writes.delete_group(zk, dest, g)
+            say(f"migrate {g}: deleted the destination group it created ({dest}): {how}")
+        return
+    prior = R.as_offsets(m.prior)
+    have = offsets(zk, dest, g)
+    back = {tp: prior[tp] for tp in R.diff(prior, have)}
+    extra = [tp for tp in R.as_offsets(m.snapshot) if tp in have and tp not in prior]
+    checkpoint("before:restore")
+    if back:
+        how = writes.commit(zk, dest, g, back, progress=progress, batch=batch)
+        say(f"migrate {g}: restored {len(back)} destination offsets {how}")
+    checkpoint("restored")
+    if extra:
+        how = writes.delete_partitions(zk, dest, g, extra)
+        say(f"migrate {g}: removed {len(extra)} copied offsets: {how}")
+
+
+# -- verify, status ----------------------------------------------------------------------------------
+
+
+def verify(zk: KazooClient, group: str, source: str, dest: str) -> dict:
+    """Compare the destination with the source now (and with the frozen snapshot, when recorded)."""
+    check_scheme(source)
+    check_scheme(dest)
+    if not exists(zk, source, group):
+        raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
+    src, dst = offsets(zk, source, group), offsets(zk, dest, group)
+    rec, _ = read_record(zk, group)
+    snap = R.as_offsets(rec.snapshot) if rec and (rec.source, rec.dest) == (source, dest) else None
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "source": src.get(tp), "destination": dst.get(tp)}
+        for tp in R.diff(src, dst)
+    ]
+    return {
+        "group": group,
+        "from": source,
+        "to": dest,
+        "partitions": len(src),
+        "equal": not rows,
+        "differ": rows,
+        "source_matches_snapshot": None if snap is None else snap == src,
+        "record": rec.state if rec else None,
+    }
+
+
+def status(zk: KazooClient, group: str) -> dict:
+    rec, _ = read_record(zk, group)
+    if rec is None:
+        raise GroupshiftError(f"no migration of group {group!r} is recorded")
+    holder = lock_holder(zk, group)
+    return {
+        "group": rec.group,
+        "from": rec.source,
+        "to": rec.dest,
+        "mode": rec.mode,
+        "state": rec.state,
+        "partitions": len(rec.snapshot),
+        "started_ms": rec.started_ms,
+        "updated_ms": rec.updated_ms,
+        "running": _holder_text(holder) if holder and not _dead_here(holder) else None,
+        "history": [{"state": s, "at_ms": t} for s, t in rec.history],
+    }
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def _commit(txn) -> list:
+    zkio.requests["multi"] += 1
+    try:
+        return txn.commit()
+    except NodeExistsError as exc:
+        return [exc]
+    except Exception as exc:  # connection loss, timeouts: nothing of the transaction was applied
+        raise GroupshiftError(
+            f"ZooKeeper refused the write ({exc!r}); nothing was written, run again"
+        ) from None
+
+
+def _dead_here(holder: dict) -> bool:
+    """A lock taken by a process of this host that no longer exists (killed before its session expired)."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
