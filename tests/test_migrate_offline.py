@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+from kazoo.client import KazooClient
 
 from core.types import TopicPartition as TP
 from experiments.coordinator_nodes import CoordinatorNodes
@@ -156,9 +157,15 @@ def migrate(*args, zk_connect, exit_at=None):
 
 
 def dest_tree(zk_connect: str, group: str) -> dict:
-    tree = zk_tree(zk_connect)
-    chroot = zk_connect.split("/", 1)[1]
-    return {p: v for p, v in tree.items() if p.startswith(f"/{chroot}/groupshift/groups/{group}")}
+    hosts, chroot = zk_connect.split("/", 1)
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=10)
+    try:
+        there = client.exists(f"/{chroot}/groupshift/groups/{group}") is not None
+    finally:
+        client.stop()
+        client.close()
+    return zk_tree(hosts, root=f"/{chroot}/groupshift/groups/{group}") if there else {}
 
 
 def test_killed_at_every_checkpoint_then_run_or_rollback(zk, zk_connect):

@@ -1,0 +1,83 @@
+"""Benchmark: offline migration zk -> coordinator of 100 groups x 1,000 partitions, then verify.
+
+Its own ZooKeeper container. The source groups (Kafka 0.8 layout, no members) are written
+first and not timed. Timed: `migrate.offline.run` for every group (checks, lock, six record
+transitions, the copy in `multi` transactions of 1,000 ops, the verification reads), then
+`migrate.offline.verify` of every group. The ceiling is measured in the same run: a plain loop of
+`multi` transactions creating 1,000 znodes each, as many znodes as the migration wrote.
+Target: < 10 s, and within 2x of the ceiling.
+
+    .venv/bin/python -m bench.migrate [--groups 100] [--partitions 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core.types import TopicPartition  # noqa: E402
+from core.zk import connect  # noqa: E402
+from experiments.cluster import ZkServer  # noqa: E402
+from migrate import legacy, offline, writes, zkio  # noqa: E402
+
+TARGET_S = 10.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--groups", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=1000)
+    args = ap.parse_args(argv)
+    server = ZkServer.start_single()
+    try:
+        zk = connect(server.connect_string + "/bench-migrate")
+        groups = [f"group-{i:03d}" for i in range(args.groups)]
+        tps = [TopicPartition(f"topic-{p // 100:02d}", p % 100) for p in range(args.partitions)]
+        for i, g in enumerate(groups):
+            legacy.write_offsets(zk, g, {tp: i * 1000 + n for n, tp in enumerate(tps)}, batch=writes.BATCH)
+        total = args.groups * args.partitions
+
+        before = dict(zkio.requests)
+        start = time.perf_counter()
+        for g in groups:
+            offline.run(zk, g, "zk", "coordinator")
+        migrated = time.perf_counter() - start
+        for g in groups:
+            v = offline.verify(zk, g, "zk", "coordinator")
+            assert v["equal"] and v["partitions"] == args.partitions, g
+        took = time.perf_counter() - start
+        sent = {k: v - before.get(k, 0) for k, v in zkio.requests.items() if v - before.get(k, 0)}
+
+        # the ceiling: the same number of znode creates, 1,000 per multi, nothing else
+        zk.ensure_path("/ceiling")
+        start = time.perf_counter()
+        for g in range(args.groups):
+            zk.create(f"/ceiling/{g}", b"")
+            for chunk in zkio.chunked(range(args.partitions), writes.BATCH):
+                txn = zk.transaction()
+                for p in chunk:
+                    txn.create(f"/ceiling/{g}/{p}", b'{"offset": 1234567, "metadata": "", "commit_ts": 0}')
+                txn.commit()
+        ceiling_s = time.perf_counter() - start
+        zk.stop()
+        zk.close()
+    finally:
+        server.remove()
+
+    rate, ceiling = total / took, total / ceiling_s
+    print(f"groups x partitions:        {args.groups} x {args.partitions} = {total:,} offsets")
+    print(f"migrate (run, all groups):  {migrated:.2f} s")
+    print(f"migrate + verify:           {took:.2f} s  ({rate:,.0f} offset writes/s)")
+    print(f"ceiling (plain multi loop): {ceiling_s:.2f} s  ({ceiling:,.0f} writes/s)")
+    print(f"ZooKeeper requests sent:    {sent}")
+    ok = took < TARGET_S and took <= 2 * ceiling_s
+    print(f"target < {TARGET_S:g} s and within 2x of the ceiling: {'met' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
