@@ -168,45 +168,6 @@ def dest_tree(zk_connect: str, group: str) -> dict:
     return zk_tree(hosts, root=f"/{chroot}/groupshift/groups/{group}") if there else {}
 
 
-def test_killed_at_every_checkpoint_then_run_or_rollback(zk, zk_connect):
-    direction = ["--from", "zk", "--to", "coordinator", "--batch", "100"]
-    crashed = 0
-    for k in range(1, 40):
-        g, r = f"g{k}", f"r{k}"
-        want = source_group(zk, g)
-        source_group(zk, r)
-        first = migrate("run", g, *direction, zk_connect=zk_connect, exit_at=k)
-        if first.returncode == 0:
-            break  # past the last checkpoint
-        assert first.returncode == offline.EXIT_CODE, first.stderr
-        crashed += 1
-        again = migrate("run", g, *direction, "-o", "json", zk_connect=zk_connect)
-        assert again.returncode == 0, (k, again.stderr)
-        assert json.loads(again.stdout)["state"] == "done"
-        assert offline.offsets(zk, "coordinator", g) == want == offline.offsets(zk, "zk", g)
-
-        before = dest_tree(zk_connect, r)
-        assert before == {}
-        assert migrate("run", r, *direction, zk_connect=zk_connect, exit_at=k).returncode == offline.EXIT_CODE
-        rec, _ = offline.read_record(zk, r)
-        back = migrate("rollback", r, "-o", "json", zk_connect=zk_connect)
-        if rec is None:  # killed before the record was written: nothing to roll back, nothing written
-            one_line_failure(back)
-        elif rec.state == "done":
-            one_line_failure(back)
-            assert "migrate it back" in back.stderr
-            continue
-        else:
-            assert back.returncode == 0, (k, back.stderr)
-            assert json.loads(back.stdout)["state"] == "rolled_back"
-        assert dest_tree(zk_connect, r) == before, k  # the destination as it was: absent
-        assert offline.offsets(zk, "zk", r) == want
-    assert crashed >= 20
-
-
-# -- bad input ---------------------------------------------------------------------------------------
-
-
 def test_bad_input_one_line_nothing_changed(zk, zk_connect, zk_server):
     source_group(zk, "busy")
     source_group(zk, "taken")
