@@ -206,6 +206,11 @@ def test_bad_input_one_line_nothing_changed(zk, zk_connect, zk_server):
     assert migrate(
         "run", "taken", *to_coord, "--overwrite", zk_connect=zk_connect, exit_at="frozen"
     ).returncode
+    # The killed run's ephemeral lock lives until ZooKeeper expires its session: wait for that,
+    # so the snapshot below does not race ZooKeeper's own deletion of it.
+    deadline = time.monotonic() + 60
+    while zk.exists("/groupshift/migration-locks/taken") and time.monotonic() < deadline:
+        time.sleep(0.2)
     before = zk_tree(zk_connect)
     r = migrate("run", "taken", "--from", "coordinator", "--to", "zk", zk_connect=zk_connect)
     one_line_failure(r)
