@@ -64,17 +64,23 @@ def topic_partitions(zk: KazooClient, topics: list[str]) -> dict[str, int | None
     return out
 
 
-def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
-    """Every `/consumers/<g>/offsets/<t>/<p>`; values that are not decimal offsets are skipped."""
-    base = f"{group_dir(group)}/offsets"
+def _partition_znodes(zk: KazooClient, base: str) -> list[TopicPartition]:
+    """The partitions of `<base>/<topic>/<partition>` (the offsets and owners layouts); names that
+    are not decimal partition numbers are skipped."""
     topics = zkio.children(zk, base) or []
     parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
-    tps = [
+    return [
         TopicPartition(t, int(p))
         for t, ps in zip(topics, parts, strict=True)
         for p in ps or []
         if p.isdigit()
     ]
+
+
+def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
+    """Every `/consumers/<g>/offsets/<t>/<p>`; values that are not decimal offsets are skipped."""
+    base = f"{group_dir(group)}/offsets"
+    tps = _partition_znodes(zk, base)
     out: dict[TopicPartition, Committed] = {}
     for tp, got in zip(tps, zkio.get_many(zk, [offset_path(group, tp) for tp in tps]), strict=True):
         if got is None:
@@ -149,14 +155,7 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
 def _read_owners(zk: KazooClient, group: str) -> dict[TopicPartition, str]:
     """tp -> owning consumer id (the owner znode holds a thread id `<consumerId>-<n>`)."""
     base = f"{group_dir(group)}/owners"
-    topics = zkio.children(zk, base) or []
-    parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
-    tps = [
-        TopicPartition(t, int(p))
-        for t, ps in zip(topics, parts, strict=True)
-        for p in ps or []
-        if p.isdigit()
-    ]
+    tps = _partition_znodes(zk, base)
     out = {}
     for tp, got in zip(
         tps, zkio.get_many(zk, [f"{base}/{tp.topic}/{tp.partition}" for tp in tps]), strict=True
