@@ -29,8 +29,9 @@ from pathlib import Path
 
 import msgspec
 
-from coordinator import protocol as P
-from coordinator.wire_client import NodeProcess, heartbeat_body, join_body, sync_body
+from coordinator.member.wire_client import heartbeat_body, join_body, sync_body
+from coordinator.node.process import NodeProcess
+from coordinator.wire import codec as P
 
 HEARTBEATS_TARGET = 20_000
 P99_TARGET_MS = 20.0

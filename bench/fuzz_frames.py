@@ -38,7 +38,6 @@ import asyncio
 import json
 import random
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -696,81 +695,37 @@ async def send_frames(
 # The node and the live group
 
 
-class Node:
-    """`groupshift coordinator serve` as a child process, its output in a log file."""
+def start_node(zk: str, log_path: Path, **options: Any):
+    """`groupshift coordinator serve` as a child process, its output in `log_path`."""
+    from coordinator.node.process import TEST_DEFAULTS, NodeProcess
 
-    def __init__(self, zk: str, log_path: Path, **options: Any):
-        from experiments.coordinator_nodes import TEST_DEFAULTS, serve_command
+    opts = {**TEST_DEFAULTS, "frame_timeout_ms": FRAME_TIMEOUT_MS, "log_level": "warning", **options}
+    return NodeProcess.start(zk, 1, log_path=log_path, timeout=60, **opts)
 
-        opts = {**TEST_DEFAULTS, "frame_timeout_ms": FRAME_TIMEOUT_MS, "log_level": "warning", **options}
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
-        env = {"PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-        import os
 
-        self.proc = subprocess.Popen(
-            serve_command(zk, 1, opts),
-            cwd=REPO,
-            env={**os.environ, **env},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 60
-        while True:
-            m = re.search(r"listening on (\S+):(\d+)", log_path.read_text(errors="replace"))
-            if m:
-                self.host, self.port = m.group(1), int(m.group(2))
-                break
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the coordinator node did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.05)
+def tracebacks(log_path: Path) -> list[str]:
+    """Log records carrying an exception (`log.exception`), or any raw traceback."""
+    found = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        if "Traceback" in line or '"exc":' in line:
+            found.append(line)
+    return found
 
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def tracebacks(self) -> list[str]:
-        """Log records carrying an exception (`log.exception`), or any raw traceback."""
-        found = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if "Traceback" in line or '"exc":' in line:
-                found.append(line)
-        return found
-
-    def traceback_kinds(self) -> Counter:
-        """The exception that ended each logged traceback, e.g. `UnicodeDecodeError`, with counts."""
-        kinds: Counter = Counter()
-        for line in self.tracebacks():
-            last = re.findall(r"\\n([A-Za-z_.]+(?:Error|Exception)):", line)
-            kinds[last[-1] if last else "?"] += 1
-        return kinds
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+def traceback_kinds(log_path: Path) -> Counter:
+    """The exception that ended each logged traceback, e.g. `UnicodeDecodeError`, with counts."""
+    kinds: Counter = Counter()
+    for line in tracebacks(log_path):
+        last = re.findall(r"\\n([A-Za-z_.]+(?:Error|Exception)):", line)
+        kinds[last[-1] if last else "?"] += 1
+    return kinds
 
 
 class LiveGroup:
     """Three real coordinator members on one topic: heartbeating, and committing every 50 ms."""
 
     def __init__(self, zk_client, bootstrap: str, group: str, topic: str, members: int = 3):
-        from coordinator.client import CoordinatorMember
+        from coordinator.member.client import CoordinatorMember
         from topics.registry import create_topic
 
         create_topic(zk_client, topic, partitions=LIVE_PARTITIONS)
@@ -920,7 +875,7 @@ def run(
 
     log_path = log_path or Path("/tmp") / f"fuzz-frames-node-{uuid.uuid4().hex[:8]}.log"
     zk = connect(zk_connect, session_timeout=10.0)
-    node = Node(zk_connect, log_path, **node_options)
+    node = start_node(zk_connect, log_path, **node_options)
     target = Target(group="fuzz-live", topic="fuzz-live-topic")
     live = None
     try:
@@ -939,13 +894,13 @@ def run(
         committed_ok = final_ok and live.members[0].committed([tp]) == {tp: 1_000_000}
         probe = asyncio.run(answers_before_close(node.host, node.port))
         time.sleep(1.0)  # let the node finish closing connections before measuring
-        rss_after = node.rss_mb() if node.alive() else float("nan")
+        rss_after = node.rss_mb() if node.alive else float("nan")
         return Report(
             frames=frames,
             seconds=seconds,
             outcomes=outcomes,
-            node_alive=node.alive(),
-            tracebacks=node.tracebacks(),
+            node_alive=node.alive,
+            tracebacks=tracebacks(log_path),
             rss_before_mb=rss_before,
             rss_after_mb=rss_after,
             group_stable_after=stable,
@@ -953,7 +908,7 @@ def run(
             final_committed_ok=committed_ok,
             commits=dict(live.commits),
             generations=sorted(live.generations),
-            traceback_kinds=dict(node.traceback_kinds()),
+            traceback_kinds=dict(traceback_kinds(log_path)),
             answer_before_close=probe,
         )
     finally:

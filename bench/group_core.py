@@ -1,4 +1,4 @@
-"""Benchmark of the pure coordinator core (`coordinator/group.py`): heartbeats and a full rebalance.
+"""Benchmark of the pure coordinator core (`coordinator/group/`): heartbeats and a full rebalance.
 
 Run on demand: `python -m bench.group_core [--members-per-group 10 --groups 1000 --rebalance 1000]`.
 Prints the figures and their ratio to the targets of issue 6:
@@ -18,9 +18,9 @@ import argparse
 import gc
 import time
 
-from coordinator.group import CoordinatorConfig, GroupCoordinator
-from coordinator.messages import Respond, Write
-from coordinator.schema import (
+from coordinator.group.coordinator import CoordinatorConfig, GroupCoordinator
+from coordinator.group.messages import Respond, Write
+from coordinator.wire.schema import (
     HEARTBEAT,
     JOIN_GROUP,
     SYNC_GROUP,

@@ -33,11 +33,11 @@ import time
 import uuid
 from pathlib import Path
 
-from coordinator.client import CoordinatorMember, MemberState
+from coordinator.member.client import CoordinatorMember, MemberState
+from coordinator.node.process import CoordinatorNodes
 from core.four_letter import mntr
 from core.types import TopicPartition
 from core.zk import connect
-from experiments.coordinator_nodes import CoordinatorNodes
 from topics.registry import create_topic
 
 TARGET_RATIO = 20.0

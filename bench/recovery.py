@@ -31,14 +31,14 @@ import time
 import uuid
 from pathlib import Path
 
-from coordinator import protocol as P
-from coordinator.wire_client import WireClient, WireError, join_body
+from coordinator.member.wire_client import WireClient, WireError, join_body
+from coordinator.node.process import CoordinatorNodes
+from coordinator.wire import codec as P
 from core.errors import GroupshiftError
 from core.four_letter import four_letter
 from core.types import TopicPartition
 from core.zk import connect
 from experiments.cluster import ZkServer
-from experiments.coordinator_nodes import CoordinatorNodes
 from pipeline.consumer import Consumer
 from topics.log import Log
 from topics.registry import create_topic

@@ -31,10 +31,10 @@ from pathlib import Path
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
+from coordinator.node.process import CoordinatorNodes
 from core.errors import CommitFailed, GroupshiftError
 from core.types import TopicPartition
 from core.zk import connect, parse_zk
-from experiments.coordinator_nodes import CoordinatorNodes
 from pipeline.consumer import Consumer
 from topics.store import TopicStore
 

@@ -14,9 +14,9 @@ import json
 import msgspec
 from kazoo.client import KazooClient
 
-from coordinator import protocol as P
 from coordinator.assignors.payloads import decode_assignment, decode_subscription
-from coordinator.store import (
+from coordinator.member.wire_client import WireClient, WireError
+from coordinator.node.store import (
     DEFAULT_SHARDS,
     GROUPS,
     SHARDS,
@@ -28,7 +28,7 @@ from coordinator.store import (
     shard_path,
     znode_name,
 )
-from coordinator.wire_client import WireClient, WireError
+from coordinator.wire import codec as P
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 from migrate import zkio

@@ -25,7 +25,7 @@ import time
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from coordinator.store import decode_group, group_path, znode_name
+from coordinator.node.store import decode_group, group_path, znode_name
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
 from migrate import coordinated, legacy, writes, zkio

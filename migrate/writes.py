@@ -18,10 +18,10 @@ import time
 
 from kazoo.client import KazooClient
 
-from coordinator import protocol as P
-from coordinator.messages import OffsetRecord
-from coordinator.store import GROUPS, encode_offset, group_path, offset_path, shard_path, znode_name
-from coordinator.wire_client import commit_body
+from coordinator.group.messages import OffsetRecord
+from coordinator.member.wire_client import commit_body
+from coordinator.node.store import GROUPS, encode_offset, group_path, offset_path, shard_path, znode_name
+from coordinator.wire import codec as P
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
 from migrate import coordinated, legacy, zkio
@@ -55,7 +55,7 @@ def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coord
         return lead
     got = zkio.get_many(zk, [group_path(group)])[0]
     if got is not None and got[0]:
-        from coordinator.store import decode_group
+        from coordinator.node.store import decode_group
 
         record = decode_group(got[0])
         if record is not None and record.members:

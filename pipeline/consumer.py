@@ -11,7 +11,7 @@
 
 `rebalancer="zk"` makes the consumer a scheme-one member (`zk_rebalance.ZkGroupMember`, Kafka 0.8
 ZooKeeper watches); `rebalancer="coordinator"` a scheme-three member
-(`coordinator.client.CoordinatorMember`). Nothing else in the calling code changes.
+(`coordinator.member.client.CoordinatorMember`). Nothing else in the calling code changes.
 
 The commit guarantee, under both schemes: `commit()` either commits every record `poll()`
 returned since the previous `commit()` call, or raises `CommitFailed` and commits nothing; after a
@@ -571,7 +571,7 @@ class Consumer:
         if self.rebalancer == "zk" and offsets_only:
             return _ZkOffsets(self.zk, self.group_id)  # manual assignment: offsets only
         if self.rebalancer == "coordinator":
-            from coordinator.client import CoordinatorMember
+            from coordinator.member.client import CoordinatorMember
 
             return CoordinatorMember(
                 self.group_id,

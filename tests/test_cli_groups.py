@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator import protocol as P
-from coordinator.wire_client import WireClient, join_body, sync_body
-from experiments.coordinator_nodes import CoordinatorNodes
+from coordinator.member.wire_client import WireClient, join_body, sync_body
+from coordinator.node.process import CoordinatorNodes
+from coordinator.wire import codec as P
 from tests.fixtures.kafka08_tree import BLACK_ID, STATIC, STATIC_ID, WILD_IDS, write_tree
 from tests.inspect_helpers import as_json, consume, coordinator_consumer, make_topic, ok, run, wait_for
 from tests.snapshots import zk_tree

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from coordinator.node.process import CoordinatorNodes
 from core.types import TopicPartition as TP
-from experiments.coordinator_nodes import CoordinatorNodes
 from tests.fixtures.kafka08_tree import STATIC, write_tree
 from tests.inspect_helpers import as_json, make_topic, ok, run
 from tests.snapshots import dir_tree, zk_tree

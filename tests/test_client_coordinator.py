@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from coordinator.client import CoordinatorMember, MemberState
+from coordinator.member.client import CoordinatorMember, MemberState
+from coordinator.node.process import CoordinatorNodes
 from core.errors import CommitFailed
 from core.types import OffsetAndMetadata
 from core.types import TopicPartition as TP
-from experiments.coordinator_nodes import CoordinatorNodes
 from topics.registry import create_topic
 
 FAST = dict(
@@ -328,11 +328,11 @@ def test_a_poll_that_times_out_mid_join_leaves_the_join_in_flight_for_the_next_p
 def test_a_pending_response_is_collected_in_slices_and_responses_come_back_in_order(zk, nodes):
     """`Connection.send` + `PendingResponse.result(timeout)`: a parked JoinGroup is collected by a
     later call (None meanwhile), and pipelined responses are matched to their requests."""
-    from coordinator import protocol as wire
-    from coordinator.client_connection import Connection, parse_address
-    from coordinator.consumer_protocol import PROTOCOL_TYPE, join_protocols
-    from coordinator.protocol import ErrorCode as E
-    from coordinator.schema import (
+    from coordinator.member.connection import Connection, parse_address
+    from coordinator.member.consumer_protocol import PROTOCOL_TYPE, join_protocols
+    from coordinator.wire import codec as wire
+    from coordinator.wire.codec import ErrorCode as E
+    from coordinator.wire.schema import (
         FindCoordinatorRequest,
         JoinGroupRequest,
         LeaveGroupMember,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.assignors.payloads import decode_assignment, decode_subscription
-from coordinator.consumer_protocol import (
+from coordinator.member.consumer_protocol import (
     COOPERATIVE,
     EAGER,
     cooperative_changes,
@@ -13,7 +13,7 @@ from coordinator.consumer_protocol import (
     perform_assignment,
     rebalance_protocol,
 )
-from coordinator.schema import JoinGroupMember
+from coordinator.wire.schema import JoinGroupMember
 from core.types import TopicPartition as TP
 
 

@@ -26,9 +26,9 @@ if __name__ == "__main__":  # the worker process: make the repository importable
 
 import pytest
 
+from coordinator.node.process import CoordinatorNodes
 from core.errors import CommitFailed, GroupshiftError
 from core.types import TopicPartition as TP
-from experiments.coordinator_nodes import CoordinatorNodes
 from pipeline.consumer import Consumer
 from topics.log import Log
 from topics.registry import create_topic

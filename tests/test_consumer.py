@@ -25,9 +25,9 @@ if __name__ == "__main__":  # the worker process: make the repository importable
 
 import pytest
 
+from coordinator.node.process import CoordinatorNodes
 from core.errors import CommitFailed, GroupshiftError
 from core.types import TopicPartition as TP
-from experiments.coordinator_nodes import CoordinatorNodes
 from pipeline.consumer import Consumer
 from topics.log import Log
 from topics.registry import create_topic
@@ -535,7 +535,7 @@ def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
 
 
 def test_no_coordinator_node_raises_coordinator_unavailable_saying_what_to_do(zk, zk_connect, tmp_path):
-    from coordinator.client_connection import CoordinatorUnavailable
+    from coordinator.member.connection import CoordinatorUnavailable
 
     env = Env("coordinator", zk, zk_connect, tmp_path, None)  # no coordinator node runs
     env.topic("t", partitions=1, per_partition=5)

@@ -12,10 +12,7 @@ import uuid
 
 import pytest
 
-from coordinator import protocol as P
-from coordinator.store import shard_of
-from coordinator.wire_client import (
-    NodeProcess,
+from coordinator.member.wire_client import (
     WireClient,
     WireError,
     commit_body,
@@ -25,6 +22,9 @@ from coordinator.wire_client import (
     join_body,
     sync_body,
 )
+from coordinator.node.process import NodeProcess
+from coordinator.node.store import shard_of
+from coordinator.wire import codec as P
 
 E = P.ErrorCode
 ARGS = (
@@ -58,7 +58,7 @@ def find_coordinator(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for n in nodes:
-            if not n.alive():
+            if not n.alive:
                 continue
             try:
                 with n.client(timeout=2.0) as c:

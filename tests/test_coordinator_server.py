@@ -14,10 +14,7 @@ import uuid
 import msgspec
 import pytest
 
-from coordinator import protocol as P
-from coordinator.store import BROKERS, COORDINATORS
-from coordinator.wire_client import (
-    NodeProcess,
+from coordinator.member.wire_client import (
     WireClient,
     WireError,
     commit_body,
@@ -28,6 +25,9 @@ from coordinator.wire_client import (
     leave_body,
     sync_body,
 )
+from coordinator.node.process import NodeProcess
+from coordinator.node.store import BROKERS, COORDINATORS
+from coordinator.wire import codec as P
 from core.zk import connect
 
 E = P.ErrorCode
@@ -175,7 +175,7 @@ def test_delete_groups_and_offsets_of_a_simple_group_reach_zookeeper(node):
         assert r["topics"][0]["partitions"][0]["error_code"] == 0
         zk = connect(node.zk, session_timeout=4.0)
         try:
-            from coordinator.store import offset_path
+            from coordinator.node.store import offset_path
 
             stored = json.loads(zk.get(offset_path(g, "t", 3))[0])
             assert stored["offset"] == 42 and stored["metadata"] == "m" and stored["generation"] == -1
@@ -456,7 +456,7 @@ def test_a_thousand_mutated_frames_never_stop_the_node(node):
                 c = None
         if c is not None:
             c.close()
-        assert node.alive()
+        assert node.alive
         assert healthy()
         with node.client() as fresh:
             assert fresh.request(P.API_VERSIONS, {})["error_code"] == 0
@@ -516,6 +516,8 @@ def test_metrics_endpoint_reports_groups_latency_and_errors(node):
 
 def _metrics_port(node) -> int:
     for line in node.log_path.read_text().splitlines():
+        if not line.startswith("{"):
+            continue  # the node's stdout (`listening on ...`) shares the log
         rec = json.loads(line)
         if rec.get("metrics_port"):
             return rec["metrics_port"]

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from coordinator.messages import GroupRecord, MemberRecord, OffsetRecord, ProtocolRecord
-from coordinator.store import (
+from coordinator.group.messages import GroupRecord, MemberRecord, OffsetRecord, ProtocolRecord
+from coordinator.node.store import (
     BROKERS,
     COORDINATORS,
     CoordinatorStore,

@@ -17,7 +17,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from snapshots import dir_tree, zk_tree
 
-from experiments.coordinator_nodes import CoordinatorNodes
+from coordinator.node.process import CoordinatorNodes
 from experiments.demo import DemoNamespace, format_table, plot, run_demo
 
 REPO = Path(__file__).resolve().parent.parent

@@ -7,9 +7,9 @@ import msgspec
 import pytest
 from test_group_driver import Driver
 
-from coordinator import error_codes as E
-from coordinator.group_state import DEAD, EMPTY, PREPARING_REBALANCE
-from coordinator.messages import DeleteGroup, GroupSnapshot, WriteGroupMetadata
+from coordinator.group.messages import DeleteGroup, GroupSnapshot, WriteGroupMetadata
+from coordinator.group.state import DEAD, EMPTY, PREPARING_REBALANCE
+from coordinator.wire import error_codes as E
 
 T0 = ("t", 0)
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import msgspec
 
-from coordinator import error_codes as E
-from coordinator.group import CoordinatorConfig, GroupCoordinator
-from coordinator.messages import Discarded, Respond, StateChanged, Write
-from coordinator.schema import (
+from coordinator.group.coordinator import CoordinatorConfig, GroupCoordinator
+from coordinator.group.messages import Discarded, Respond, StateChanged, Write
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import (
     APIS,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,

@@ -8,11 +8,17 @@ import msgspec
 import pytest
 from test_group_driver import Driver
 
-from coordinator import error_codes as E
-from coordinator.group import GroupCoordinator
-from coordinator.group_state import DEAD, EMPTY
-from coordinator.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord, WriteGroupMetadata
-from coordinator.schema import JOIN_GROUP, JoinGroupRequest
+from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.messages import (
+    GroupRecord,
+    GroupSnapshot,
+    MemberRecord,
+    ProtocolRecord,
+    WriteGroupMetadata,
+)
+from coordinator.group.state import DEAD, EMPTY
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import JOIN_GROUP, JoinGroupRequest
 
 
 def P(*names: str, md: bytes = b"m") -> list[dict]:

@@ -7,10 +7,10 @@ import msgspec
 import pytest
 from test_group_driver import Driver
 
-from coordinator import error_codes as E
-from coordinator.group_state import DEAD
-from coordinator.messages import DeleteGroup, DeleteOffsets, WriteOffsets
-from coordinator.schema import OFFSET_COMMIT
+from coordinator.group.messages import DeleteGroup, DeleteOffsets, WriteOffsets
+from coordinator.group.state import DEAD
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import OFFSET_COMMIT
 
 T0 = ("t", 0)
 

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_group_driver import Driver
 
-from coordinator import error_codes as E
-from coordinator.group_metadata import Group
-from coordinator.group_state import DEAD, EMPTY, STABLE
+from coordinator.group.metadata import Group
+from coordinator.group.state import DEAD, EMPTY, STABLE
+from coordinator.wire import error_codes as E
 
 
 # 1. Dead answers COORDINATOR_NOT_AVAILABLE, not UNKNOWN_MEMBER_ID.

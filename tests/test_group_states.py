@@ -7,9 +7,9 @@ import itertools
 import pytest
 from test_group_driver import Driver
 
-from coordinator import error_codes as E
-from coordinator.group import VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
-from coordinator.group_metadata import Group
+from coordinator.group.coordinator import VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
+from coordinator.group.metadata import Group
+from coordinator.wire import error_codes as E
 
 S = GroupState
 ALLOWED = {

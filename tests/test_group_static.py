@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from test_group_driver import Driver
 
-from coordinator import error_codes as E
-from coordinator.messages import WriteStaticReplacement
+from coordinator.group.messages import WriteStaticReplacement
+from coordinator.wire import error_codes as E
 
 
 def P(*names: str, md: bytes = b"m") -> list[dict]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from test_group_driver import Driver
 
-from coordinator import error_codes as E
-from coordinator.group_state import DEAD, EMPTY
-from coordinator.messages import WriteGroupMetadata
+from coordinator.group.messages import WriteGroupMetadata
+from coordinator.group.state import DEAD, EMPTY
+from coordinator.wire import error_codes as E
 
 
 def completing(d: Driver, n: int = 2) -> tuple[list[str], str, int]:

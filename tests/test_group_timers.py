@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from test_group_driver import Driver
 
-from coordinator import error_codes as E
-from coordinator.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
+from coordinator.group.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
+from coordinator.wire import error_codes as E
 
 
 def test_timers_fire_strictly_after_the_deadline():

@@ -133,9 +133,9 @@ def test_the_cycle_finder_finds_a_cycle():
     [
         ("coordinator.assignors.sticky", "coordinator.assignors.sticky_general"),
         ("core.embedded", "core.zk"),
-        ("coordinator.group", "coordinator.membership_manager"),
-        ("coordinator.membership_manager", "coordinator.offset_manager"),
-        ("coordinator.group_manager", "coordinator.membership_manager"),
+        ("coordinator.group.coordinator", "coordinator.group.membership_manager"),
+        ("coordinator.group.membership_manager", "coordinator.group.offset_manager"),
+        ("coordinator.group.group_manager", "coordinator.group.membership_manager"),
     ],
 )
 def test_no_module_cycle_between(a, b):
@@ -171,3 +171,33 @@ def test_every_module_imports_on_its_own():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", out.stdout
+
+
+# The rooms of `coordinator` and what each may import from the others (docs/coordinator.md).
+ROOMS_MAY_IMPORT = {
+    "coordinator.wire": set(),
+    "coordinator.assignors": set(),
+    "coordinator.group": {"coordinator.wire"},
+    "coordinator.member": {"coordinator.wire", "coordinator.assignors"},
+    "coordinator.node": {"coordinator.wire", "coordinator.group", "coordinator.member"},
+}
+
+
+def _room(module: str) -> str | None:
+    return next((r for r in ROOMS_MAY_IMPORT if module == r or module.startswith(r + ".")), None)
+
+
+def test_coordinator_rooms_depend_downwards():
+    wrong = sorted(
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        if (room := _room(name))
+        for dep in deps
+        if (other := _room(dep)) and other != room and other not in ROOMS_MAY_IMPORT[room]
+    )
+    assert wrong == []
+
+
+def test_every_coordinator_module_is_in_a_room():
+    loose = [m for m in MODULES if m.startswith("coordinator.") and _room(m) is None]
+    assert loose == []

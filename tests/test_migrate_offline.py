@@ -19,8 +19,8 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
+from coordinator.node.process import CoordinatorNodes
 from core.types import TopicPartition as TP
-from experiments.coordinator_nodes import CoordinatorNodes
 from migrate import legacy, offline
 from pipeline.consumer import Consumer
 from tests.inspect_helpers import REPO, coordinator_consumer, make_topic, ok, run, wait_for

@@ -27,13 +27,13 @@ from collections import defaultdict
 
 import pytest
 
-from coordinator import protocol as P
-from coordinator.wire_client import WireClient, WireError, join_body
+from coordinator.member.wire_client import WireClient, WireError, join_body
+from coordinator.node.process import CoordinatorNodes
+from coordinator.wire import codec as P
 from core.errors import GroupshiftError
 from core.types import TopicPartition as TP
 from core.zk import connect
 from experiments.cluster import ZkServer
-from experiments.coordinator_nodes import CoordinatorNodes
 from pipeline.consumer import Consumer
 from topics.log import Log
 from topics.registry import create_topic

@@ -21,10 +21,11 @@ from collections import defaultdict
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator import protocol as P
-from coordinator.messages import OffsetRecord
-from coordinator.store import CoordinatorStore, Fenced, offset_path, shard_of
-from coordinator.wire_client import NodeProcess, WireClient, WireError, fetch_body
+from coordinator.group.messages import OffsetRecord
+from coordinator.member.wire_client import WireClient, WireError, fetch_body
+from coordinator.node.process import NodeProcess
+from coordinator.node.store import CoordinatorStore, Fenced, offset_path, shard_of
+from coordinator.wire import codec as P
 from core.zk import connect
 
 SHARDS = 4

@@ -16,8 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from coordinator import protocol as wire
-from coordinator.schema import Message
+from coordinator.wire import codec as wire
+from coordinator.wire.schema import Message
 from core.errors import GroupshiftError
 
 COORDINATORS_PATH = "/groupshift/coordinators/ids"

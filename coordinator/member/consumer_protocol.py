@@ -3,7 +3,7 @@
 What a member puts in JoinGroup (one subscription per assignor it lists, PROTOCOL.md "Consumer
 protocol payloads"), which rebalance protocol its assignors allow (cooperative only if all of
 them support it), what the leader sends in SyncGroup (`perform_assignment` runs the assignor the
-group voted for), and what a cooperative member revokes. No I/O: `coordinator.client` does that.
+group voted for), and what a cooperative member revokes. No I/O: `coordinator.member.client` does that.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from coordinator.assignors.payloads import (
     encode_sticky_user_data,
     encode_subscription,
 )
-from coordinator.schema import JoinGroupMember, JoinGroupProtocol
+from coordinator.wire.schema import JoinGroupMember, JoinGroupProtocol
 from core.types import TopicPartition
 
 PROTOCOL_TYPE = "consumer"

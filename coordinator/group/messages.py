@@ -1,6 +1,6 @@
 """What crosses the core's boundary besides requests and responses: outputs and persisted records.
 
-Requests and responses are the structs of `coordinator/schema.py`. Outputs are what the core asks
+Requests and responses are the structs of `coordinator/wire/schema.py`. Outputs are what the core asks
 its driver to do: `Respond` (answer a request, now or later), a `Write` (one frozen dataclass per
 kind: group metadata, a static member's replacement, offsets, offset deletion, group deletion;
 the driver matches on the type and, when it carries a token, reports back with `persisted`),
@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from coordinator.group_state import GroupState
-from coordinator.schema import Response
+from coordinator.group.state import GroupState
+from coordinator.wire.schema import Response
 from core.types import TopicPartition
 
 # ------------------------------------------------------------------------------------- outputs

@@ -2,7 +2,7 @@
 
 A frame is a 4-byte big-endian length and one MessagePack map. Requests are
 `{"api", "v", "id", "client_id", "body"}`, responses `{"id", "body"}`. A body is decoded once,
-straight into the API's struct of `coordinator/schema.py`; a body that lacks a key or has a
+straight into the API's struct of `coordinator/wire/schema.py`; a body that lacks a key or has a
 value of the wrong type is answered with INVALID_REQUEST (42), an unknown api or version with
 UNSUPPORTED_VERSION (35), and a frame whose correlation id cannot be read closes the connection.
 
@@ -32,8 +32,8 @@ from typing import Annotated, Any
 import msgspec
 
 # Kafka's API keys and error codes: one definition each, shared with the core.
-from coordinator import error_codes as ErrorCode  # ErrorCode.NONE, ErrorCode.NOT_COORDINATOR, ...
-from coordinator.schema import (
+from coordinator.wire import error_codes as ErrorCode  # ErrorCode.NONE, ErrorCode.NOT_COORDINATOR, ...
+from coordinator.wire.schema import (
     API_NAMES,
     API_VERSIONS,
     APIS,

@@ -1,12 +1,12 @@
 """One group's metadata: its state, its members, leader and vote.
 
 Kafka's `GroupMetadata`/`MemberMetadata` (`coordinator-spec.md` §0, §1, §5.3, §5.4). The states
-and the states each may be entered from are in `coordinator/group_state.py`; an illegal
+and the states each may be entered from are in `coordinator/group/state.py`; an illegal
 transition is a bug that raises `IllegalStateTransition`. The bookkeeping here (awaiting-join
 count, protocol counts, instance-id map, pending and pending-sync sets, leader re-pick) keeps
 every check the coordinator makes O(1) per request and every join round O(members). The request
-handling that drives these transitions lives in `coordinator/membership_manager.py` and
-`coordinator/group_manager.py`.
+handling that drives these transitions lives in `coordinator/group/membership_manager.py` and
+`coordinator/group/group_manager.py`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 
 import msgspec
 
-from coordinator.group_state import (
+from coordinator.group.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
+from coordinator.group.offsets import GroupOffsets
+from coordinator.group.state import (
     CAN_REBALANCE,
     EMPTY,
     STABLE,
     GroupState,
 )
-from coordinator.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
-from coordinator.offsets import GroupOffsets
-from coordinator.schema import JoinGroupMember
+from coordinator.wire.schema import JoinGroupMember
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 

@@ -3,8 +3,8 @@
 Kafka's `OffsetMetadataManager`: `coordinator-spec.md` §10 OffsetCommit (which commits a group
 accepts, in which order the checks run), §11 OffsetFetch and offset retention, §12 OffsetDelete,
 and the callbacks of the offset writes it starts. The records themselves (staged, committed,
-expired) are kept by each group's `GroupOffsets` (`coordinator/offsets.py`). It asks the
-`GroupManager` (`coordinator/group_manager.py`) whether a committer is a member of the current
+expired) are kept by each group's `GroupOffsets` (`coordinator/group/offsets.py`). It asks the
+`GroupManager` (`coordinator/group/group_manager.py`) whether a committer is a member of the current
 generation (a commit keeps the member's session alive) and to create or remove groups, as Kafka's
 offsets manager asks its group metadata manager.
 """
@@ -15,14 +15,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator import error_codes as E
-from coordinator.core_context import CoreContext
-from coordinator.group_manager import GroupManager
-from coordinator.group_metadata import CONSUMER_PROTOCOL_TYPE, Group
-from coordinator.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
-from coordinator.messages import DeleteOffsets, OffsetRecord, WriteOffsets
-from coordinator.offsets import metadata_length
-from coordinator.schema import (
+from coordinator.group.context import CoreContext
+from coordinator.group.group_manager import GroupManager
+from coordinator.group.messages import DeleteOffsets, OffsetRecord, WriteOffsets
+from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, Group
+from coordinator.group.offsets import metadata_length
+from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import (
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetDeleteRequest,

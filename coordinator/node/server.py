@@ -40,26 +40,8 @@ from typing import Any
 
 from kazoo.protocol.states import KazooState
 
-from coordinator import protocol as P
-from coordinator.error_codes import (
-    COORDINATOR_LOAD_IN_PROGRESS,
-    COORDINATOR_NOT_AVAILABLE,
-    KAFKA_STORAGE_ERROR,
-    MESSAGE_TOO_LARGE,
-    NOT_COORDINATOR,
-    NOT_LEADER_OR_FOLLOWER,
-    REQUEST_TIMED_OUT,
-)
-from coordinator.group import CoordinatorConfig, GroupCoordinator
-from coordinator.group_state import (
-    COMPLETING_REBALANCE,
-    DEAD,
-    EMPTY,
-    PREPARING_REBALANCE,
-    STABLE,
-    GroupState,
-)
-from coordinator.messages import (
+from coordinator.group.coordinator import CoordinatorConfig, GroupCoordinator
+from coordinator.group.messages import (
     DeleteGroup,
     DeleteOffsets,
     Discarded,
@@ -69,8 +51,35 @@ from coordinator.messages import (
     WriteGroupMetadata,
     WriteOffsets,
 )
-from coordinator.metrics import Metrics, serve_metrics
-from coordinator.schema import (
+from coordinator.group.state import (
+    COMPLETING_REBALANCE,
+    DEAD,
+    EMPTY,
+    PREPARING_REBALANCE,
+    STABLE,
+    GroupState,
+)
+from coordinator.node.metrics import Metrics, serve_metrics
+from coordinator.node.store import (
+    DEFAULT_SHARDS,
+    CoordinatorStore,
+    Fenced,
+    StoreError,
+    StoreUnavailable,
+    WriteTooLarge,
+    shard_of,
+)
+from coordinator.wire import codec as P
+from coordinator.wire.error_codes import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    KAFKA_STORAGE_ERROR,
+    MESSAGE_TOO_LARGE,
+    NOT_COORDINATOR,
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
+)
+from coordinator.wire.schema import (
     DeleteGroupsResponse,
     DeleteGroupsResult,
     DescribeGroupsResponse,
@@ -80,15 +89,6 @@ from coordinator.schema import (
     ListGroupsResponse,
     Message,
     OffsetCommitResponse,
-)
-from coordinator.store import (
-    DEFAULT_SHARDS,
-    CoordinatorStore,
-    Fenced,
-    StoreError,
-    StoreUnavailable,
-    WriteTooLarge,
-    shard_of,
 )
 from core.errors import GroupshiftError
 from core.zk import connect

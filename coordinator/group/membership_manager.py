@@ -4,7 +4,7 @@ Kafka's `GroupMetadataManager` for classic groups: for each membership API the o
 what each state does (`coordinator-spec.md` §3 JoinGroup with static replacement, §4 SyncGroup,
 §8 Heartbeat, §9 LeaveGroup, §12 DescribeGroups and ListGroups), and the callbacks of the group
 metadata writes it starts. The procedures these requests share (members added and removed,
-rebalances, timers) are the `GroupManager`'s (`coordinator/group_manager.py`), which the offsets
+rebalances, timers) are the `GroupManager`'s (`coordinator/group/group_manager.py`), which the offsets
 part uses too; this module knows nothing of offsets."""
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator import error_codes as E
-from coordinator.core_context import CoreContext
-from coordinator.group_manager import GroupManager
-from coordinator.group_metadata import Group, Member, Protocols
-from coordinator.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
-from coordinator.messages import (
+from coordinator.group.context import CoreContext
+from coordinator.group.group_manager import GroupManager
+from coordinator.group.messages import (
     Discarded,
     Respond,
     WriteGroupMetadata,
     WriteStaticReplacement,
 )
-from coordinator.schema import (
+from coordinator.group.metadata import Group, Member, Protocols
+from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import (
     DescribedGroup,
     DescribedMember,
     DescribeGroupsRequest,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from coordinator.messages import OffsetRecord
+from coordinator.group.messages import OffsetRecord
 from core.types import TopicPartition
 
 

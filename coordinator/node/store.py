@@ -54,7 +54,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from coordinator.messages import GroupRecord, GroupSnapshot, OffsetRecord
+from coordinator.group.messages import GroupRecord, GroupSnapshot, OffsetRecord
 from core.errors import GroupshiftError
 from core.javahash import java_abs, java_string_hash
 from core.types import TopicPartition

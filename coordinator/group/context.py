@@ -1,6 +1,6 @@
 """What the parts of the group coordinator core share: its settings, the groups, the current input.
 
-The core (`coordinator/group.py`) composes a membership part (`membership_manager.py`) and an
+The core (`coordinator/group/coordinator.py`) composes a membership part (`membership_manager.py`) and an
 offsets part (`offset_manager.py`), as Kafka's `GroupCoordinatorShard` composes its
 `GroupMetadataManager` and `OffsetMetadataManager`. Both parts read and write the same
 `CoreContext`: the groups this node holds, the time of the input being handled, the outputs it
@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.group_metadata import Group
-from coordinator.messages import Output, Respond
-from coordinator.schema import Response
+from coordinator.group.messages import Output, Respond
+from coordinator.group.metadata import Group
+from coordinator.wire.schema import Response
 
 #: Called by the core with a group id; returns 0 if this node serves the group, else the §2.1
 #: error (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR).

@@ -58,10 +58,9 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
-from coordinator import protocol as wire
 from coordinator.assignors.base import get_assignor
 from coordinator.assignors.payloads import decode_assignment
-from coordinator.client_connection import (
+from coordinator.member.connection import (
     Connection,
     ConnectionLost,
     CoordinatorUnavailable,
@@ -72,7 +71,7 @@ from coordinator.client_connection import (
     zk_bootstrap,
     zk_partition_counts,
 )
-from coordinator.consumer_protocol import (
+from coordinator.member.consumer_protocol import (
     EAGER,
     PROTOCOL_TYPE,
     cooperative_changes,
@@ -80,8 +79,9 @@ from coordinator.consumer_protocol import (
     perform_assignment,
     rebalance_protocol,
 )
-from coordinator.protocol import ErrorCode as E
-from coordinator.schema import (
+from coordinator.wire import codec as wire
+from coordinator.wire.codec import ErrorCode as E
+from coordinator.wire.schema import (
     FindCoordinatorRequest,
     HeartbeatRequest,
     JoinGroupRequest,

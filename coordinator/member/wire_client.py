@@ -1,33 +1,26 @@
-"""A small blocking client for the coordinator wire protocol, and a coordinator node in a subprocess.
+"""A small blocking client for the coordinator wire protocol: admin tools, tests, benchmarks.
 
-For tests, benchmarks and tools that want to speak PROTOCOL.md directly (the consumer-side member
-logic lives in `coordinator/client.py`). Requests may be pipelined: `send` returns the correlation
-id, `recv` returns the next `(id, body)` in the order the node answers.
+For code that speaks the wire protocol (docs/protocol.md) request by request: `groupshift groups`
+and `migrate` use it as their admin client. The consumer-side member logic is
+`coordinator/member/client.py`; node processes to talk to are in `coordinator/node/process.py`.
+Requests may be pipelined: `send` returns the correlation id, `recv` returns the next
+`(id, body)` in the order the node answers.
 
-    with NodeProcess.start(zk_connect, node_id=1) as node:
-        with WireClient(node.host, node.port, client_id="c1") as c:
-            c.request(API_VERSIONS, {})                       # -> {"error_code": 0, "api_keys": [...]}
-            body = c.request(JOIN_GROUP, join_body("g", member_id=""))
+    with WireClient(host, port, client_id="c1") as c:
+        c.request(API_VERSIONS, {})                       # -> {"error_code": 0, "api_keys": [...]}
+        body = c.request(JOIN_GROUP, join_body("g", member_id=""))
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import select
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from coordinator import protocol as P
+from coordinator.wire import codec as P
 from core.errors import GroupshiftError
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 class WireError(GroupshiftError):
@@ -112,7 +105,7 @@ class WireClient:
 
 
 # ---------------------------------------------------------------------------------------------
-# Request bodies with every PROTOCOL.md key present
+# Request bodies with every key of docs/protocol.md present
 
 
 def join_body(
@@ -210,96 +203,3 @@ def committed(fetch_response: dict[str, Any]) -> dict[tuple[str, int], int]:
         for p in t["partitions"]
         if p["committed_offset"] >= 0
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# A node in a subprocess
-
-
-class NodeProcess:
-    """`groupshift coordinator serve` as a child process; `host`/`port` from its `listening on` line."""
-
-    def __init__(self, proc: subprocess.Popen, host: str, port: int, node_id: int, log_path: Path | None):
-        self.proc = proc
-        self.host = host
-        self.port = port
-        self.node_id = node_id
-        self.log_path = log_path
-
-    @classmethod
-    def start(
-        cls,
-        zk: str,
-        node_id: int,
-        *args: str,
-        listen: str = "127.0.0.1:0",
-        log_path: Path | None = None,
-        timeout: float = 30.0,
-    ) -> NodeProcess:
-        cmd = [sys.executable, "-m", "cli", "coordinator", "serve", "--zk", zk, "--listen", listen]
-        cmd += ["--node-id", str(node_id), *args]
-        stderr = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, env=env)
-        if log_path:
-            stderr.close()
-        line = _read_line(proc, timeout)
-        if not line.startswith("listening on "):
-            proc.kill()
-            proc.wait()
-            tail = log_path.read_text()[-2000:] if log_path and log_path.exists() else ""
-            raise WireError(f"node {node_id} did not start (got {line!r}); log tail:\n{tail}")
-        host, _, port = line[len("listening on ") :].strip().rpartition(":")
-        node = cls(proc, host, int(port), node_id, log_path)
-        threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
-        return node
-
-    def __enter__(self) -> NodeProcess:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def client(self, client_id: str = "wire-client", timeout: float = 10.0) -> WireClient:
-        return WireClient(self.host, self.port, client_id, timeout)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def terminate(self, timeout: float = 20.0) -> int:
-        """SIGTERM and wait; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        """SIGKILL: the node dies without releasing anything (its ZooKeeper session must expire)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        try:
-            self.terminate(10)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-
-def _read_line(proc: subprocess.Popen, timeout: float) -> str:
-    out: list[str] = []
-
-    def read() -> None:
-        out.append(proc.stdout.readline().decode(errors="replace"))
-
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    t.join(timeout)
-    return out[0] if out else ""
-
-
-def _drain(stream) -> None:
-    try:
-        while stream.read(4096):
-            pass
-    except (OSError, ValueError):
-        pass

@@ -6,7 +6,7 @@ validated, added, updated and removed; a rebalance is prepared, its join phase c
 election, protocol vote, next generation) and its assignment propagated; and the timers that
 drive them fire — session expiry, pending members (§5.1), the join phase with the initial delay
 (§6.1, §6.2) and the pending-sync phase (§6.4). The membership part
-(`coordinator/membership_manager.py`) and the offsets part (`coordinator/offset_manager.py`) of
+(`coordinator/group/membership_manager.py`) and the offsets part (`coordinator/group/offset_manager.py`) of
 the core are built on one `GroupManager`; it answers parked requests itself when a phase ends.
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 
 from msgspec import UNSET
 
-from coordinator import error_codes as E
-from coordinator.core_context import CoreContext
-from coordinator.group_metadata import Group, Member, build_group
-from coordinator.group_state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, GroupState
-from coordinator.messages import DeleteGroup, Discarded, GroupSnapshot, StateChanged, WriteGroupMetadata
-from coordinator.schema import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
+from coordinator.group.context import CoreContext
+from coordinator.group.messages import DeleteGroup, Discarded, GroupSnapshot, StateChanged, WriteGroupMetadata
+from coordinator.group.metadata import Group, Member, build_group
+from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, GroupState
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
 
 
 class _DelayedJoin:

@@ -2,23 +2,23 @@
 
 Requests and the current time go in; responses (immediate or released later), writes, state
 changes and timer deadlines come out. There are no sockets, no ZooKeeper and no clock in the core —
-the driver (`coordinator/server.py`) owns those. Behaviour is `coordinator-spec.md` §0-§14 with
+the driver (`coordinator/node/server.py`) owns those. Behaviour is `coordinator-spec.md` §0-§14 with
 the choices of `PROTOCOL.md`.
 
 `GroupCoordinator` is the core's one entry point. As Kafka's `GroupCoordinatorShard` composes a
 `GroupMetadataManager` and an `OffsetMetadataManager`, it composes two parts that share one
-`CoreContext` (`coordinator/core_context.py`: settings, groups, the input being handled):
+`CoreContext` (`coordinator/group/context.py`: settings, groups, the input being handled):
 
-* the membership part: `MembershipManager` (`coordinator/membership_manager.py`) answers
+* the membership part: `MembershipManager` (`coordinator/group/membership_manager.py`) answers
   JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and ListGroups; `GroupManager`
-  (`coordinator/group_manager.py`) holds the procedures they share — members added and removed,
+  (`coordinator/group/group_manager.py`) holds the procedures they share — members added and removed,
   the rebalance phases, and the timers that drive them;
-* the offsets part: `OffsetManager` (`coordinator/offset_manager.py`) answers OffsetCommit,
+* the offsets part: `OffsetManager` (`coordinator/group/offset_manager.py`) answers OffsetCommit,
   OffsetFetch and OffsetDelete and runs offset retention, asking the `GroupManager` about members;
 
 and itself routes each request to its part, runs DeleteGroups (which spans both) and hands each
 write's outcome back to the part that waits for it. A group's states and their valid previous
-states are in `coordinator/group_state.py`, its members in `coordinator/group_metadata.py`.
+states are in `coordinator/group/state.py`, its members in `coordinator/group/metadata.py`.
 
 Usage::
 
@@ -39,7 +39,7 @@ Usage::
 Timers fire when `now_ms > deadline` (strictly); timers created while firing are scheduled from
 `now_ms`. `handle` and `persisted` first fire every timer already due, so a driver that is late
 calling `tick` still sees Kafka's order of events. Nothing a client sends makes this module raise:
-requests arrive already validated by a codec (`coordinator/protocol.py`).
+requests arrive already validated by a codec (`coordinator/wire/codec.py`).
 `IllegalStateTransition` can only come from a bug in this module.
 """
 
@@ -48,12 +48,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from coordinator import error_codes as E
-from coordinator.core_context import CoordinatorConfig, CoreContext, GroupCheck
-from coordinator.group_manager import GroupManager
-from coordinator.group_state import DEAD, EMPTY, VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
-from coordinator.membership_manager import AssignmentWrite, MembershipManager, StaticReplacementWrite
-from coordinator.messages import (
+from coordinator.group.context import CoordinatorConfig, CoreContext, GroupCheck
+from coordinator.group.group_manager import GroupManager
+from coordinator.group.membership_manager import AssignmentWrite, MembershipManager, StaticReplacementWrite
+from coordinator.group.messages import (
     Discarded,
     GroupSnapshot,
     Output,
@@ -61,8 +59,10 @@ from coordinator.messages import (
     StateChanged,
     Write,
 )
-from coordinator.offset_manager import OffsetCommitWrite, OffsetManager
-from coordinator.schema import (
+from coordinator.group.offset_manager import OffsetCommitWrite, OffsetManager
+from coordinator.group.state import DEAD, EMPTY, VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     HEARTBEAT,
@@ -139,7 +139,7 @@ class GroupCoordinator:
         request_token: Any = None,
         group_check: GroupCheck | None = None,
     ) -> list[Output]:
-        """Handle one request (`api_key`'s struct of `coordinator/schema.py`, as a codec decoded
+        """Handle one request (`api_key`'s struct of `coordinator/wire/schema.py`, as a codec decoded
         it); the response may come later."""
         out = self._begin(now_ms)
         handler = self._handlers.get(api_key)

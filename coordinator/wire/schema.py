@@ -1,7 +1,7 @@
 """The coordinator's messages: one frozen struct per request and per response of every API.
 
-These structs are what the core (`coordinator/group.py`) takes and returns, what the node's
-codec (`coordinator/protocol.py`, docs/protocol.md) decodes frames into and encodes answers
+These structs are what the core (`coordinator/group/coordinator.py`) takes and returns, what the node's
+codec (`coordinator/wire/codec.py`, docs/protocol.md) decodes frames into and encodes answers
 from, and what the member client builds and reads. `APIS` is the one table of APIs: key, name,
 versions served, request type, response type.
 
