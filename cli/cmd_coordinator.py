@@ -169,7 +169,8 @@ def serve(zk, listen, node_id, advertised_host, log_level, **settings) -> None:
 
     Prints `listening on HOST:PORT` once it accepts connections; logs are JSON lines on stderr.
     """
-    from coordinator.node.server import CoordinatorNode, NodeConfig
+    from coordinator.node.config import NodeConfig
+    from coordinator.node.server import CoordinatorNode
 
     host, port = _listen(listen)
     if settings["group_min_session_timeout_ms"] > settings["group_max_session_timeout_ms"]:

@@ -1,0 +1,45 @@
+"""A coordinator node's settings (`groupshift coordinator serve` options; docs/coordinator.md lists them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from coordinator.group.coordinator import CoordinatorConfig
+from coordinator.node.store import DEFAULT_SHARDS
+from coordinator.wire import codec as P
+
+
+@dataclass
+class NodeConfig:
+    """Everything `groupshift coordinator serve` can set; broker settings keep Kafka's names and defaults."""
+
+    zk: str | None = None
+    node_id: int = 0
+    host: str = "127.0.0.1"
+    port: int = 0
+    advertised_host: str | None = None
+    shards: int = DEFAULT_SHARDS
+    max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES
+    # Broker settings: the core's defaults (Kafka's), passed through by core_config().
+    group_min_session_timeout_ms: int = CoordinatorConfig.group_min_session_timeout_ms
+    group_max_session_timeout_ms: int = CoordinatorConfig.group_max_session_timeout_ms
+    group_initial_rebalance_delay_ms: int = CoordinatorConfig.group_initial_rebalance_delay_ms
+    group_max_size: int = CoordinatorConfig.group_max_size
+    offsets_retention_ms: int = CoordinatorConfig.offsets_retention_ms
+    offsets_retention_check_interval_ms: int = CoordinatorConfig.offsets_retention_check_interval_ms
+    offset_metadata_max_bytes: int = CoordinatorConfig.offset_metadata_max_bytes
+    zk_session_timeout_ms: int = 10_000
+    connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
+    frame_timeout_ms: int = 30_000  # a started frame must complete within this
+    write_timeout_ms: int = 30_000  # a client that stops reading its answers is dropped
+    max_connections: int = 10_000
+    max_queued_requests: int = 1_000  # per connection; reading pauses beyond it
+    shard_handoff: bool = True
+    claim_grace_ms: int = 1_000
+    handoff_delay_ms: int = 3_000
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+
+    def core_config(self) -> CoordinatorConfig:
+        names = {f.name for f in fields(CoordinatorConfig)} & {f.name for f in fields(self)}
+        return CoordinatorConfig(**{name: getattr(self, name) for name in names})

@@ -1,0 +1,201 @@
+"""One client connection of a coordinator node: frames in, requests handled strictly in order, answers out.
+
+A connection hands each complete frame to its owner's `dispatch` one at a time: while a request
+is outstanding (a parked JoinGroup/SyncGroup, an OffsetCommit waiting for its ZooKeeper write:
+`busy`), the later frames of the same connection wait in `queue`, never those of other
+connections. Reading pauses beyond `max_queued_requests` queued frames; a client that stops
+reading its answers, leaves a frame half-sent, or stays idle is dropped by the owner's sweep
+(`expiry_reason`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any, Protocol
+
+from coordinator.node.metrics import Metrics
+from coordinator.wire import codec as P
+from coordinator.wire.schema import Message, OffsetCommitResponse
+
+log = logging.getLogger("coordinator.node.server")
+
+
+class ConnectionOwner(Protocol):
+    """What a connection needs from its node."""
+
+    config: Any  # NodeConfig: max_frame_bytes, max_connections, max_queued_requests, timeouts
+    metrics: Metrics
+    connections: set[Connection]
+    accepting: bool
+
+    def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None: ...
+
+
+class Pending:
+    """The request token handed to the core: which connection and correlation id to answer."""
+
+    __slots__ = ("conn", "id", "api", "t0")
+
+    def __init__(self, conn: Connection, id: int, api: int, t0: float):
+        self.conn = conn
+        self.id = id
+        self.api = api
+        self.t0 = t0
+
+
+def error_of(body: Message) -> int:
+    """The error a response reports, for metrics (OffsetCommit: its first partition error)."""
+    code = getattr(body, "error_code", None)
+    if type(code) is int:
+        return code
+    if type(body) is OffsetCommitResponse:
+        for t in body.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    return p.error_code
+    return 0
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: frames in, requests handled strictly in order, answers out."""
+
+    def __init__(self, node: ConnectionOwner):
+        self.node = node
+        self.decoder = P.FrameDecoder(node.config.max_frame_bytes)
+        self.queue: deque[tuple[bytes, float]] = deque()
+        self.busy: Pending | None = None  # the request whose answer is outstanding
+        self.transport: asyncio.Transport | None = None
+        self.peer_host = ""
+        self.last_rx = time.monotonic()
+        self.partial_since: float | None = None
+        self.write_paused_since: float | None = None
+        self.reading_paused = False
+        self.processing = False
+        self.closed = False
+        self._out: list[bytes] = []
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        node = self.node
+        if len(node.connections) >= node.config.max_connections or not node.accepting:
+            node.metrics.inc("connections_refused")
+            transport.abort()
+            self.closed = True
+            return
+        node.connections.add(self)
+        node.metrics.inc("connections_accepted")
+        peer = transport.get_extra_info("peername")
+        self.peer_host = f"/{peer[0]}" if peer else ""
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.node.connections.discard(self)
+        self.queue.clear()
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        self.last_rx = now
+        try:
+            frames = self.decoder.feed(data)
+        except P.FrameTooLarge as exc:
+            self.node.metrics.inc("frames_refused")
+            log.info("closing connection from %s: %s", self.peer_host, exc)
+            self.close()
+            return
+        if self.decoder.buffered:
+            if self.partial_since is None or frames:
+                self.partial_since = now
+        else:
+            self.partial_since = None
+        if frames:
+            t0 = time.perf_counter()
+            self.queue.extend((f, t0) for f in frames)
+            self.process()
+            if len(self.queue) > self.node.config.max_queued_requests and not self.reading_paused:
+                self.reading_paused = True
+                self.transport.pause_reading()
+
+    def process(self) -> None:
+        """Handle queued requests until one must wait (parked, or written to ZooKeeper)."""
+        if self.processing:
+            return
+        self.processing = True
+        node = self.node
+        try:
+            while self.queue and self.busy is None and not self.closed and self.write_paused_since is None:
+                payload, t0 = self.queue.popleft()
+                node.dispatch(self, payload, t0)
+        finally:
+            self.processing = False
+            self.flush()
+        if self.reading_paused and len(self.queue) <= self.node.config.max_queued_requests // 2:
+            self.reading_paused = False
+            if not self.closed:
+                self.transport.resume_reading()
+
+    def send(self, id: int, body: Message) -> None:
+        if self.closed:
+            return
+        self._out.append(P.encode_response(id, body))
+        if not self.processing:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._out and not self.closed:
+            self.transport.writelines(self._out)
+        self._out = []
+
+    def answer(self, pending: Pending, body: Message) -> None:
+        """The core answered `pending` (now or after parking)."""
+        if pending is not self.busy:
+            return
+        self.busy = None
+        self.send(pending.id, body)
+        self.node.metrics.observe(
+            P.API_NAMES.get(pending.api, "?"), time.perf_counter() - pending.t0, error_of(body)
+        )
+        if not self.processing and self.queue:
+            asyncio.get_running_loop().call_soon(self.process)
+
+    def pause_writing(self) -> None:
+        self.write_paused_since = time.monotonic()
+
+    def resume_writing(self) -> None:
+        self.write_paused_since = None
+        if not self.closed:
+            asyncio.get_running_loop().call_soon(self.process)
+
+    def close(self) -> None:
+        """Close after sending the answers already produced (requests earlier in the same read
+        were handled: their clients get them); the transport drains its buffer, then closes."""
+        if not self.closed:
+            self.flush()
+            self.closed = True
+            self.transport.close()
+            self.node.connections.discard(self)
+
+    def expiry_reason(self, now: float) -> str | None:
+        """Why the node's sweep should drop this connection now, if it should."""
+        cfg = self.node.config
+        if self.partial_since is not None and now - self.partial_since > cfg.frame_timeout_ms / 1000:
+            return "frame not completed in time"
+        if (
+            self.write_paused_since is not None
+            and now - self.write_paused_since > cfg.write_timeout_ms / 1000
+        ):
+            return "client does not read its answers"
+        if self.busy is None and not self.queue and now - self.last_rx > cfg.connections_max_idle_ms / 1000:
+            return "idle"
+        return None
+
+    def drop(self) -> None:
+        """Close at once: answers not yet written are discarded (the client does not read them)."""
+        if self.write_paused_since is None:
+            self.close()
+            return
+        self.closed = True
+        self.transport.abort()
+        self.node.connections.discard(self)
