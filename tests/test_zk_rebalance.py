@@ -16,7 +16,7 @@ from topics.errors import InvalidTopic
 from topics.registry import add_partitions, create_topic
 from zk_rebalance.events import read_events
 from zk_rebalance.layout import InvalidGroupId, Whitelist
-from zk_rebalance.member import ConsumerRebalanceFailed, MemberState, ZkGroupMember
+from zk_rebalance.member import ConsumerRebalanceFailed, ZkGroupMember, ZkMemberState
 from zk_rebalance.metrics import conflicts, coverage, fanout, zk_requests
 
 FAST = dict(rebalance_backoff_ms=100, session_timeout_ms=4000)
@@ -211,7 +211,7 @@ def test_rebalance_fails_after_exactly_the_configured_attempts(zk, zk_connect, t
             m.wait_for_stable(20)
         elapsed = time.monotonic() - t0
         assert elapsed >= 3 * 0.3  # the backoff runs after the last attempt too
-        assert m.state is MemberState.FAILED and m.assignment() == set()
+        assert m.state is ZkMemberState.FAILED and m.assignment() == set()
         assert not zk.exists("/consumers/g/owners/t/1")
     finally:
         m.close()

@@ -10,12 +10,18 @@ from hypothesis import strategies as st
 
 from core.javahash import java_string_hash
 from core.types import TopicPartition
-from zk_rebalance.assignors import RangeAssignor, RoundRobinAssignor, View, get_assignor, thread_sort_key
+from zk_rebalance.assignors import (
+    RangeAssignor,
+    RoundRobinAssignor,
+    View,
+    partition_assignor,
+    thread_sort_key,
+)
 from zk_rebalance.layout import (
     Blacklist,
     InvalidRegistration,
-    Subscription,
     ThreadId,
+    TopicCount,
     Whitelist,
     consumer_id_string,
     decode_registration,
@@ -53,16 +59,16 @@ def view_for(me: str, streams: dict[str, dict[str, int]], partitions: dict[str, 
 
 
 def test_registration_json_is_byte_exact():
-    sub = Subscription.static({"t1": 2, "t2": 1})
+    sub = TopicCount.static({"t1": 2, "t2": 1})
     assert encode_registration(sub, 1420070400000) == (
         b'{"version":1,"subscription":{"t1":2,"t2":1},"pattern":"static","timestamp":"1420070400000"}'
     )
-    wl = Subscription.wildcard(Whitelist(' "foo.*, bar" '), 3)
+    wl = TopicCount.wildcard(Whitelist(' "foo.*, bar" '), 3)
     assert wl.streams == {"foo.*|bar": 3}
     assert encode_registration(wl, 1420070400000) == (
         b'{"version":1,"subscription":{"foo.*|bar":3},"pattern":"white_list","timestamp":"1420070400000"}'
     )
-    bl = Subscription.wildcard(Blacklist("a/b"), 1)
+    bl = TopicCount.wildcard(Blacklist("a/b"), 1)
     assert b'"subscription":{"a\\/b":1},"pattern":"black_list"' in encode_registration(bl, 1)
     back = decode_registration(encode_registration(wl, 1))
     assert back.pattern == "white_list" and back.filter.allows("foo9") and not back.filter.allows("baz")
@@ -114,7 +120,7 @@ def test_roundrobin_deals_java_hash_order_to_threads_in_string_order():
         RoundRobinAssignor().assign(
             view_for("C1", {"C1": {"t": 1, "u": 1}, "C2": {"t": 1}}, {"t": 2, "u": 1})
         )
-    assert get_assignor("sticky").name == "range"  # unknown strategies fall back to range, as 0.8.2
+    assert partition_assignor("sticky").name == "range"  # unknown strategies fall back to range, as 0.8.2
 
 
 @given(
@@ -126,7 +132,7 @@ def test_every_partition_gets_exactly_one_thread(streams, partitions, strategy):
     subs = {c: {"t": n} for c, n in streams.items()}
     owners: dict[TopicPartition, ThreadId] = {}
     for c in streams:
-        for tp, tid in get_assignor(strategy).assign(view_for(c, subs, {"t": partitions})).items():
+        for tp, tid in partition_assignor(strategy).assign(view_for(c, subs, {"t": partitions})).items():
             assert tp not in owners and tid.consumer == c
             owners[tp] = tid
     assert set(owners) == {TopicPartition("t", p) for p in range(partitions)}

@@ -9,14 +9,14 @@ See docs/zk_rebalance.md.
 """
 
 from zk_rebalance.layout import Blacklist, InvalidGroupId, InvalidRegistration, Whitelist
-from zk_rebalance.member import ConsumerRebalanceFailed, MemberState, RebalanceListener, ZkGroupMember
+from zk_rebalance.member import ConsumerRebalanceFailed, RebalanceListener, ZkGroupMember, ZkMemberState
 
 __all__ = [
     "Blacklist",
     "ConsumerRebalanceFailed",
     "InvalidGroupId",
     "InvalidRegistration",
-    "MemberState",
+    "ZkMemberState",
     "RebalanceListener",
     "Whitelist",
     "ZkGroupMember",

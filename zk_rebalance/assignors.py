@@ -100,7 +100,7 @@ class RoundRobinAssignor:
 ASSIGNORS = {"range": RangeAssignor, "roundrobin": RoundRobinAssignor}
 
 
-def get_assignor(name: str):
+def partition_assignor(name: str):
     """As 0.8.2: `roundrobin` is round-robin, any other value silently falls back to range."""
     return ASSIGNORS.get(name, RangeAssignor)()
 

@@ -3,7 +3,7 @@
 Everything here is pure (no I/O). See `legacy-zk-and-migration.md` §1.
 
     cid = consumer_id_string("grp", "host1-1420070400000-1a2b3c4d")   # "grp_host1-1420070400000-1a2b3c4d"
-    sub = Subscription.static({"t1": 2, "t2": 1})
+    sub = TopicCount.static({"t1": 2, "t2": 1})
     encode_registration(sub, 1420070400000)
     # b'{"version":1,"subscription":{"t1":2,"t2":1},"pattern":"static","timestamp":"1420070400000"}'
     sub.thread_ids(cid, topics_in_cluster=[])["t1"]    # [ThreadId(cid, 0), ThreadId(cid, 1)]
@@ -169,7 +169,7 @@ PATTERN_STATIC, PATTERN_WHITE, PATTERN_BLACK = "static", "white_list", "black_li
 
 
 @dataclass(frozen=True)
-class Subscription:
+class TopicCount:
     """A consumer's `TopicCount`: static `{topic: streams}` or one filter with a stream count."""
 
     pattern: str
@@ -177,7 +177,7 @@ class Subscription:
     filter: Whitelist | Blacklist | None = None
 
     @classmethod
-    def static(cls, topics: dict[str, int]) -> Subscription:
+    def static(cls, topics: dict[str, int]) -> TopicCount:
         for t, n in topics.items():
             validate_topic(t)
             if not isinstance(n, int) or n < 1:
@@ -185,7 +185,7 @@ class Subscription:
         return cls(PATTERN_STATIC, dict(topics))
 
     @classmethod
-    def wildcard(cls, topic_filter: Whitelist | Blacklist, num_streams: int) -> Subscription:
+    def wildcard(cls, topic_filter: Whitelist | Blacklist, num_streams: int) -> TopicCount:
         if not isinstance(num_streams, int) or num_streams < 1:
             raise GroupshiftError(f"number of streams must be at least 1, not {num_streams!r}")
         pattern = PATTERN_WHITE if isinstance(topic_filter, Whitelist) else PATTERN_BLACK
@@ -231,7 +231,7 @@ _ESCAPES = {
 }
 
 
-def encode_registration(sub: Subscription, timestamp_ms: int) -> bytes:
+def encode_registration(sub: TopicCount, timestamp_ms: int) -> bytes:
     """The ids node payload exactly as 0.8.2's `Json.encode` writes it (no spaces, this key order).
 
     `Json.encode` quotes strings without escaping them; topic names cannot need escaping, and a
@@ -245,7 +245,7 @@ def encode_registration(sub: Subscription, timestamp_ms: int) -> bytes:
     ).encode()
 
 
-def decode_registration(data: bytes, path: str = "?") -> Subscription:
+def decode_registration(data: bytes, path: str = "?") -> TopicCount:
     """Parse an ids node as `TopicCount.constructTopicCount`; raises `InvalidRegistration` naming `path`."""
     try:
         body = json.loads(data.decode("utf-8"))
@@ -262,5 +262,5 @@ def decode_registration(data: bytes, path: str = "?") -> Subscription:
     if sub and pattern in (PATTERN_WHITE, PATTERN_BLACK):
         regex, n = next(iter(sub.items()))
         filt = Whitelist(regex) if pattern == PATTERN_WHITE else Blacklist(regex)
-        return Subscription(pattern, {filt.regex: n}, filt)
-    return Subscription(PATTERN_STATIC if pattern == PATTERN_STATIC else pattern, dict(sub))
+        return TopicCount(pattern, {filt.regex: n}, filt)
+    return TopicCount(PATTERN_STATIC if pattern == PATTERN_STATIC else pattern, dict(sub))

@@ -37,12 +37,12 @@ from core.membership import RebalanceListener
 from core.types import TopicPartition
 from core.zk import connect
 from zk_rebalance import fencing
-from zk_rebalance.assignors import get_assignor
+from zk_rebalance.assignors import partition_assignor
 from zk_rebalance.events import EventLog
 from zk_rebalance.layout import (
     BROKER_TOPICS,
     Blacklist,
-    Subscription,
+    TopicCount,
     Whitelist,
     consumer_id_string,
     encode_registration,
@@ -55,7 +55,7 @@ from zk_rebalance.rebalance import RebalanceMixin
 from zk_rebalance.state import (
     _ENTERED_FROM,
     ConsumerRebalanceFailed,
-    MemberState,
+    ZkMemberState,
     _PartitionInfo,
 )
 from zk_rebalance.watches import WatchesMixin
@@ -63,7 +63,7 @@ from zk_rebalance.zkclient import Closing, ZkCalls
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConsumerRebalanceFailed", "MemberState", "RebalanceListener", "ZkGroupMember"]
+__all__ = ["ConsumerRebalanceFailed", "ZkMemberState", "RebalanceListener", "ZkGroupMember"]
 
 
 class ZkGroupMember(WatchesMixin, RebalanceMixin):
@@ -101,15 +101,15 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
     ):
         self.group = validate_group_id(group_id)
         if isinstance(topics, (Whitelist, Blacklist)):
-            self.subscription = Subscription.wildcard(topics, num_streams)
+            self.subscription = TopicCount.wildcard(topics, num_streams)
         elif isinstance(topics, dict):
-            self.subscription = Subscription.static(topics)
+            self.subscription = TopicCount.static(topics)
         else:
-            self.subscription = Subscription.static({t: num_streams for t in topics})
+            self.subscription = TopicCount.static({t: num_streams for t in topics})
         self.zk_connect = zk_connect
         self.consumer_id = consumer_id_string(self.group, consumer_id)
         self.assignor_name = assignor
-        self.assignor = get_assignor(assignor)
+        self.assignor = partition_assignor(assignor)
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self.rebalance_max_retries = rebalance_max_retries
@@ -124,7 +124,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
         self.read_offsets_after_claim = read_offsets_after_claim
         self.sync_before_read = sync_before_read
         self.events = EventLog(event_log, member=self.consumer_id)
-        self.state = MemberState.NEW
+        self.state = ZkMemberState.NEW
 
         self.zk = None
         self._lock = threading.RLock()  # registry, fetching, checkpoints
@@ -157,7 +157,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
     # -- public API ----------------------------------------------------------------------------
     def start(self) -> ZkGroupMember:
         """Connect (raises `ZooKeeperUnavailable`), then register and rebalance in the background."""
-        self._transition(MemberState.STARTING)
+        self._transition(ZkMemberState.STARTING)
         self.zk = connect(
             self.zk_connect,
             session_timeout=self.session_timeout_ms / 1000,
@@ -265,14 +265,14 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
         while time.monotonic() < deadline:
             if self.is_stable():
                 return True
-            if self.state is MemberState.FAILED and self._last_error and not self._triggered:
+            if self.state is ZkMemberState.FAILED and self._last_error and not self._triggered:
                 raise self._last_error
             time.sleep(0.02)
         return False
 
     def is_stable(self) -> bool:
         return (
-            self.state is MemberState.STABLE
+            self.state is ZkMemberState.STABLE
             and not self._triggered
             and not self._busy
             and self._zk_events.empty()
@@ -281,7 +281,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
     def close(self, timeout: float = 10.0) -> None:
         """Shut down as 0.8 does: wait for a rebalance in progress, stop fetching, commit (auto-commit),
         then close the session, which deletes the ids and owner nodes at once."""
-        if self.state is MemberState.CLOSED:
+        if self.state is ZkMemberState.CLOSED:
             return
         self._shutting_down = True
         with self._cond:
@@ -306,7 +306,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
             finally:
                 watchdog.cancel()
             self._closing.set()
-            self._transition(MemberState.CLOSED)
+            self._transition(ZkMemberState.CLOSED)
             self.events.emit("closed")
             if self._lease_timer:
                 self._lease_timer.cancel()
@@ -331,7 +331,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
         self.close()
 
     # -- state ---------------------------------------------------------------------------------
-    def _transition(self, new: MemberState) -> None:
+    def _transition(self, new: ZkMemberState) -> None:
         if self.state not in _ENTERED_FROM[new]:
             raise RuntimeError(f"illegal member transition {self.state.name} -> {new.name}")
         self.state = new
@@ -422,7 +422,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
         else:
             for t in self.subscription.streams:
                 self._subscribe_data(topic_path(t))
-        self._synced_rebalance("start" if self.state is MemberState.STARTING else "topics")
+        self._synced_rebalance("start" if self.state is ZkMemberState.STARTING else "topics")
 
     # -- fetchers and commits ------------------------------------------------------------------
     def _stop_fetchers(self, reason: str, notify: bool = True) -> None:

@@ -24,15 +24,15 @@ from zk_rebalance.layout import (
     BROKER_IDS,
     BROKER_TOPICS,
     InvalidRegistration,
-    Subscription,
     ThreadId,
+    TopicCount,
     decode_registration,
     ids_dir,
     offset_path,
     owner_path,
     topic_path,
 )
-from zk_rebalance.state import ConsumerRebalanceFailed, MemberState, _PartitionInfo
+from zk_rebalance.state import ConsumerRebalanceFailed, ZkMemberState, _PartitionInfo
 from zk_rebalance.zkclient import Closing
 
 log = logging.getLogger("zk_rebalance.member")
@@ -46,7 +46,7 @@ class RebalanceMixin:
         with self._rebalance_lock:
             if self._shutting_down:
                 return
-            self._transition(MemberState.REBALANCING)
+            self._transition(ZkMemberState.REBALANCING)
             self._stable.clear()
             self._rounds += 1
             rnd = self._rounds
@@ -82,7 +82,7 @@ class RebalanceMixin:
                         owned=owned,
                         duration=time.monotonic() - t0,
                     )
-                    self._transition(MemberState.STABLE)
+                    self._transition(ZkMemberState.STABLE)
                     self._stable.set()
                     return
                 self._stop_fetchers("attempt_failed")  # closeFetchersForQueues(all): stop, commit
@@ -96,7 +96,7 @@ class RebalanceMixin:
                 attempts=self.rebalance_max_retries,
                 duration=time.monotonic() - t0,
             )
-            self._transition(MemberState.FAILED)
+            self._transition(ZkMemberState.FAILED)
             raise ConsumerRebalanceFailed(
                 f"{self.consumer_id} can't rebalance after {self.rebalance_max_retries} retries"
             )
@@ -153,12 +153,12 @@ class RebalanceMixin:
         ids = self._zkc.children_maybe(BROKER_IDS)
         return [b for b in ids if self._zkc.read_maybe(f"{BROKER_IDS}/{b}") is not None]
 
-    def _registration(self, consumer: str) -> Subscription:
+    def _registration(self, consumer: str) -> TopicCount:
         path = f"{ids_dir(self.group)}/{consumer}"
         data, _ = self._zkc.read(path)  # NoNode (e.g. after expiry) fails the attempt, as in 0.8
         return decode_registration(data, path)
 
-    def _thread_ids(self, consumer: str, sub: Subscription | None = None) -> dict[str, list[ThreadId]]:
+    def _thread_ids(self, consumer: str, sub: TopicCount | None = None) -> dict[str, list[ThreadId]]:
         sub = sub or self._registration(consumer)
         topics = self._zkc.children_maybe(BROKER_TOPICS) if sub.is_wildcard else None
         if sub.is_wildcard:

@@ -18,7 +18,7 @@ class ConsumerRebalanceFailed(RebalanceFailed):
     """
 
 
-class MemberState(Enum):
+class ZkMemberState(Enum):
     """Where a member is; `_ENTERED_FROM` lists the states each may be entered from."""
 
     NEW = "new"
@@ -30,16 +30,16 @@ class MemberState(Enum):
 
 
 _ENTERED_FROM = {
-    MemberState.STARTING: {MemberState.NEW},
-    MemberState.REBALANCING: {
-        MemberState.STARTING,
-        MemberState.STABLE,
-        MemberState.FAILED,
-        MemberState.REBALANCING,
+    ZkMemberState.STARTING: {ZkMemberState.NEW},
+    ZkMemberState.REBALANCING: {
+        ZkMemberState.STARTING,
+        ZkMemberState.STABLE,
+        ZkMemberState.FAILED,
+        ZkMemberState.REBALANCING,
     },
-    MemberState.STABLE: {MemberState.REBALANCING},
-    MemberState.FAILED: {MemberState.REBALANCING},
-    MemberState.CLOSED: set(MemberState) - {MemberState.CLOSED},
+    ZkMemberState.STABLE: {ZkMemberState.REBALANCING},
+    ZkMemberState.FAILED: {ZkMemberState.REBALANCING},
+    ZkMemberState.CLOSED: set(ZkMemberState) - {ZkMemberState.CLOSED},
 }
 
 

@@ -72,7 +72,7 @@ class CooperativeUserData(msgspec.Struct, frozen=True):
     generation: int
 
 
-class Assignment(msgspec.Struct, frozen=True):
+class MemberAssignment(msgspec.Struct, frozen=True):
     """A decoded assignment: the member's partitions and the assignor's user data."""
 
     partitions: list[TopicPartition]
@@ -143,15 +143,15 @@ def encode_assignment(partitions: Iterable[TopicPartition], user_data: bytes = b
     )
 
 
-def decode_assignment(data: bytes) -> Assignment:
+def decode_assignment(data: bytes) -> MemberAssignment:
     """A member's assignment from SyncGroup bytes; empty bytes mean no partitions (Kafka's convention)."""
     if not data:
-        return Assignment([])
+        return MemberAssignment([])
     try:
         payload = _assignment_decoder.decode(data)
     except msgspec.DecodeError as e:
         raise ValueError(f"malformed consumer assignment: {e}") from e
-    return Assignment(flatten(payload.assigned_partitions), payload.user_data or b"")
+    return MemberAssignment(flatten(payload.assigned_partitions), payload.user_data or b"")
 
 
 def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: int | None = None) -> bytes:
