@@ -7,7 +7,7 @@ import pytest
 
 from coordinator.assignors import Subscription
 from coordinator.assignors.payloads import (
-    Assignment,
+    MemberAssignment,
     decode_assignment,
     decode_cooperative_user_data,
     decode_sticky_user_data,
@@ -58,8 +58,8 @@ def test_assignment_wire_format_and_round_trip() -> None:
         "assigned_partitions": [{"topic": "t0", "partitions": [1, 3]}, {"topic": "t1", "partitions": [0]}],
         "user_data": b"u",
     }
-    assert decode_assignment(data) == Assignment([T0_1, T0_3, T1_0], b"u")
-    assert decode_assignment(b"") == Assignment([])
+    assert decode_assignment(data) == MemberAssignment([T0_1, T0_3, T1_0], b"u")
+    assert decode_assignment(b"") == MemberAssignment([])
     assert msgspec.msgpack.decode(encode_assignment([]))["user_data"] is None
 
 
