@@ -258,7 +258,7 @@ def test_a_consumer_joins_and_another_leaves_during_consumption(env):
         stop_producing.set()
         producer.join()
         ends = env.end_offsets("t", 4)
-        wait_for(lambda: len(delivered) >= sum(ends.values()), what="every record delivered")
+        wait_for(lambda: len(delivered) >= sum(ends.values()), timeout=60, what="every record delivered")
         wait_for(lambda: committed_all(env, "gj", ends), what="committed offsets at the log end")
     finally:
         stop_producing.set()
