@@ -57,7 +57,8 @@ CASES: dict[str, tuple[str, str, bool]] = {
     "coop-halves-owned": ("cooperative-sticky", "halves", True),
 }
 
-# Kafka's Java code on a 2-vCPU machine (assignors.md §7), first call / second call, seconds.
+# Kafka's Java code on a 2-vCPU machine (measured once with Kafka's own implementation), first call /
+# second call, seconds.
 KAFKA_SECONDS = {
     "sticky-uniform": 0.3,
     "sticky-uniform-owned": 2.7,

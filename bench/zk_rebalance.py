@@ -10,7 +10,7 @@ Members are faithful 0.8 members (default backoff 2000 ms, 4 attempts) in this p
 Columns: `stable s` = event → every member stable and every partition owned exactly once;
 `rounds` = most `syncedRebalance` runs by one member; `attempts`/`failed` = all members'
 attempts; `zk req` = requests the members sent (event logs); `req/round` = zk req / rounds;
-`pred reads` = §3.2's N·(N+2B+T+5) reads per round; `server pkts` = the server's
+`pred reads` = the predicted N·(N+2B+T+5) reads per round; `server pkts` = the server's
 `zk_packets_received` delta (mntr; includes pings).
 """
 

@@ -1,4 +1,4 @@
-"""`groupshift coordinator serve`: run one coordinator node (PROTOCOL.md "Starting a node")."""
+"""`groupshift coordinator serve`: run one coordinator node (docs/coordinator.md)."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ class ChrootMissing(GroupshiftError):
 warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning)
 
 ENV_ZK = "GROUPSHIFT_ZK"
-# Reconnect quickly: kazoo's default backoff grows to an hour between attempts (ENVIRONMENT.md).
+# Reconnect quickly: kazoo's default backoff grows to an hour between attempts.
 CONNECTION_RETRY = dict(max_tries=-1, delay=0.1, backoff=1.5, max_delay=1.0)
 # A connect slower than this prints what it waits for (a reachable server answers in milliseconds).
 WAIT_NOTICE_S = 1.0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Docker engine and the local ZooKeeper image the tests start with testcontainers.
 # Idempotent: reuses a running engine and an existing image. No registry is reachable here,
-# so the image is built with debootstrap + docker import (ENVIRONMENT.md).
+# so the image is built with debootstrap + docker import (no image can be pulled on a machine without registry access).
 # Each failure names its step on the last line of stderr (the test fixtures show that line).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -38,7 +38,7 @@ def test_docstring_examples(module: str) -> None:
     assert result.failed == 0 and result.attempted > 0
 
 
-# --- member order (assignors.md §2) ------------------------------------------------------------------
+# --- member order (docs/assignors.md) ------------------------------------------------------------------
 
 
 def test_member_order_static_members_first_by_instance_id() -> None:
@@ -56,7 +56,7 @@ def test_member_order_is_java_string_order() -> None:
     assert member_order(subs) == ["\U0001f600", "\uff5e"]
 
 
-# --- range (§3) --------------------------------------------------------------------------------------
+# --- range --------------------------------------------------------------------------------------
 
 
 def test_range_javadoc_example() -> None:
@@ -116,7 +116,7 @@ def test_no_topics_and_nonexistent_topic(name: str) -> None:
     assert get_assignor(name).assign({"topic": 3}, {}) == {}
 
 
-# --- roundrobin (§4) ---------------------------------------------------------------------------------
+# --- roundrobin ---------------------------------------------------------------------------------
 
 
 def test_roundrobin_seed_identical_subscriptions() -> None:

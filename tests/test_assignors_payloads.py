@@ -1,4 +1,4 @@
-"""Consumer protocol payloads (PROTOCOL.md): subscriptions, assignments, sticky user data."""
+"""Consumer protocol payloads (docs/protocol.md): subscriptions, assignments, sticky user data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Sticky and cooperative-sticky: Kafka's exact results (assignors.md §5, §6, §8 and Kafka's sticky tests)."""
+"""Sticky and cooperative-sticky: Kafka's exact results (Kafka's sticky tests and the StickyAssignor
+javadoc)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def sorted_text(assignment: dict[str, list[TopicPartition]]) -> dict[str, str]:
     return {m: ", ".join(sorted(map(str, v))) for m, v in assignment.items()}
 
 
-# --- sticky core, constrained builder (§5.3) ---------------------------------------------------------
+# --- sticky core, constrained builder ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", STICKY)
@@ -74,7 +75,7 @@ def test_consumer_owning_min_quota_expected_max_quota(name: str) -> None:
         "consumer2": sub("topic1 topic2", "topic1-1 topic2-2", 1),
     }
     result = get_assignor(name).sticky_assign({"topic1": 2, "topic2": 3}, subs)
-    # The §5.3 example: kept partitions first, in (partition, topic) order, then new ones.
+    # Kafka's example: kept partitions first, in (partition, topic) order, then new ones.
     assert text(result.assignment) == {
         "consumer1": "topic1-0 topic2-1 topic2-0",
         "consumer2": "topic1-1 topic2-2",
@@ -123,7 +124,7 @@ def test_add_remove_consumer_one_topic_eager_and_cooperative() -> None:
     eager = StickyAssignor().sticky_assign(counts, subs)
     assert eager.transferring == {TopicPartition("topic", 2): "consumer2"}
     assert text(eager.assignment) == {"consumer1": "topic-0 topic-1", "consumer2": "topic-2"}
-    # §6: the cooperative assignor withholds topic-2 until consumer1 has revoked it.
+    # The cooperative assignor withholds topic-2 until consumer1 has revoked it.
     round1 = CooperativeStickyAssignor().assign(counts, subs)
     assert text(round1) == {"consumer1": "topic-0 topic-1", "consumer2": ""}
     round2 = CooperativeStickyAssignor().assign(
@@ -333,7 +334,7 @@ def test_non_equal_subscription_with_misplaced_ownership() -> None:
     assert sorted_text(second) == {f"consumer{i}": final[i] for i in range(3)}
 
 
-# --- sticky general builder (§5.4) and the StickyAssignor javadoc (§8) -------------------------------
+# --- sticky general builder and the StickyAssignor javadoc -------------------------------
 
 
 @pytest.mark.parametrize("name", STICKY)
@@ -399,7 +400,7 @@ def test_only_subscribed_topic_deleted(name: str) -> None:
     assert a.assign({}, {"consumer": sub("topic", first["consumer"], 1)}) == {"consumer": []}
 
 
-# --- member data (§6) ----------------------------------------------------------------------------------
+# --- member data ----------------------------------------------------------------------------------
 
 
 def test_eager_sticky_reads_ownership_from_user_data_only() -> None:

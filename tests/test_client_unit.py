@@ -59,7 +59,7 @@ def test_leader_runs_the_selected_assignor_over_every_member():
     per_member, counts = perform_assignment("range", members, {"t0": 3, "t1": 3, "other": 5}.get)
     assert counts == {"t0": 3, "t1": 3}
     got = {m: decode_assignment(b).partitions for m, b in per_member.items()}
-    # seed 002's RangeAssignor example with three partitions per topic
+    # The classic RangeAssignor example with three partitions per topic
     assert got == {
         "C0": [TP("t0", 0), TP("t0", 1), TP("t1", 0), TP("t1", 1)],
         "C1": [TP("t0", 2), TP("t1", 2)],
@@ -80,7 +80,8 @@ def test_leader_skips_unknown_topics():
 
 
 def test_cooperative_sticky_leader_withholds_partitions_still_owned_by_another_member():
-    # consumer1 owns t-0..2 at generation 1; consumer2 joins (assignors.md §6 example)
+    # consumer1 owns t-0..2 at generation 1; consumer2 joins (the cooperative-sticky example of
+    # docs/assignors.md)
     c1 = join_protocols(["cooperative-sticky"], ["t"], {TP("t", 0), TP("t", 1), TP("t", 2)}, 1)[0]
     c2 = join_protocols(["cooperative-sticky"], ["t"], (), -1)[0]
     members = [

@@ -1,4 +1,5 @@
-"""Black-box conformance suite for the coordinator wire protocol (PROTOCOL.md + coordinator-spec.md).
+"""Black-box conformance suite for the coordinator wire protocol (docs/protocol.md + Kafka's classic
+coordinator).
 
 Written from the two specs only: real `groupshift coordinator serve` processes on a real ZooKeeper,
 raw TCP with our own framing (4-byte big-endian length + one MessagePack map), nothing imported
@@ -25,12 +26,12 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# API keys (PROTOCOL.md table / coordinator-spec.md §14)
+# API keys (docs/protocol.md)
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN, HEARTBEAT, LEAVE, SYNC = 8, 9, 10, 11, 12, 13, 14
 DESCRIBE, LIST, API_VERSIONS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 18, 42, 47
 ALL_APIS = {8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 42, 47}
 
-# Error codes (coordinator-spec.md §14)
+# Error codes (Kafka's)
 NONE = 0
 OFFSET_METADATA_TOO_LARGE = 12
 ILLEGAL_GENERATION = 22
@@ -66,7 +67,7 @@ class Closed(Exception):
 
 
 class Conn:
-    """One TCP connection speaking the framing of PROTOCOL.md."""
+    """One TCP connection speaking the framing of docs/protocol.md."""
 
     def __init__(self, addr: tuple[str, int], client_id: str = "conformance"):
         self.sock = socket.create_connection(addr, timeout=10)
@@ -705,7 +706,7 @@ def test_heartbeat_errors_in_each_state(node):
     conn = node.connect()
     pending = conn.call(JOIN, join_body(g))["member_id"]
     assert a.heartbeat(member_id=pending) == UNKNOWN_MEMBER_ID
-    # Empty: everyone leaves. The pending member blocks the join phase (§5.1) until it leaves too.
+    # Empty: everyone leaves. The pending member blocks the join phase until it leaves too.
     for m in (a, b, c):
         r = m.leave()
         assert r["error_code"] == NONE and [x["error_code"] for x in r["members"]] == [NONE]
@@ -882,7 +883,7 @@ def test_default_initial_rebalance_delay(start_node):
 
 
 def test_initial_delay_is_extended_by_whole_windows(start_node):
-    """§6.2: D=500, T=1500: a member arriving in the first window extends once by D, no more."""
+    """Initial delay: D=500, T=1500: a member arriving in the first window extends once by D, no more."""
     n = start_node(*["--group-min-session-timeout-ms", "100", "--group-initial-rebalance-delay-ms", "500"])
     g = gid()
     a = Member(n, g, rebalance=1500)
@@ -1193,7 +1194,7 @@ def test_group_max_size(start_node):
     g = gid()
     a = Member(n, g)
     form_group(n, g, [a])
-    # §3.1: the capacity check comes before the new-member path, so no member id is handed out
+    # The capacity check comes before the new-member path, so no member id is handed out
     conn = n.connect()
     r = conn.call(JOIN, join_body(g))
     assert r["error_code"] == GROUP_MAX_SIZE_REACHED and r["member_id"] == ""
@@ -1338,7 +1339,7 @@ def test_leader_rejoin_in_completing_rebalance_with_same_protocols_is_answered_a
     a, b = Member(node, g), Member(node, g)
     form_group(node, g, [a, b], sync=False)
     gen = a.generation
-    r = a.join()  # §3.3 CompletingRebalance, identical protocols
+    r = a.join()  # CompletingRebalance, identical protocols
     assert r["error_code"] == NONE and r["generation_id"] == gen and r["leader"] == a.member_id
     assert {x["member_id"] for x in r["members"]} == {a.member_id, b.member_id}
     r = b.join()
@@ -1408,7 +1409,7 @@ def test_repeated_join_replaces_the_parked_one(node):
         assert m.finish_join(cid)["error_code"] == NONE
     r = other.recv(second)
     assert r["error_code"] == NONE and r["member_id"] == c.member_id
-    # the replaced request is never answered (§14 pitfall 6); the node may close that connection,
+    # the replaced request is never answered (as in Kafka); the node may close that connection,
     # which could carry nothing else anyway (answers are in order)
     try:
         assert c.conn.silent_for(0.3)
@@ -1628,7 +1629,7 @@ def test_not_coordinator_and_failover_after_sigterm(start_node):
     assert r == owner
     fc = coord.admin.call(FIND_COORDINATOR, {"key": g, "key_type": 0})
     assert (fc["host"], fc["port"]) == (coord.host, coord.port)
-    # the other node refuses the group (§2.1 step 4)
+    # the other node refuses the group (NOT_COORDINATOR)
     c = other.connect()
     r = c.call(JOIN, join_body(g, "m-9"))
     assert r["error_code"] == 16 and r["member_id"] == "m-9" and r["generation_id"] == -1

@@ -1,4 +1,4 @@
-"""§12 admin calls (DescribeGroups, ListGroups, DeleteGroups, OffsetDelete) and shard hand-over
+"""Admin calls (DescribeGroups, ListGroups, DeleteGroups, OffsetDelete) and shard hand-over
 (snapshot, load after failover, unload)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A fake driver for the coordinator core (injected clock, synchronous store), and its own tests.
 
 The other `test_group_*` modules import `Driver` from here. Defaults follow Kafka's
-`GroupCoordinatorTest` fixture (§13): min session 10, max session 600000, max size 4, initial
+`GroupCoordinatorTest` fixture: min session 10, max session 600000, max size 4, initial
 delay 50; members use session 500 and rebalance 500. Member ids are deterministic
 (`<client_id or instance id>-<n>`).
 """

@@ -1,4 +1,4 @@
-"""§3 JoinGroup, §5.1 pending members, §5.3 leader selection, §5.4 the vote, §5.5 generations."""
+"""JoinGroup, pending members, leader selection, the protocol vote, generations."""
 
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ def test_capacity_pending_member_counts_as_new_and_is_dropped():
     t1 = d.join(p1)  # 4 members now: PreparingRebalance
     assert d.state() == "PreparingRebalance"
     tokens = [d.join(m) for m in ids]
-    assert d.state() == "PreparingRebalance"  # p2 is still pending: blocks completion (§5.1)
+    assert d.state() == "PreparingRebalance"  # p2 is still pending: blocks completion
     r = d.call_join(p2)  # num_awaiting_join == 4 == max size
     assert (r["error_code"], r["member_id"]) == (E.GROUP_MAX_SIZE_REACHED, "")
     assert p2 not in d.group().pending_members
@@ -468,7 +468,7 @@ def test_vote_tie_goes_to_the_earliest_joined_voter():
     d = Driver()
     ids = [d.join_new(client_id=f"c{i}") for i in range(2)]
     join_all(d, ids, {ids[0]: P("rr", "range"), ids[1]: P("range", "rr")})
-    assert d.group().protocol_name == "rr"  # PROTOCOL.md: vote ties follow join order
+    assert d.group().protocol_name == "rr"  # docs/protocol.md: vote ties follow join order
 
 
 # ----------------------------------------------------------------------------- 5.5 generations
@@ -478,7 +478,7 @@ def test_generation_rules():
     d = Driver()
     pending = d.join_new()
     assert d.group().generation_id == 0  # MEMBER_ID_REQUIRED leaves it alone
-    d.leave((pending, None))  # else the pending id would block the join phases below (§5.1)
+    d.leave((pending, None))  # else the pending id would block the join phases below
     (a, b), gen = d.stable_group(2)
     assert gen == 1
     d.heartbeat(a, gen)

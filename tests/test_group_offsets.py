@@ -1,5 +1,5 @@
-"""§10 OffsetCommit (which state and generation accepts a commit, storing, write errors) and
-§11 OffsetFetch and offset retention."""
+"""OffsetCommit (which state and generation accepts a commit, storing, write errors) and
+OffsetFetch and offset retention."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def sub(*topics: str) -> list[dict]:
     return [{"name": "range", "metadata": md}]
 
 
-# ----------------------------------------------------------------------------- acceptance (§10 summary)
+# ----------------------------------------------------------------------------- acceptance
 
 
 def test_absent_group_negative_generation_creates_a_simple_group():
@@ -271,7 +271,7 @@ def test_fetch_needs_no_membership_in_any_state():
     assert d.fetched([T0]) == {T0: (4, "", 0)}
 
 
-# ----------------------------------------------------------------------------- retention (§11)
+# ----------------------------------------------------------------------------- retention
 
 RET = dict(offsets_retention_ms=10_000, offsets_retention_check_interval_ms=1000)
 

@@ -1,4 +1,4 @@
-"""§14: the places where source comments or common descriptions disagree with Kafka's code, one test
+"""The places where source comments or common descriptions disagree with Kafka's code, one test
 each, plus a property-based run of random request sequences checking the core's invariants."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_3_empty_group_accepts_negative_generation_commits():
     assert d.call_commit({("t", 0): 1}) == {("t", 0): E.NONE}
 
 
-# 4. Static replacement persistence failure: PROTOCOL.md restores the previous protocols.
+# 4. Static replacement persistence failure: docs/protocol.md restores the previous protocols.
 def test_4_failed_static_replacement_restores_protocols():
     d = Driver()
     t = d.join(instance="i")

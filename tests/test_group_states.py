@@ -1,4 +1,4 @@
-"""§1: the group states, their valid previous states, and what drives each transition."""
+"""The group states, their valid previous states, and what drives each transition."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ ALLOWED = {
     (S.PREPARING_REBALANCE, S.DEAD),
     (S.COMPLETING_REBALANCE, S.DEAD),
     (S.EMPTY, S.DEAD),
-    (S.DEAD, S.DEAD),  # §14.5: Dead -> Dead is allowed
+    (S.DEAD, S.DEAD),  # Dead -> Dead is allowed
 }
 
 
@@ -82,7 +82,7 @@ def test_normal_cycle_and_state_changed_outputs():
         (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE),
         (S.COMPLETING_REBALANCE, S.STABLE),
     ]
-    # the last member leaving a Stable group: PreparingRebalance then immediately Empty (§7.4)
+    # the last member leaving a Stable group: PreparingRebalance then immediately Empty
     d.states.clear()
     assert d.leave((leader, None))["members"][0]["error_code"] == E.NONE
     assert [(s.old, s.new) for s in d.states] == [
@@ -104,7 +104,7 @@ def test_completing_to_preparing_on_changed_metadata():
     d = Driver()
     ids = [d.join_new(client_id=f"c{i}") for i in range(2)]
     t = [d.join(m) for m in ids]
-    d.advance(51)  # the second member arrived in the first window: one more window (§6.2)
+    d.advance(51)  # the second member arrived in the first window: one more window
     d.advance(51)
     assert d.state() == "CompletingRebalance"
     follower = ids[1] if d.responses[t[0]]["leader"] == ids[0] else ids[0]

@@ -1,4 +1,4 @@
-"""§5.2 static membership (KIP-345): replacement, fencing, persistence failure, kept members."""
+"""Static membership (KIP-345): replacement, fencing, persistence failure, kept members."""
 
 from __future__ import annotations
 
@@ -154,9 +154,9 @@ def test_replacement_persistence_failure_reverts_id_timeouts_and_protocols():
     m = g.members[old]
     assert g.static_members["i1"] == old and list(g.members) == [ids["i0"], old]
     assert (m.session_timeout_ms, m.rebalance_timeout_ms) == (500, 500)
-    assert m.protocols == [("range", b"m")]  # PROTOCOL.md: previous protocols restored
+    assert m.protocols == [("range", b"m")]  # docs/protocol.md: previous protocols restored
     assert d.heartbeat(old, gen, instance="i1") == E.NONE
-    # §14.4: with the protocols restored, the old id rejoining with the new ones rebalances
+    # With the protocols restored, the old id rejoining with the new ones rebalances
     t2 = d.join(old, instance="i1", protocols=P("range", md=b"new"))
     assert t2 not in d.responses and d.state() == "PreparingRebalance"
 

@@ -1,4 +1,4 @@
-"""§4 SyncGroup, §8 Heartbeat, §9 LeaveGroup."""
+"""SyncGroup, Heartbeat, LeaveGroup."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""§6 delayed operations and timers, §7 the core procedures they drive.
+"""Delayed operations and timers, and the core procedures they drive.
 
-Timers fire when now > deadline (strictly), as the reference fake clock of §6 does.
+Timers fire when now > deadline (strictly), as Kafka's MockTimer does.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_initial_delay_first_window_is_exactly_d_even_when_rebalance_timeout_is_
     m = d.join_new()
     t = d.join(m, rebalance=10)
     d.advance(50)
-    assert t not in d.responses  # not min(D, T) = 10 (§14.7)
+    assert t not in d.responses  # not min(D, T) = 10 (Kafka's code, not its comment)
     d.advance(1)
     assert d.responses[t]["generation_id"] == 1
 

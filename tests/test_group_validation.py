@@ -1,4 +1,4 @@
-"""§2 and PROTOCOL.md: request validation, the group-id pre-check and its per-API translation.
+"""docs/protocol.md: request validation, the group-id pre-check and its per-API translation.
 
 Malformed bodies (not a map, missing key, wrong type) get INVALID_REQUEST (42) and never raise.
 """

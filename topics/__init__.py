@@ -2,7 +2,8 @@
 
 * `topics.registry`  — `/brokers/topics/<t>` in ZooKeeper, Kafka 0.8 JSON byte for byte
 * `topics.log`       — `Log(root)`: create, produce, earliest/latest/offsets_for_times, read, retain
-* `topics.fetcher`   — `Fetcher(log)`: the pipelined fetcher a consumer polls (seed 004)
+* `topics.fetcher`   — `Fetcher(log)`: the pipelined fetcher a consumer polls (Kafka's consumer fetcher
+design)
 * `topics.store`     — `TopicStore(root, zk)`: registration and log directories together
 * `topics.partitioner`, `topics.segment`, `topics.errors`
 

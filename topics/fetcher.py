@@ -1,4 +1,5 @@
-"""The pipelined fetcher (seed 004): background prefetch, a FIFO of completed fetches, stale-fetch discard.
+"""The pipelined fetcher (as Kafka's consumer `Fetcher`): background prefetch, a FIFO of completed
+fetches, stale-fetch discard.
 
 A consumer assigns partitions, positions them, and polls. `poll` hands out what earlier fetches
 brought in and, before returning, asks the background thread for the next fetch, so reading

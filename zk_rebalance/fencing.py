@@ -1,4 +1,4 @@
-"""Opt-in commit fencing for scheme one (`fence_commits`, legacy-zk-and-migration.md §6).
+"""Opt-in commit fencing for scheme one (`fence_commits`, docs/zk_rebalance.md, Opt-in fixes).
 
 A version check on the owner node is not enough (a re-created node starts again at version 0),
 so each partition gets a persistent epoch znode `/consumers/<g>/owner_epochs/<t>/<p>`. A claim

@@ -1,6 +1,6 @@
 """Kafka 0.8's consumer layout in ZooKeeper: paths, ids, names and the registration JSON, byte-exact.
 
-Everything here is pure (no I/O). See `legacy-zk-and-migration.md` §1.
+Everything here is pure (no I/O). docs/zk_rebalance.md describes the layout.
 
     cid = consumer_id_string("grp", "host1-1420070400000-1a2b3c4d")   # "grp_host1-1420070400000-1a2b3c4d"
     sub = TopicCount.static({"t1": 2, "t2": 1})
@@ -89,7 +89,7 @@ def offset_path(group: str, topic: str, partition: int) -> str:
 
 
 def epoch_path(group: str, topic: str, partition: int) -> str:
-    """groupshift's fencing epoch (opt-in, §6); 0.8 tools never look under `owner_epochs`."""
+    """groupshift's fencing epoch (opt-in); 0.8 tools never look under `owner_epochs`."""
     return f"/consumers/{group}/owner_epochs/{topic}/{partition}"
 
 

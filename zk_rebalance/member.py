@@ -4,7 +4,8 @@ A recipe in kazoo's style: it registers `/consumers/<g>/ids/<consumerId>`, watch
 and its topics, and on every change runs 0.8.2's `syncedRebalance` (release everything, read
 the whole group from ZooKeeper, compute the assignment locally, claim it all-or-nothing with
 ephemeral owner znodes, retry with backoff). Every step is written to a JSONL event log.
-The behaviour is `legacy-zk-and-migration.md` §2; the opt-in fixes are §6.
+The behaviour is Kafka 0.8.2's `ZookeeperConsumerConnector` (docs/zk_rebalance.md, What is faithful);
+the opt-in fixes are in docs/zk_rebalance.md, Opt-in fixes.
 
     member = ZkGroupMember("127.0.0.1:2181", "grp", ["clicks"], event_log="m1.jsonl")
     member.start()                       # non-blocking: rebalances run on a background thread
@@ -70,7 +71,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
     """A Kafka 0.8 ZooKeeper-coordinated group member (`ZookeeperConsumerConnector` membership).
 
     Faithful by default; the flags `fence_commits`, `stop_fetch_on_disconnect`,
-    `read_offsets_after_claim` and `sync_before_read` switch on the fixes of §6.
+    `read_offsets_after_claim` and `sync_before_read` switch on the opt-in fixes (docs/zk_rebalance.md).
     `require_brokers=True` makes a rebalance that finds no `/brokers/ids` own nothing and watch
     for brokers, as 0.8 does; groupshift's data plane has no brokers, so by default it proceeds.
     """

@@ -1,4 +1,4 @@
-"""Scheme one's herd-effect and split-brain metrics (H1–H5, S1–S6 of legacy-zk-and-migration.md §3.4).
+"""Scheme one's herd-effect and split-brain metrics (H1–H5, S1–S6, defined in docs/zk_rebalance.md).
 
 Pure functions over merged event logs (`events.read_events`), each for a window `[since, until)`
 of monotonic time, plus `OwnershipSampler`, which polls the owner znodes (server-side truth for
@@ -44,7 +44,7 @@ def zk_requests(events: list[dict], since: float = -math.inf, until: float = mat
 
 
 def predicted_reads(n: int, brokers: int, topics: int) -> int:
-    """§3.2: reads of one group-wide round, `N·(N + 2B + T + 5)` (offset reads not included)."""
+    """The ZooKeeper reads of one group-wide round, `N·(N + 2B + T + 5)` (offset reads not included)."""
     return n * (n + 2 * brokers + topics + 5)
 
 

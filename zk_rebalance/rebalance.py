@@ -1,4 +1,4 @@
-"""0.8.2's `syncedRebalance` and `rebalance(cluster)`, step by step (legacy-zk-and-migration.md §2.4–2.5).
+"""0.8.2's `syncedRebalance` and `rebalance(cluster)`, step by step (docs/zk_rebalance.md).
 
 Release everything, read the whole group again, assign locally, read offsets, claim every owner
 node and roll all claims back on any NodeExists; up to `rebalance_max_retries` attempts with the

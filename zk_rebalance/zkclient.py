@@ -2,7 +2,7 @@
 
 Kafka 0.8 wraps every ZooKeeper call in zkclient, which retries on connection loss and session
 expiry until it is connected again, with no time limit. kazoo's blocking calls, by contrast, can
-hang forever when a request is queued in a session that then expires (ENVIRONMENT.md). `ZkCalls`
+hang forever when a request is queued in a session that then expires (a kazoo behaviour). `ZkCalls`
 issues async requests, waits in short slices, re-issues after connection loss or a lost session,
 and aborts only when its owner closes. Every request is written to the event log (`zk` events:
 op and path, plus the rebalance round and attempt when made by a rebalance), which is what H3

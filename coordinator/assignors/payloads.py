@@ -1,6 +1,6 @@
 """Wire encodings of the consumer protocol: subscriptions, assignments and the sticky assignors' user data.
 
-All are MessagePack maps (PROTOCOL.md, "Consumer protocol payloads"):
+All are MessagePack maps (docs/protocol.md, "Consumer protocol payloads"):
 
 * subscription (JoinGroup ``protocols[].metadata``): ``{"version", "topics", "user_data",
   "owned_partitions": [{"topic", "partitions"}], "generation_id", "rack_id"}``;

@@ -17,14 +17,14 @@ from coordinator.group.messages import Output, Respond
 from coordinator.group.metadata import Group
 from coordinator.wire.schema import Response
 
-#: Called by the core with a group id; returns 0 if this node serves the group, else the §2.1
-#: error (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR).
+#: Called by the core with a group id; returns 0 if this node serves the group, else the
+#: error a group request gets (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR).
 GroupCheck = Callable[[str], int]
 
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
-    """Broker settings of §13 (Kafka's defaults) plus the two protocol-version switches."""
+    """Kafka's broker settings (with Kafka's defaults) plus the two protocol-version switches."""
 
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -34,10 +34,10 @@ class CoordinatorConfig:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     new_member_join_timeout_ms: int = 300_000
-    # PROTOCOL.md: every dynamic member goes through MEMBER_ID_REQUIRED (JoinGroup v4+).
+    # docs/protocol.md: every dynamic member goes through MEMBER_ID_REQUIRED (JoinGroup v4+).
     # False gives the v0-v3 behaviour (added at once).
     require_known_member_id: bool = True
-    # JoinGroup v9+ semantics for a static replacement in Stable (§5.2); PROTOCOL.md's JoinGroup
+    # JoinGroup v9+ semantics for a static replacement in Stable (KIP-345); docs/protocol.md's JoinGroup
     # response has no `skip_assignment`, so the default is the v8 behaviour.
     supports_skip_assignment: bool = False
 

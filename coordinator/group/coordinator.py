@@ -2,8 +2,8 @@
 
 Requests and the current time go in; responses (immediate or released later), writes, state
 changes and timer deadlines come out. There are no sockets, no ZooKeeper and no clock in the core —
-the driver (`coordinator/node/server.py`) owns those. Behaviour is `coordinator-spec.md` §0-§14 with
-the choices of `PROTOCOL.md`.
+the driver (`coordinator/node/server.py`) owns those. Behaviour is Kafka's classic group coordinator
+(docs/coordinator-core.md) with the choices of docs/protocol.md.
 
 `GroupCoordinator` is the core's one entry point. As Kafka's `GroupCoordinatorShard` composes a
 `GroupMetadataManager` and an `OffsetMetadataManager`, it composes two parts that share one
@@ -170,7 +170,8 @@ class GroupCoordinator:
         self, token: int, ok: bool, now_ms: int, error_code: int = E.COORDINATOR_NOT_AVAILABLE
     ) -> list[Output]:
         """Report the outcome of a `Write` that carried `token`. `error_code` is the storage error on
-        failure (Kafka's codes; the core maps it per §4/§10 — e.g. NOT_COORDINATOR when fenced)."""
+        failure (Kafka's codes; the core maps it as Kafka does for group and offset writes — e.g.
+        NOT_COORDINATOR when fenced)."""
         out = self._begin(now_ms)
         match self._ctx.take_pending(token):
             case AssignmentWrite() as pending:
@@ -213,7 +214,7 @@ class GroupCoordinator:
         return out
 
     def delete_topics(self, topics: Iterable[str], now_ms: int) -> list[Output]:
-        """Topics were deleted: drop their offsets from every group at once (§11)."""
+        """Topics were deleted: drop their offsets from every group at once."""
         out = self._begin(now_ms)
         self.offsets.delete_topics(topics)
         return out
@@ -252,7 +253,7 @@ class GroupCoordinator:
             self.offsets.expire_offsets()
         return out
 
-    # ================================================================ DeleteGroups (§12)
+    # ================================================================ DeleteGroups
 
     def _delete_groups(
         self, req: DeleteGroupsRequest, token: Any, client_id: str, client_host: str, check: Any

@@ -1,11 +1,11 @@
 """The groups a coordinator node holds and what happens to them: members, rebalances, timers.
 
 The procedures of Kafka's classic group protocol that the request handlers share
-(`coordinator-spec.md` §5-§7): a group is created and removed, loaded and unloaded; members are
+(docs/coordinator-core.md, Timers): a group is created and removed, loaded and unloaded; members are
 validated, added, updated and removed; a rebalance is prepared, its join phase completed (leader
 election, protocol vote, next generation) and its assignment propagated; and the timers that
-drive them fire — session expiry, pending members (§5.1), the join phase with the initial delay
-(§6.1, §6.2) and the pending-sync phase (§6.4). The membership part
+drive them fire — session expiry, pending members (KIP-394 ids not yet used), the join phase with the
+initial delay and the pending-sync phase. The membership part
 (`coordinator/group/membership_manager.py`) and the offsets part (`coordinator/group/offset_manager.py`) of
 the core are built on one `GroupManager`; it answers parked requests itself when a phase ends.
 """
@@ -27,7 +27,7 @@ from coordinator.wire.schema import JoinGroupMember, JoinGroupResponse, SyncGrou
 
 
 class _DelayedJoin:
-    """The pending join-phase operation: DelayedJoin, or InitialDelayedJoin (§6.1, §6.2)."""
+    """The pending join-phase operation: DelayedJoin, or InitialDelayedJoin (Kafka's names)."""
 
     __slots__ = ("deadline", "initial", "delay_ms", "remaining_ms")
 
@@ -144,7 +144,7 @@ class GroupManager:
         heappush(self.heap, (deadline, next(self._seq), kind, group, key))
 
     def schedule_session(self, group: Group, m: Member, timeout_ms: int) -> None:
-        """(Re)start a member's expiry timer (§6.3): O(1), the heap entry moves lazily."""
+        """(Re)start a member's expiry timer: O(1), the heap entry moves lazily."""
         deadline = self._ctx.now + timeout_ms
         m.session_deadline = deadline
         hd = m.heap_deadline
@@ -196,7 +196,7 @@ class GroupManager:
                 self._on_pending_sync_expired(group, key)
 
     def _on_session_expired(self, group: Group, m: Member) -> None:
-        # A parked member is "satisfied" unless it is new (§6.3); it is not rescheduled here —
+        # A parked member is "satisfied" unless it is new (Kafka's rule); it is not rescheduled here —
         # join completion or assignment propagation schedules its next timer.
         m.session_deadline = None
         if not m.is_new and (m.awaiting_join or m.awaiting_sync):
@@ -206,7 +206,8 @@ class GroupManager:
     # ============================================================ procedures
 
     def validate_member(self, group: Group, member_id: str, instance_id: str | None) -> int:
-        """§2.2: the instance id (if any) must map to this member id, which must be a member."""
+        """Kafka's member validation: the instance id (if any) must map to this member id, which must be
+        a member."""
         if instance_id is not None:
             current = group.static_members.get(instance_id)
             if current is None:
@@ -227,7 +228,7 @@ class GroupManager:
         client_id: str,
         client_host: str,
     ) -> None:
-        """§7.1."""
+        """Add a member to the group and park its JoinGroup; rebalance if the group can."""
         m = Member(
             member_id,
             req.group_instance_id,
@@ -249,14 +250,16 @@ class GroupManager:
             self.prepare_rebalance(group)
 
     def update_member_and_park(self, group: Group, m: Member, protocols: list, req: Any, token: Any) -> None:
-        """§7.2; a JoinGroup already parked by this member is replaced, never answered (§14.6)."""
+        """Update a member and park its JoinGroup; one already parked by it is replaced, never answered
+        (as Kafka)."""
         group.update(m, protocols, req.rebalance_timeout_ms, req.session_timeout_ms)
         had, old = group.park_join(m, token)
         if had:
             self._ctx.out.append(Discarded(old))
 
     def prepare_rebalance(self, group: Group) -> None:
-        """§7.3."""
+        """Start a rebalance: clear assignments of a CompletingRebalance group, enter
+        PreparingRebalance, arm the join phase."""
         if group.state is COMPLETING_REBALANCE:
             for m in group.members.values():
                 m.assignment = b""
@@ -274,7 +277,7 @@ class GroupManager:
         group.join_op = op
         self._push(op.deadline, _JOIN, group, op)
         if op.initial and op.delay_ms == 0:
-            self._on_join_timeout(group, op)  # §6.2: with D = 0 the first window expires at once
+            self._on_join_timeout(group, op)  # With an initial delay of 0 the first window expires at once
         else:
             self.try_complete_join(group)
 
@@ -283,7 +286,7 @@ class GroupManager:
             self.prepare_rebalance(group)
 
     def try_complete_join(self, group: Group) -> None:
-        """DelayedJoin completes early once everyone joined; InitialDelayedJoin never does (§6)."""
+        """DelayedJoin completes early once everyone joined; InitialDelayedJoin never does."""
         op = group.join_op
         if op is not None and not op.initial and group.has_all_members_joined():
             group.join_op = None
@@ -292,7 +295,7 @@ class GroupManager:
     def _on_join_timeout(self, group: Group, op: _DelayedJoin) -> None:
         group.join_op = None
         if op.initial and group.new_member_added and op.remaining_ms != 0:
-            # §6.2: extend by a window of min(D, R) only if someone new arrived in this one.
+            # InitialDelayedJoin: extend by a window of min(D, R) only if someone new arrived in this one.
             group.new_member_added = False
             delay = min(self.config.group_initial_rebalance_delay_ms, op.remaining_ms)
             nxt = _DelayedJoin(self._ctx.now + delay, True, delay, max(op.remaining_ms - op.delay_ms, 0))
@@ -304,7 +307,8 @@ class GroupManager:
             self._complete_join(group)
 
     def _complete_join(self, group: Group) -> None:
-        """§7.5: drop dynamic members that did not rejoin, elect, vote, start the next generation."""
+        """Complete the join phase: drop dynamic members that did not rejoin, elect, vote, start the
+        next generation."""
         for m in [m for m in group.members.values() if not m.awaiting_join and m.group_instance_id is None]:
             group.remove(m)
             m.session_deadline = None
@@ -320,7 +324,7 @@ class GroupManager:
             return
         group.generation_id += 1
         group.pending_sync_members.clear()
-        # Kafka leaves a flag set during the last window behind; clearing it keeps §6.2's promise
+        # Kafka leaves a flag set during the last window behind; clearing it keeps the initial delay's promise
         # that a group coming back from Empty waits exactly one window.
         group.new_member_added = False
         if not group.members:
@@ -348,7 +352,8 @@ class GroupManager:
         self._push(op.deadline, _SYNC, group, op)
 
     def _on_pending_sync_expired(self, group: Group, op: _DelayedSync) -> None:
-        """§6.4: members that never sent SyncGroup are removed — even once the group is Stable."""
+        """The pending-sync timeout: members that never sent SyncGroup are removed — even once the group
+        is Stable."""
         if op.generation_id != group.generation_id or group.state not in (COMPLETING_REBALANCE, STABLE):
             return
         if not group.pending_sync_members:
@@ -362,7 +367,7 @@ class GroupManager:
         self.prepare_rebalance(group)
 
     def remove_member_and_update_group(self, group: Group, m: Member) -> None:
-        """§7.4 (leave, session expiry)."""
+        """Remove a member (leave, session expiry) and rebalance or empty the group."""
         if m.awaiting_join:
             self._ctx.respond(
                 group.unpark_join(m), JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id="")
@@ -379,7 +384,7 @@ class GroupManager:
             self.try_complete_join(group)
 
     def propagate_assignment(self, group: Group, error: int) -> None:
-        """Answer every parked SyncGroup with its member's assignment (or the error) (§4)."""
+        """Answer every parked SyncGroup with its member's assignment (or the error)."""
         if error == E.NONE:
             ptype, pname = group.protocol_type, group.protocol_name
         else:

@@ -1,8 +1,9 @@
 """The membership part of the group coordinator core: JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 
 Kafka's `GroupMetadataManager` for classic groups: for each membership API the order of checks and
-what each state does (`coordinator-spec.md` §3 JoinGroup with static replacement, §4 SyncGroup,
-§8 Heartbeat, §9 LeaveGroup, §12 DescribeGroups and ListGroups), and the callbacks of the group
+what each state does (JoinGroup with static replacement, SyncGroup,
+Heartbeat, LeaveGroup, DescribeGroups and ListGroups; docs/coordinator-core.md), and the callbacks of
+the group
 metadata writes it starts. The procedures these requests share (members added and removed,
 rebalances, timers) are the `GroupManager`'s (`coordinator/group/group_manager.py`), which the offsets
 part uses too; this module knows nothing of offsets."""
@@ -92,7 +93,7 @@ class MembershipManager:
         self._group_manager = group_manager
         self._new_member_id = member_id_factory or _uuid_member_id
 
-    # ================================================================ JoinGroup (§3)
+    # ================================================================ JoinGroup
 
     def join_group(
         self, req: JoinGroupRequest, token: Any, client_id: str, client_host: str, check: Any
@@ -116,7 +117,7 @@ class MembershipManager:
             group = self._group_manager.create_group(gid)
         protocols = [(p.name, p.metadata) for p in req.protocols]
         if not self._accept_joining_member(group, mid):
-            # §3.1 step 4: over capacity; the id leaves the group without a rebalance of its own.
+            # Over capacity (group.max.size): the id leaves the group without a rebalance of its own.
             m = group.members.get(mid)
             if m is not None:
                 group.remove(m)
@@ -148,7 +149,7 @@ class MembershipManager:
         client_id: str,
         client_host: str,
     ) -> None:
-        """§3.2."""
+        """A JoinGroup without a member id: a new member (KIP-394 id round trip) or a static replacement."""
         if group.state is DEAD:
             self._ctx.respond(token, JoinGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE, member_id=""))
             return
@@ -167,7 +168,7 @@ class MembershipManager:
                     group, new_id, req, protocols, token, client_id, client_host
                 )
         elif self.config.require_known_member_id:
-            # KIP-394: hand out an id and wait for the member to come back with it (§5.1).
+            # KIP-394: hand out an id and wait for the member to come back with it (a pending member).
             self._group_manager.add_pending_member(group, new_id, req.session_timeout_ms)
             self._ctx.respond(token, JoinGroupResponse(error_code=E.MEMBER_ID_REQUIRED, member_id=new_id))
         else:
@@ -184,7 +185,7 @@ class MembershipManager:
         client_id: str,
         client_host: str,
     ) -> None:
-        """§3.3."""
+        """A JoinGroup from a known member id: rejoin, or fencing of an unknown or replaced id."""
         mid = req.member_id
         if group.state is DEAD:
             self._ctx.respond(token, JoinGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE, member_id=mid))
@@ -230,7 +231,7 @@ class MembershipManager:
     def _replace_static_member(
         self, group: Group, req: JoinGroupRequest, protocols: list, token: Any, new_id: str
     ) -> None:
-        """§5.2: a known instance id joins with an unknown member id."""
+        """Static replacement (KIP-345): a known instance id joins with an unknown member id."""
         iid = req.group_instance_id
         assert iid is not None
         old_id = group.static_members[iid]
@@ -312,7 +313,7 @@ class MembershipManager:
             return
         if group.members.get(new_id) is not m:
             return
-        # Revert (PROTOCOL.md: the previous protocols are restored with the id and timeouts).
+        # Revert (docs/protocol.md: the previous protocols are restored with the id and timeouts).
         group.update(
             m, pending.old_protocols, pending.old_rebalance_timeout_ms, pending.old_session_timeout_ms
         )
@@ -334,7 +335,7 @@ class MembershipManager:
                 ),
             )
 
-    # ================================================================ SyncGroup (§4)
+    # ================================================================ SyncGroup
 
     def sync_group(
         self, req: SyncGroupRequest, token: Any, client_id: str, client_host: str, check: Any
@@ -424,7 +425,7 @@ class MembershipManager:
             self._group_manager.propagate_assignment(group, E.map_group_write_error(error))
             self._group_manager.maybe_prepare_rebalance(group)
 
-    # ================================================================ Heartbeat (§8)
+    # ================================================================ Heartbeat
 
     def heartbeat(
         self, req: HeartbeatRequest, token: Any, client_id: str, client_host: str, check: Any
@@ -465,7 +466,7 @@ class MembershipManager:
             self._group_manager.schedule_session(group, m, m.session_timeout_ms)
         return E.REBALANCE_IN_PROGRESS if state is PREPARING_REBALANCE else E.NONE
 
-    # ================================================================ LeaveGroup (§9)
+    # ================================================================ LeaveGroup
 
     def leave_group(
         self, req: LeaveGroupRequest, token: Any, client_id: str, client_host: str, check: Any
@@ -506,7 +507,7 @@ class MembershipManager:
         self._group_manager.remove_member_and_update_group(group, group.members[mid])
         return E.NONE
 
-    # ================================================================ DescribeGroups, ListGroups (§12)
+    # ================================================================ DescribeGroups, ListGroups
 
     def describe_groups(
         self, req: DescribeGroupsRequest, token: Any, client_id: str, client_host: str, check: Any

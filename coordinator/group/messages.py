@@ -98,7 +98,8 @@ Write = WriteGroupMetadata | WriteOffsets | DeleteOffsets | DeleteGroup
 class Discarded(NamedTuple):
     """A parked JoinGroup/SyncGroup that the coordinator will never answer (Kafka drops it).
 
-    Happens when the same member parks a second JoinGroup/SyncGroup (§14 item 6) or when a member
+    Happens when the same member parks a second JoinGroup/SyncGroup (Kafka replaces the first and never
+    answers it) or when a member
     with a parked SyncGroup is removed. Clients time out such requests; the driver may release them.
     """
 
@@ -145,7 +146,8 @@ class OffsetRecord(msgspec.Struct):
     offset: int
     metadata: str
     commit_timestamp: int
-    # Explicit expiry (Kafka v2-v4 retention_time_ms); None = the group's retention rules (§11).
+    # Explicit expiry (Kafka v2-v4 retention_time_ms); None = the group's retention rules
+    # (docs/coordinator-core.md, Offsets).
     expire_timestamp: int | None = None
 
     @property

@@ -1,6 +1,6 @@
 """One group's metadata: its state, its members, leader and vote.
 
-Kafka's `GroupMetadata`/`MemberMetadata` (`coordinator-spec.md` §0, §1, §5.3, §5.4). The states
+Kafka's `GroupMetadata`/`MemberMetadata` (docs/coordinator-core.md). The states
 and the states each may be entered from are in `coordinator/group/state.py`; an illegal
 transition is a bug that raises `IllegalStateTransition`. The bookkeeping here (awaiting-join
 count, protocol counts, instance-id map, pending and pending-sync sets, leader re-pick) keeps
@@ -38,7 +38,7 @@ Protocols = list[tuple[str, bytes]]
 
 
 class Member:
-    """One member (§0): identity, timeouts, ordered protocols, assignment and parked requests."""
+    """One member: identity, timeouts, ordered protocols, assignment and parked requests."""
 
     __slots__ = (
         "member_id",
@@ -86,7 +86,7 @@ class Member:
         self.awaiting_sync = False
         self.sync_token: Any = None
         self.is_new = False
-        # Session expiry (§6.3): the deadline that counts, and the deadline of this member's
+        # Session expiry: the deadline that counts, and the deadline of this member's
         # entry in the coordinator's timer heap (rescheduling only moves the former).
         self.session_deadline: int | None = None
         self.heap_deadline: int | None = None
@@ -118,7 +118,7 @@ class Member:
 
 
 class Group:
-    """One group (§0). Members iterate in join order (PROTOCOL.md's choice for leader and vote ties)."""
+    """One group. Members iterate in join order (docs/protocol.md: the tie-break for leader and vote)."""
 
     __slots__ = (
         "group_id",
@@ -221,7 +221,7 @@ class Group:
             self.leader_id = next(iter(self.members), None)
 
     def rename(self, member: Member, new_id: str) -> None:
-        """Static replacement (§5.2): same member, same position in join order, new member id."""
+        """Static replacement (KIP-345): same member, same position in join order, new member id."""
         old_id = member.member_id
         member.member_id = new_id
         self.members = {(new_id if k == old_id else k): v for k, v in self.members.items()}
@@ -289,7 +289,7 @@ class Group:
         return self.leader_id == member_id
 
     def elect_joined_leader(self) -> bool:
-        """Keep a leader that rejoined, else pick the first rejoined member (§5.3)."""
+        """Keep a leader that rejoined, else pick the first rejoined member (Kafka's leader selection)."""
         leader = self.members.get(self.leader_id) if self.leader_id is not None else None
         if leader is None:
             return False
@@ -302,7 +302,7 @@ class Group:
         return False
 
     def select_protocol(self) -> str | None:
-        """The vote (§5.4): each member votes for its first protocol every member supports;
+        """The protocol vote: each member votes for its first protocol every member supports;
         most votes wins, ties go to the protocol whose first voter joined earliest."""
         n = len(self.members)
         candidates = {name for name, count in self.supported_protocols.items() if count == n}

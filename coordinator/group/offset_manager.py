@@ -1,7 +1,7 @@
 """The offsets part of the group coordinator core: OffsetCommit, OffsetFetch, retention, deletion.
 
-Kafka's `OffsetMetadataManager`: `coordinator-spec.md` §10 OffsetCommit (which commits a group
-accepts, in which order the checks run), §11 OffsetFetch and offset retention, §12 OffsetDelete,
+Kafka's `OffsetMetadataManager`: OffsetCommit (which commits a group
+accepts, in which order the checks run), OffsetFetch and offset retention, OffsetDelete,
 and the callbacks of the offset writes it starts. The records themselves (staged, committed,
 expired) are kept by each group's `GroupOffsets` (`coordinator/group/offsets.py`). It asks the
 `GroupManager` (`coordinator/group/group_manager.py`) whether a committer is a member of the current
@@ -61,7 +61,7 @@ class OffsetManager:
         self._group_manager = group_manager
 
     def delete_topics(self, topics: Iterable[str]) -> None:
-        """Topics were deleted: drop their offsets from every group at once (§11)."""
+        """Topics were deleted: drop their offsets from every group at once."""
         gone = frozenset(topics)
         for group in list(self.groups.values()):
             self.remove_offsets(group, [tp for tp in group.offsets.committed if tp.topic in gone])
@@ -71,7 +71,7 @@ class OffsetManager:
         removes them from the store)."""
         group.offsets.remove(list(group.offsets.committed))
 
-    # ================================================================ OffsetCommit (§10)
+    # ================================================================ OffsetCommit
 
     def offset_commit(
         self, req: OffsetCommitRequest, token: Any, client_id: str, client_host: str, check: Any
@@ -148,7 +148,7 @@ class OffsetManager:
         body = _commit_body(pending.layout, E.NONE if ok else E.map_offset_write_error(error))
         self._ctx.respond(pending.request_token, body)
 
-    # ================================================================ OffsetFetch, retention (§11)
+    # ================================================================ OffsetFetch, retention
 
     def offset_fetch(
         self, req: OffsetFetchRequest, token: Any, client_id: str, client_host: str, check: Any
@@ -182,7 +182,7 @@ class OffsetManager:
         self._ctx.respond(token, OffsetFetchResponse(error_code=E.NONE, topics=topics))
 
     def expire_offsets(self) -> None:
-        """§11 retention: which offsets each kind of group may lose, then drop groups left empty."""
+        """Offset retention: which offsets each kind of group may lose, then drop groups left empty."""
         now, retention = self._ctx.now, self.config.offsets_retention_ms
         for group in list(self.groups.values()):
             if group.state is DEAD:
@@ -215,7 +215,7 @@ class OffsetManager:
         if removed and group.state is EMPTY and not group.offsets.has_offsets():
             self._group_manager.remove_group(group)
 
-    # ================================================================ OffsetDelete (§12)
+    # ================================================================ OffsetDelete
 
     def offset_delete(
         self, req: OffsetDeleteRequest, token: Any, client_id: str, client_host: str, check: Any

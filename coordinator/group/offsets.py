@@ -1,7 +1,7 @@
-"""One group's committed offsets: in-flight commits, visibility, and the retention rules of §11.
+"""One group's committed offsets: in-flight commits, visibility, and Kafka's offset retention rules.
 
 Pure bookkeeping with no opinion about group state: `offset_manager.py` decides *whether* a
-commit is accepted (§10) and *which* expiry rule applies (§11); this module keeps the records
+commit is accepted and *which* expiry rule applies; this module keeps the records
 straight.
 
 A commit is staged when its write is issued and becomes visible to OffsetFetch only when the write
@@ -85,7 +85,7 @@ class GroupOffsets:
         since_ms: int | None = None,
         keep_topics: frozenset[str] = frozenset(),
     ) -> list[TopicPartition]:
-        """Partitions whose offsets have expired (§11); never one with a commit in flight.
+        """Partitions whose offsets have expired; never one with a commit in flight.
 
         An offset with an explicit expire timestamp expires at it. Otherwise it expires when
         `retention_ms` has passed since `since_ms` (the time the group became Empty) or, when

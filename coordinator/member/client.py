@@ -1,4 +1,5 @@
-"""Scheme three's consumer side: a group member talking to the coordinator (seed 003's four phases).
+"""Scheme three's consumer side: a group member talking to the coordinator (find the coordinator, join,
+sync, heartbeat).
 
 `CoordinatorMember` implements `core.membership.Membership`. The group work — find the
 coordinator (FindCoordinator to any node), join (MEMBER_ID_REQUIRED and REBALANCE_IN_PROGRESS

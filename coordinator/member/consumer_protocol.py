@@ -1,6 +1,6 @@
 """The consumer protocol on the member's side, pure: subscriptions, the rebalance protocol, the leader's job.
 
-What a member puts in JoinGroup (one subscription per assignor it lists, PROTOCOL.md "Consumer
+What a member puts in JoinGroup (one subscription per assignor it lists, docs/protocol.md "Consumer
 protocol payloads"), which rebalance protocol its assignors allow (cooperative only if all of
 them support it), what the leader sends in SyncGroup (`perform_assignment` runs the assignor the
 group voted for), and what a cooperative member revokes. No I/O: `coordinator.member.client` does that.

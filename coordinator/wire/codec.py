@@ -349,7 +349,8 @@ def api_versions_body() -> ApiVersionsResponse:
 
 
 def precheck_error_body(api: int, body: Any, code: int, message: str | None = None) -> Message:
-    """The response to a coordinator-level pre-check failure (coordinator-spec.md §2.1 table).
+    """The response to a coordinator-level pre-check failure (the node is unavailable, loading, or not
+    the group's coordinator).
 
     SyncGroup turns COORDINATOR_LOAD_IN_PROGRESS into REBALANCE_IN_PROGRESS and Heartbeat into
     NONE, as Kafka does for clients that do not know the load error.

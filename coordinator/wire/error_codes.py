@@ -1,8 +1,8 @@
 """Kafka's numeric error codes used by the group coordinator, and how storage failures map onto them.
 
-The codes are Kafka's (`coordinator-spec.md` §14); responses carry them in their `error_code` fields.
+The codes are Kafka's (docs/protocol.md, Error codes); responses carry them in their `error_code` fields.
 The two `map_*_write_error` functions are the translation Kafka applies when a write of group
-metadata (§4) or of offsets (§10) fails: the caller of the core reports the raw storage error and
+metadata or of offsets fails: the caller of the core reports the raw storage error and
 the core decides what the client sees.
 """
 
@@ -49,7 +49,7 @@ NAMES: dict[int, str] = {
 
 
 def map_group_write_error(error: int) -> int:
-    """What a client sees when persisting group metadata failed with `error` (§4)."""
+    """What a client sees when persisting group metadata failed with `error`."""
     if error in (UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND):
         return COORDINATOR_NOT_AVAILABLE
     if error in (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR):
@@ -62,7 +62,7 @@ def map_group_write_error(error: int) -> int:
 
 
 def map_offset_write_error(error: int) -> int:
-    """What a client sees for each partition when persisting an offset commit failed with `error` (§10)."""
+    """What a client sees for each partition when persisting an offset commit failed with `error`."""
     if error in (UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND):
         return COORDINATOR_NOT_AVAILABLE
     if error in (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR):
