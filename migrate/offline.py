@@ -23,7 +23,7 @@ import sys
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from coordinator.node.store import decode_group, group_path, znode_name
 from core.errors import GroupshiftError, UnknownGroup
@@ -264,6 +264,10 @@ def run(
     why = R.conflict(rec, source, dest)
     if why:
         raise MigrationBusy(why)
+    if _already_done(zk, rec, source, dest) and not overwrite:
+        _clear_dead_lock(zk, group)
+        say(f"migrate {group}: already done from {source} to {dest}; nothing to do")
+        return rec
     resuming = rec is not None and rec.state not in R.TERMINAL
     holder = lock_holder(zk, group)
     if holder is not None and not _dead_here(holder):
@@ -307,6 +311,24 @@ def run(
         return _advance(state, batch, progress)
     finally:
         state.unlock()
+
+
+def _already_done(zk: KazooClient, rec: R.Migration | None, source: str, dest: str) -> bool:
+    """The same migration finished (maybe by a run killed right after its last transition) and
+    the destination still holds exactly what it copied: running it again changes nothing."""
+    if rec is None or rec.state != R.DONE or (rec.source, rec.dest) != (source, dest):
+        return False
+    return not R.diff(R.as_offsets(rec.snapshot), offsets(zk, dest, rec.group))
+
+
+def _clear_dead_lock(zk: KazooClient, group: str) -> None:
+    """Remove the lock of a killed run on this host (its session has not expired yet)."""
+    holder = lock_holder(zk, group)
+    if holder is not None and _dead_here(holder):
+        try:
+            zk.delete(lock_path(group), version=holder["version"])
+        except (NoNodeError, BadVersionError):
+            pass
 
 
 def _advance(st: _Run, batch: int, progress) -> R.Migration:

@@ -1,0 +1,102 @@
+"""A migration killed at any step: `migrate run` again finishes it, `migrate rollback` undoes it.
+
+The test hook `GROUPSHIFT_MIGRATE_EXIT_AT=k` ends the `groupshift migrate` process at its k-th
+checkpoint (a step boundary: after the lock, before and after each record transition, before and
+after each copy transaction), as a kill would: no cleanup, the lock left behind. One group per
+kill point, so the killed runs, the resumes and the rollbacks each run side by side.
+
+After a resume, the destination holds exactly the source's offsets and the record says done;
+after a rollback, the destination holds exactly what it had before (nothing) and the record says
+rolled back (a run killed before its first record has nothing to roll back; one killed after its
+last transition is done, and is refused a rollback). The source never changes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from core.types import TopicPartition as TP
+from migrate import legacy, offline
+from migrate import record as R
+from migrate.writes import commit
+from tests.inspect_helpers import REPO
+
+PARTITIONS = {"a": 4, "b": 3}  # 7 offsets; with --batch 2, four copy transactions
+BATCH = "2"
+KILL_POINTS = 20
+
+
+def offsets_for(scheme: str, zk, group: str) -> dict[TP, int]:
+    want = {TP(t, p): 1000 + 7 * p + len(t) for t, n in PARTITIONS.items() for p in range(n)}
+    if scheme == "zk":
+        legacy.write_offsets(zk, group, want, batch=100)
+    else:
+        commit(zk, "coordinator", group, want)
+    return want
+
+
+def spawn(zk_connect: str, *args: str, exit_at: int | None = None) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.pop("GROUPSHIFT_ZK", None)
+    env.pop("GROUPSHIFT_MIGRATE_EXIT_AT", None)
+    if exit_at is not None:
+        env["GROUPSHIFT_MIGRATE_EXIT_AT"] = str(exit_at)
+    cmd = [sys.executable, "-m", "cli", "migrate", *args, "--zk", zk_connect]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(procs: dict[str, subprocess.Popen]) -> dict[str, tuple[int, str]]:
+    return {g: (p.wait(120), p.communicate()[1]) for g, p in procs.items()}
+
+
+def checkpoints_of_one_run(zk, source: str, dest: str) -> int:
+    """How many checkpoints an uninterrupted run passes (counted in this process)."""
+    offsets_for(source, zk, "count")
+    before = offline._reached
+    offline.run(zk, "count", source, dest, batch=int(BATCH))
+    return offline._reached - before
+
+
+@pytest.mark.parametrize("source, dest", [("zk", "coordinator"), ("coordinator", "zk")])
+def test_killed_at_every_checkpoint_run_again_finishes_and_rollback_undoes(zk, zk_connect, source, dest):
+    total = checkpoints_of_one_run(zk, source, dest)
+    assert total >= KILL_POINTS, f"a run has only {total} checkpoints"
+    points = sorted({round(1 + i * (total - 1) / (KILL_POINTS - 1)) for i in range(KILL_POINTS)})
+    want = {}
+    killed = {}
+    direction = ["--from", source, "--to", dest, "--batch", BATCH]
+    for k in points:
+        for kind in ("resume", "undo"):
+            group = f"{kind}-{k}"
+            want[group] = offsets_for(source, zk, group)
+            killed[group] = spawn(zk_connect, "run", group, *direction, exit_at=k)
+    for group, (code, err) in finish(killed).items():
+        assert code == offline.EXIT_CODE, (group, code, err)
+        assert "test hook: exiting at checkpoint" in err, (group, err)
+        assert offline.offsets(zk, source, group) == want[group]  # the source is never touched
+
+    again = {g: spawn(zk_connect, "run", g, *direction) for g in killed if g.startswith("resume-")}
+    again |= {g: spawn(zk_connect, "rollback", g) for g in killed if g.startswith("undo-")}
+    for group, (code, err) in finish(again).items():
+        rec, _ = offline.read_record(zk, group)
+        assert offline.offsets(zk, source, group) == want[group], group
+        if group.startswith("resume-"):
+            assert code == 0, (group, code, err)
+            assert rec is not None and rec.state == R.DONE, (group, rec)
+            assert offline.offsets(zk, dest, group) == want[group], group
+            assert offline.lock_holder(zk, group) is None, group
+        elif rec is None:  # killed before its first record: nothing to roll back, nothing copied
+            assert code == 1 and "nothing to roll back" in err, (group, code, err)
+            assert offline.offsets(zk, dest, group) == {}, group
+        elif rec.state == R.DONE:  # killed after the last transition: done, to be migrated back
+            assert code == 1 and "is done" in err, (group, code, err)
+            assert offline.offsets(zk, dest, group) == want[group], group
+        else:
+            assert code == 0, (group, code, err)
+            assert rec.state == R.ROLLED_BACK, (group, rec)
+            assert offline.offsets(zk, dest, group) == {}, group
+            assert offline.lock_holder(zk, group) is None, group
