@@ -6,7 +6,9 @@ import contextlib
 from pathlib import Path
 
 import click
+from kazoo.exceptions import KazooException
 
+from core.errors import GroupshiftError, ZooKeeperUnavailable
 from migrate import zkio
 from migrate.render import OUTPUTS
 
@@ -19,6 +21,14 @@ def zk_session(zk: str | None):
     client = zkio.open_zk(zk, connect_timeout=CONNECT_TIMEOUT_S)
     try:
         yield client
+    except (KazooException, GroupshiftError) as exc:
+        waited = zkio.gave_up(client)
+        if waited is None:
+            raise
+        raise ZooKeeperUnavailable(
+            f"ZooKeeper ({zk or 'default --zk'}) stopped answering in the middle of the command "
+            f"(waited {waited:g} s); what completed is kept — run the command again once it is back"
+        ) from exc
     finally:
         zkio.close(client)
 

@@ -9,15 +9,17 @@ by a dead process on this host is taken over); every transition of the record is
 checking the lock and the record's version. Offsets are read and written with the inspect
 tools' readers and writers (`migrate.legacy`, `migrate.coordinated`, `migrate.writes`).
 
-Test hook: `GROUPSHIFT_MIGRATE_EXIT_AT=k` makes the process exit (code 99) at the k-th
+Test hooks: `GROUPSHIFT_MIGRATE_EXIT_AT=k` makes the process exit (code 99) at the k-th
 checkpoint it reaches (or at the checkpoint named k), to test that a killed migration resumes
-or rolls back.
+or rolls back; `GROUPSHIFT_MIGRATE_STOP_AT=k` stops it there (SIGSTOP) until it gets SIGCONT, to
+change the world under a run (stop ZooKeeper mid-copy).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -57,6 +59,11 @@ def checkpoint(name: str) -> None:
         sys.stderr.write(f"test hook: exiting at checkpoint {_reached} ({name})\n")
         sys.stderr.flush()
         os._exit(EXIT_CODE)
+    at = os.environ.get("GROUPSHIFT_MIGRATE_STOP_AT")
+    if at and (at == name or at == str(_reached)):
+        sys.stderr.write(f"test hook: stopped at checkpoint {_reached} ({name})\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 # -- reads ---------------------------------------------------------------------------------------

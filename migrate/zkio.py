@@ -13,6 +13,7 @@ before the first answer is awaited: describing 10,000 partitions costs ten reque
 
 from __future__ import annotations
 
+import threading
 from collections import Counter, namedtuple
 from collections.abc import Iterable, Sequence
 
@@ -29,7 +30,7 @@ from kazoo.protocol.serialization import (
     read_string,
     stat_struct,
 )
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import KazooState, ZnodeStat
 
 from core.errors import ZooKeeperUnavailable
 from core.zk import connect
@@ -37,15 +38,49 @@ from core.zk import connect
 # Pipelined requests in flight at once (bounds client memory; ZooKeeper answers them in order).
 PIPELINE = 2_000
 REQUEST_TIMEOUT_S = 30.0
+# A command gives up when ZooKeeper stops answering in its middle for this long (kazoo would
+# otherwise queue the next request until ZooKeeper is back, however long that takes).
+GIVE_UP_AFTER_S = 15.0
 
 # Requests sent by this process, by kind (`get`, `children`, `multi`, ...): the benchmark prints it.
 requests: Counter = Counter()
 
 
-def open_zk(connect_string: str | None, *, connect_timeout: float = 10.0) -> KazooClient:
+def open_zk(
+    connect_string: str | None, *, connect_timeout: float = 10.0, give_up_after_s: float = GIVE_UP_AFTER_S
+) -> KazooClient:
     """A started client on `--zk` (or its defaults); a missing chroot is refused
-    (`core.zk.ChrootMissing`), never created."""
-    return connect(connect_string, connect_timeout=connect_timeout, create_chroot=False)
+    (`core.zk.ChrootMissing`), never created. When the connection is lost for `give_up_after_s`
+    in the middle of the command, the client is stopped: the request waiting for ZooKeeper fails
+    (`gave_up(client)` is then true) instead of waiting forever."""
+    client = connect(connect_string, connect_timeout=connect_timeout, create_chroot=False)
+    _give_up_when_away(client, give_up_after_s)
+    return client
+
+
+def gave_up(client: KazooClient) -> float | None:
+    """Seconds the command waited before giving up on ZooKeeper, or None."""
+    return getattr(client, "_groupshift_gave_up", None)
+
+
+def _give_up_when_away(client: KazooClient, seconds: float) -> None:
+    suspensions = [0]
+
+    def check(n: int) -> None:
+        if suspensions[0] == n and not client.connected:
+            client._groupshift_gave_up = seconds
+            client.stop()  # fails every queued request with ConnectionLoss
+
+    def on_state(state: str) -> None:
+        if state == KazooState.CONNECTED:
+            suspensions[0] += 1
+            return
+        suspensions[0] += 1
+        timer = threading.Timer(seconds, check, args=(suspensions[0],))
+        timer.daemon = True
+        timer.start()
+
+    client.add_listener(on_state)
 
 
 def close(zk: KazooClient) -> None:

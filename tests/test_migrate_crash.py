@@ -14,12 +14,16 @@ last transition is done, and is refused a rollback). The source never changes.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from core.types import TopicPartition as TP
+from core.zk import connect
+from experiments.cluster import ZkServer
 from migrate import legacy, offline
 from migrate import record as R
 from migrate.writes import commit
@@ -39,12 +43,14 @@ def offsets_for(scheme: str, zk, group: str) -> dict[TP, int]:
     return want
 
 
-def spawn(zk_connect: str, *args: str, exit_at: int | None = None) -> subprocess.Popen:
+def spawn(zk_connect: str, *args: str, exit_at=None, stop_at=None) -> subprocess.Popen:
     env = dict(os.environ)
-    env.pop("GROUPSHIFT_ZK", None)
-    env.pop("GROUPSHIFT_MIGRATE_EXIT_AT", None)
+    for name in ("GROUPSHIFT_ZK", "GROUPSHIFT_MIGRATE_EXIT_AT", "GROUPSHIFT_MIGRATE_STOP_AT"):
+        env.pop(name, None)
     if exit_at is not None:
         env["GROUPSHIFT_MIGRATE_EXIT_AT"] = str(exit_at)
+    if stop_at is not None:
+        env["GROUPSHIFT_MIGRATE_STOP_AT"] = str(stop_at)
     cmd = [sys.executable, "-m", "cli", "migrate", *args, "--zk", zk_connect]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -100,3 +106,52 @@ def test_killed_at_every_checkpoint_run_again_finishes_and_rollback_undoes(zk, z
             assert rec.state == R.ROLLED_BACK, (group, rec)
             assert offline.offsets(zk, dest, group) == {}, group
             assert offline.lock_holder(zk, group) is None, group
+
+
+def stopped(proc: subprocess.Popen, timeout: float = 60.0) -> bool:
+    """True once `proc` is stopped by SIGSTOP (state T in /proc)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        state = open(f"/proc/{proc.pid}/stat").read().rpartition(")")[2].split()[0]
+        if state == "T":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
+    """ZooKeeper stops between two copy transactions: the run ends with one line and exit 1; once
+    ZooKeeper is back, `run` again finishes with exactly the source's offsets."""
+    server = ZkServer.start_single()  # its own: this test stops it
+    try:
+        root = connect(server.connect_string)
+        root.ensure_path("/mid-copy")
+        root.stop()
+        zk_connect = server.connect_string + "/mid-copy"
+        zk = connect(zk_connect)
+        want = offsets_for("zk", zk, "g")
+        direction = ["--from", "zk", "--to", "coordinator", "--batch", BATCH]
+        proc = spawn(zk_connect, "run", "g", *direction, stop_at="copy:1")
+        assert stopped(proc), proc.communicate()
+        server.stop()
+        proc.send_signal(signal.SIGCONT)
+        code, err = finish({"g": proc})["g"]
+        assert code == 1, (code, err)
+        lines = err.strip().splitlines()
+        assert lines[-1].startswith("error: ") and "ZooKeeper" in lines[-1], err
+        assert not any("Traceback" in line for line in lines), err
+        server.start()
+        server.wait_until(server.ruok, 60, "ZooKeeper back")
+        deadline = time.monotonic() + 60
+        while not zk.connected and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rec, _ = offline.read_record(zk, "g")
+        assert rec is not None and rec.state == R.FROZEN  # stopped inside the copy
+        assert offline.offsets(zk, "zk", "g") == want
+        code, err = finish({"g": spawn(zk_connect, "run", "g", *direction)})["g"]
+        assert code == 0, err
+        assert offline.offsets(zk, "coordinator", "g") == want
+        assert offline.read_record(zk, "g")[0].state == R.DONE
+        zk.stop()
+    finally:
+        server.remove()
