@@ -300,7 +300,7 @@ def test_a_consumer_paused_past_its_session_timeout_is_fenced(env, tmp_path):
         w = Worker(env.consumer("gp", ["t"]), delivered, "new-owner")
         w.start()
         try:
-            wait_for(lambda: len(delivered) >= 100, timeout=30, what="the new owner reading everything")
+            wait_for(lambda: len(delivered) >= 100, timeout=60, what="the new owner reading everything")
         finally:
             w.stop()
         again = {(r[0], r[1]) for r in polled["records"]}
