@@ -342,16 +342,19 @@ def _advance(st: _Run, batch: int, progress) -> R.Migration:
     zk, g = st.zk, st.group
     m = st.rec
     assert m is not None
+    fresh = False  # the snapshot was read by this run, under its lock, a moment ago
     if m.state == R.PLANNED:
         check_idle(zk, g, m.source, m.dest)
         checkpoint("before:snapshot")
         snap = offsets(zk, m.source, g)
         R.check_bound(len(snap), f"group {g!r} under {m.source}")
         st.write(R.advance(m, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
+        fresh = True
     while st.rec.state in (R.FROZEN, R.COPIED):
         m = st.rec
         want = R.as_offsets(m.snapshot)
-        _check_source(zk, m, want)
+        if not fresh:  # resumed: a consumer may have committed since the snapshot
+            _check_source(zk, m, want)
         if m.state == R.FROZEN or R.diff(want, offsets(zk, m.dest, g)):
             _copy(zk, m, want, batch, progress, st.say)
         if m.state == R.FROZEN:

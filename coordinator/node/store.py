@@ -34,6 +34,7 @@ Group and topic names are znode names after escaping (`znode_name`): characters 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -107,8 +108,10 @@ class NodeIdInUse(GroupshiftError):
 # Names and records
 
 
+@functools.lru_cache(maxsize=65_536)
 def znode_name(name: str) -> str:
-    """A group or topic name as a znode name (reversible, see the module docstring)."""
+    """A group or topic name as a znode name (reversible, see the module docstring; cached: it is
+    called once per partition when offsets are read or written)."""
     if name == "":
         return "%"
     if name in (".", ".."):
