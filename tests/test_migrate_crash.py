@@ -20,7 +20,9 @@ import sys
 import time
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
+from coordinator.node.process import CoordinatorNodes
 from core.types import TopicPartition as TP
 from core.zk import connect
 from experiments.cluster import ZkServer
@@ -28,6 +30,7 @@ from migrate import legacy, offline
 from migrate import record as R
 from migrate.writes import commit
 from tests.inspect_helpers import REPO
+from tests.snapshots import zk_tree
 
 PARTITIONS = {"a": 4, "b": 3}  # 7 offsets; with --batch 2, four copy transactions
 BATCH = "2"
@@ -155,3 +158,37 @@ def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
         zk.stop()
     finally:
         server.remove()
+
+
+def group_subtrees(zk_connect: str, group: str) -> dict:
+    hosts, _, chroot = zk_connect.partition("/")
+    out = {}
+    for sub in (f"consumers/{group}", f"groupshift/groups/{group}", f"groupshift/migrations/{group}"):
+        try:
+            out[sub] = zk_tree(hosts, root=f"/{chroot}/{sub}")
+        except NoNodeError:
+            out[sub] = None
+    return out
+
+
+def test_coordinator_down_one_line_nothing_written_then_run_finishes(zk, zk_connect):
+    """The node leading the group's shard is killed (its leader znode lives on until its session
+    expires): a migration to the coordinator is refused with one line and writes nothing; once
+    the dead node's session expired, the same command migrates through ZooKeeper."""
+    want = offsets_for("zk", zk, "g")
+    direction = ["--from", "zk", "--to", "coordinator"]
+    with CoordinatorNodes(zk_connect, count=1, zk_session_timeout_ms=4000) as nodes:
+        leaders = zk.get_children("/groupshift/shards")
+        assert leaders
+        nodes.kill(1)
+        before = group_subtrees(zk_connect, "g")
+        code, err = finish({"g": spawn(zk_connect, "run", "g", *direction)})["g"]
+        assert code == 1, (code, err)
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error: ") and "coordinator" in err, err
+        assert group_subtrees(zk_connect, "g") == before
+    deadline = time.monotonic() + 60
+    while zk.get_children("/groupshift/coordinators/ids") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    code, err = finish({"g": spawn(zk_connect, "run", "g", *direction)})["g"]
+    assert code == 0, err
+    assert offline.offsets(zk, "coordinator", "g") == want
