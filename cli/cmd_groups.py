@@ -9,7 +9,7 @@ import click
 
 from cli.inspect_common import data_option, output_option, scheme_option, warn, zk_session
 from cli.main import main, zk_option
-from core.errors import GroupshiftError
+from core.errors import GroupshiftError, ZooKeeperUnavailable
 
 
 @main.group("groups")
@@ -181,16 +181,26 @@ def watch(group, scheme, interval, count, samples, data, zk) -> None:
     if count is not None and not 1 <= count <= 10_000_000:
         raise GroupshiftError(f"--count {count} is out of range; use 1 to 10000000")
     log = Log(data)
-    with zk_session(zk) as client:
+    with zk_session(zk, long_lived=True) as client:  # a watch outlives ZooKeeper restarts
         s = choose_scheme(group, exists_in(client, group), scheme)
         path = samples_path(s, group, resolve_zk(zk), samples)
         state = WatchState.load(path, s, group)
         n = 0
+        away = False
         try:
             while count is None or n < count:
-                if n:
+                if n or away:
                     time.sleep(interval)
-                v = read(client, s, group, live=False)
+                try:
+                    v = read(client, s, group, live=False)
+                except ZooKeeperUnavailable as exc:  # kazoo reconnects by itself; sample again then
+                    if not away:
+                        warn(f"{exc}; waiting for ZooKeeper to come back")
+                    away = True
+                    continue
+                if away:
+                    warn("ZooKeeper is back; sampling again")
+                    away = False
                 if v is None:
                     raise GroupshiftError(f"group {group!r} no longer exists under scheme {s}")
                 ranges = log_offsets(log, partitions_of(v))

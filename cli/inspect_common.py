@@ -16,9 +16,11 @@ CONNECT_TIMEOUT_S = 5.0
 
 
 @contextlib.contextmanager
-def zk_session(zk: str | None):
-    """A client on `--zk` that never creates anything (a missing chroot is an error)."""
-    client = zkio.open_zk(zk, connect_timeout=CONNECT_TIMEOUT_S)
+def zk_session(zk: str | None, long_lived: bool = False):
+    """A client on `--zk` that never creates anything (a missing chroot is an error). A command
+    gives up when ZooKeeper stops answering in its middle; a `long_lived` one waits for it."""
+    give_up = None if long_lived else zkio.GIVE_UP_AFTER_S
+    client = zkio.open_zk(zk, connect_timeout=CONNECT_TIMEOUT_S, give_up_after_s=give_up)
     try:
         yield client
     except (KazooException, GroupshiftError) as exc:

@@ -47,14 +47,19 @@ requests: Counter = Counter()
 
 
 def open_zk(
-    connect_string: str | None, *, connect_timeout: float = 10.0, give_up_after_s: float = GIVE_UP_AFTER_S
+    connect_string: str | None,
+    *,
+    connect_timeout: float = 10.0,
+    give_up_after_s: float | None = GIVE_UP_AFTER_S,
 ) -> KazooClient:
     """A started client on `--zk` (or its defaults); a missing chroot is refused
     (`core.zk.ChrootMissing`), never created. When the connection is lost for `give_up_after_s`
     in the middle of the command, the client is stopped: the request waiting for ZooKeeper fails
-    (`gave_up(client)` is then true) instead of waiting forever."""
+    (`gave_up(client)` is then true) instead of waiting forever. A long-lived command (`groups
+    watch`) passes None: it waits for ZooKeeper to come back, however long that takes."""
     client = connect(connect_string, connect_timeout=connect_timeout, create_chroot=False)
-    _give_up_when_away(client, give_up_after_s)
+    if give_up_after_s is not None:
+        _give_up_when_away(client, give_up_after_s)
     return client
 
 
