@@ -184,7 +184,8 @@ def write_offsets(
     Returns the number of transactions used.
     """
     existing_topics = set(zkio.children(zk, f"{group_dir(group)}/offsets") or [])
-    parents = [CONSUMERS, group_dir(group), f"{group_dir(group)}/offsets"]
+    zkio.ensure_shared(zk, [CONSUMERS])
+    parents = [group_dir(group), f"{group_dir(group)}/offsets"]
     tps = sorted(offsets)
     present = zkio.get_many(zk, [offset_path(group, tp) for tp in tps])
     made: set[str] = set()

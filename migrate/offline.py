@@ -203,7 +203,8 @@ class _Run:
 
     def lock(self) -> None:
         data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since_ms": _now()}).encode()
-        for attempt in range(2):
+        took_over = False
+        for _ in range(5):
             parents = ["/groupshift", R.ROOT, R.LOCKS]
             txn = self.zk.transaction()
             for p, got in zip(parents, zkio.get_many(self.zk, parents), strict=True):
@@ -215,16 +216,20 @@ class _Run:
                 checkpoint("locked")
                 return
             holder = lock_holder(self.zk, self.group)
-            if holder is not None and attempt == 0 and _dead_here(holder):
+            if holder is None:
+                continue  # another group's run created a shared parent meanwhile: try again
+            if not took_over and _dead_here(holder):
+                took_over = True
                 try:  # the lock of a killed run on this host: its session has not expired yet
                     self.zk.delete(lock_path(self.group), version=holder["version"])
-                except NoNodeError:
+                except (NoNodeError, BadVersionError):
                     pass
                 continue
-            who = _holder_text(holder) if holder else "another process"
             raise MigrationBusy(
-                f"a migration of group {self.group!r} is already running ({who}); wait for it to finish"
+                f"a migration of group {self.group!r} is already running ({_holder_text(holder)}); "
+                "wait for it to finish"
             )
+        raise MigrationBusy(f"the migration lock of {self.group!r} could not be taken; run again")
 
     def unlock(self) -> None:
         try:

@@ -124,7 +124,8 @@ def _commit_in_zk(
     tps = sorted(offsets)
     gpath = group_path(group)
     # a namespace no coordinator ever ran in has no /groupshift/groups yet
-    parents = ["/groupshift", GROUPS, gpath, f"{gpath}/offsets"]
+    zkio.ensure_shared(zk, ["/groupshift", GROUPS])
+    parents = [gpath, f"{gpath}/offsets"]
     parents += sorted({f"{gpath}/offsets/{znode_name(tp.topic)}" for tp in tps})
     have = zkio.get_many(zk, parents)
     present = zkio.get_many(zk, [offset_path(group, *tp) for tp in tps])

@@ -18,7 +18,7 @@ from collections import Counter, namedtuple
 from collections.abc import Iterable, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import EXCEPTIONS, KazooException, NoNodeError
+from kazoo.exceptions import EXCEPTIONS, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
     GetChildren,
@@ -206,3 +206,15 @@ def subtree_paths(zk: KazooClient, root: str) -> list[str]:
 def chunked(items: Iterable, size: int) -> list[list]:
     items = list(items)
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def ensure_shared(zk: KazooClient, paths: Sequence[str]) -> None:
+    """Create the missing ones of `paths`, parents first: containers every group shares
+    (`/consumers`, `/groupshift/groups`), made just before a group's own write so that writes
+    of two groups at once do not fail on each other's creation of them."""
+    for path, got in zip(paths, get_many(zk, paths), strict=True):
+        if got is None:
+            try:
+                zk.create(path, b"")
+            except NodeExistsError:
+                pass

@@ -192,3 +192,18 @@ def test_coordinator_down_one_line_nothing_written_then_run_finishes(zk, zk_conn
     code, err = finish({"g": spawn(zk_connect, "run", "g", *direction)})["g"]
     assert code == 0, err
     assert offline.offsets(zk, "coordinator", "g") == want
+
+
+@pytest.mark.parametrize("source, dest", [("zk", "coordinator"), ("coordinator", "zk")])
+def test_migrations_of_several_groups_at_once_do_not_trip_over_shared_parents(zk, source, dest):
+    """A fresh namespace: every run creates the containers all groups share (the lock's and the
+    record's parents, `/groupshift/groups` or `/consumers`) at the same moment."""
+    import concurrent.futures as cf
+
+    groups = [f"together-{i}" for i in range(8)]
+    want = {g: offsets_for(source, zk, g) for g in groups}
+    with cf.ThreadPoolExecutor(len(groups)) as pool:
+        done = list(pool.map(lambda g: offline.run(zk, g, source, dest), groups))
+    assert [m.state for m in done] == [R.DONE] * len(groups)
+    for g in groups:
+        assert offline.offsets(zk, dest, g) == want[g]
