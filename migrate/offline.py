@@ -220,10 +220,7 @@ class _Run:
                 continue  # another group's run created a shared parent meanwhile: try again
             if not took_over and _dead_here(holder):
                 took_over = True
-                try:  # the lock of a killed run on this host: its session has not expired yet
-                    self.zk.delete(lock_path(self.group), version=holder["version"])
-                except (NoNodeError, BadVersionError):
-                    pass
+                _clear_dead_lock(self.zk, self.group)
                 continue
             raise MigrationBusy(
                 f"a migration of group {self.group!r} is already running ({_holder_text(holder)}); "
