@@ -203,29 +203,23 @@ class _Run:
 
     def lock(self) -> None:
         data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since_ms": _now()}).encode()
-        took_over = False
-        for _ in range(5):
-            parents = ["/groupshift", R.ROOT, R.LOCKS]
-            txn = self.zk.transaction()
-            for p, got in zip(parents, zkio.get_many(self.zk, parents), strict=True):
-                if got is None:
-                    txn.create(p, b"")
-            txn.create(lock_path(self.group), data, ephemeral=True)
-            results = _commit(txn)
-            if not any(isinstance(r, Exception) for r in results):
-                checkpoint("locked")
-                return
-            holder = lock_holder(self.zk, self.group)
-            if holder is None:
-                continue  # another group's run created a shared parent meanwhile: try again
-            if not took_over and _dead_here(holder):
-                took_over = True
-                _clear_dead_lock(self.zk, self.group)
-                continue
-            raise MigrationBusy(
-                f"a migration of group {self.group!r} is already running ({_holder_text(holder)}); "
-                "wait for it to finish"
-            )
+        zkio.ensure_shared(self.zk, ["/groupshift", R.ROOT, R.LOCKS])
+        for attempt in range(3):
+            try:
+                self.zk.create(lock_path(self.group), data, ephemeral=True)
+            except NodeExistsError:
+                holder = lock_holder(self.zk, self.group)
+                if holder is None:
+                    continue  # released in between
+                if attempt == 0 and _dead_here(holder):
+                    _clear_dead_lock(self.zk, self.group)
+                    continue
+                raise MigrationBusy(
+                    f"a migration of group {self.group!r} is already running ({_holder_text(holder)}); "
+                    "wait for it to finish"
+                ) from None
+            checkpoint("locked")
+            return
         raise MigrationBusy(f"the migration lock of {self.group!r} could not be taken; run again")
 
     def unlock(self) -> None:
