@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +26,25 @@ from zk_rebalance.metrics import (
     watch_notifications,
     zombie_lifetime,
 )
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def dump_inside(server) -> str:
+    """The server's `dump` (sessions and their ephemeral znodes), asked from inside its network
+    namespace, so it works while client traffic from outside is cut."""
+    code = (
+        "import sys; from core.four_letter import four_letter; print(four_letter('127.0.0.1', 2181, 'dump'))"
+    )
+    out = subprocess.run(
+        ["nsenter", "-t", str(server.pid()), "-n", sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, f"dump from inside the container failed: {out.stderr}"
+    return out.stdout
 
 
 def until(cond, timeout: float, what: str) -> None:
@@ -60,7 +82,8 @@ def test_paused_server_past_session_timeout_re_registers_and_rejoins(zk_server, 
         # ZooKeeper rightly keeps, and the expiry path under test would not happen.
         zk_server.cut_clients()
         zk_server.unpause()
-        time.sleep(2.0)
+        chroot = "/" + zk_connect.partition("/")[2]
+        until(lambda: f"{chroot}/consumers/g/ids/" not in dump_inside(zk_server), 30, "the sessions expired")
         zk_server.restore_clients()
         until(lambda: all(m.events.counters["registered"] == 2 for m in ms), 30, "re-registration")
         until(
