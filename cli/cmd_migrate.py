@@ -8,6 +8,7 @@ import click
 
 from cli.inspect_common import zk_session
 from cli.main import main, zk_option
+from core.errors import GroupshiftError
 
 SCHEMES = click.Choice(["zk", "coordinator"])
 
@@ -29,7 +30,14 @@ def _direction(f):
         type=click.Choice(["offline", "live"]),
         default="offline",
         show_default=True,
-        help="offline: the group is stopped. live (the bridge) is not available yet.",
+        help="offline: the group is stopped. live: zk -> coordinator while it consumes (the bridge).",
+    )(f)
+    f = click.option(
+        "--legacy-assignor",
+        type=click.Choice(["range", "roundrobin"]),
+        default="range",
+        show_default=True,
+        help="live: the legacy consumers' partition.assignment.strategy (the bridge assigns the same).",
     )(f)
     f = click.option("--to", "dest", type=SCHEMES, required=True, help="The scheme to move to.")(f)
     return click.option("--from", "source", type=SCHEMES, required=True, help="The scheme it is in.")(f)
@@ -44,14 +52,18 @@ def _say(line: str) -> None:
 @_direction
 @_output
 @zk_option
-def plan_cmd(group, source, dest, mode, output, zk) -> None:
+def plan_cmd(group, source, dest, mode, legacy_assignor, output, zk) -> None:
     """Print what `run` would do (partitions, offsets, members, checks); writes nothing."""
+    from migrate import live
     from migrate.offline import check_args, plan
     from migrate.render import render
 
     check_args(source, dest, mode)
     with zk_session(zk) as client:
-        p = plan(client, group, source, dest, mode)
+        if mode == "live":
+            p = live.plan(client, group, legacy_assignor)
+        else:
+            p = plan(client, group, source, dest, mode)
     failed = [c for c in p["checks"] if not c["ok"]]
     if output == "json":
         click.echo(json.dumps(p))
@@ -79,15 +91,41 @@ def plan_cmd(group, source, dest, mode, output, zk) -> None:
     show_default=True,
     help="Offsets per ZooKeeper transaction (or OffsetCommit request).",
 )
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(0, 86_400),
+    default=0,
+    show_default=True,
+    help="live: seconds to wait for the last legacy consumer to leave before returning still bridged.",
+)
 @_output
 @zk_option
-def run_cmd(group, source, dest, mode, overwrite, batch, output, zk) -> None:
-    """Start, or resume after a crash, the migration of GROUP (planned -> ... -> done)."""
+def run_cmd(group, source, dest, mode, legacy_assignor, overwrite, batch, wait_s, output, zk) -> None:
+    """Start, or resume after a crash, the migration of GROUP (planned -> ... -> done).
+
+    Live mode bridges the group and returns; run it again once the legacy consumers are replaced
+    (or pass --wait) to finish.
+    """
+    from migrate import live
     from migrate.offline import check_args, run, status
     from migrate.render import Progress
 
     check_args(source, dest, mode)
+    if mode == "live" and overwrite:
+        raise GroupshiftError("--overwrite is for --mode offline; a live migration starts from no offsets")
     with zk_session(zk) as client:
+        if mode == "live":
+            live.run(
+                client,
+                group,
+                legacy_assignor=legacy_assignor,
+                wait_s=wait_s,
+                say=_say,
+                progress=Progress(f"carrying {group} over"),
+            )
+            _show_status(status(client, group), output)
+            return
         run(
             client,
             group,
@@ -136,7 +174,7 @@ def status_cmd(group, output, zk) -> None:
 @_direction
 @_output
 @zk_option
-def verify_cmd(group, source, dest, mode, output, zk) -> None:
+def verify_cmd(group, source, dest, mode, legacy_assignor, output, zk) -> None:
     """Compare GROUP's offsets in the two schemes, partition by partition (exit 1 when they differ)."""
     from migrate.offline import check_args, verify
     from migrate.render import render
@@ -164,5 +202,10 @@ def _show_status(s: dict, output: str) -> None:
         f"migration of {s['group']} from {s['from']} to {s['to']} ({s['mode']}): {s['state']}{running}; "
         f"{s['partitions']} partitions"
     )
+    if "legacy_members" in s:
+        click.echo(
+            f"  legacy assignor {s['legacy_assignor']}: {len(s['legacy_members'])} legacy member(s), "
+            f"{len(s['bridged_members'])} bridged coordinator member(s)"
+        )
     for h in s["history"]:
         click.echo(f"  {h['state']:<12} {h['at_ms']}")

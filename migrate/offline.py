@@ -30,9 +30,9 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from coordinator.node.store import decode_group, group_path, znode_name
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
-from migrate import coordinated, legacy, writes, zkio
+from migrate import bridge, coordinated, legacy, writes, zkio
 from migrate import record as R
-from migrate.model import SCHEME_ZK, check_scheme
+from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK, check_scheme
 
 EXIT_CODE = 99
 _reached = 0
@@ -181,13 +181,13 @@ def check_args(source: str, dest: str, mode: str) -> None:
     check_scheme(dest)
     if source == dest:
         raise GroupshiftError(f"--from and --to are both {source}; a migration goes between the two schemes")
-    if mode == "live":
-        raise GroupshiftError(
-            "live migration (--mode live, the bridge) is not available yet; "
-            "stop the group and use --mode offline"
-        )
     if mode not in R.MODES:
-        raise GroupshiftError(f"unknown mode {mode!r}; use offline")
+        raise GroupshiftError(f"unknown mode {mode!r}; use offline or live")
+    if mode == "live" and (source, dest) != (SCHEME_ZK, SCHEME_COORDINATOR):
+        raise GroupshiftError(
+            f"a live migration goes from zk to coordinator (the bridge), not from {source} to {dest}; "
+            "use --mode offline for this direction"
+        )
 
 
 # -- run -------------------------------------------------------------------------------------------
@@ -261,10 +261,12 @@ def run(
     say=lambda line: None,
     progress=None,
 ) -> R.Migration:
-    """Start or resume the migration; returns the record in state done."""
+    """Start or resume the migration; returns the record in state done (live mode: `migrate.live`)."""
     check_args(source, dest, mode)
+    if mode != "offline":
+        raise GroupshiftError("migrate.offline.run migrates offline; --mode live is migrate.live.run")
     rec, version = read_record(zk, group)
-    why = R.conflict(rec, source, dest)
+    why = R.conflict(rec, source, dest, mode)
     if why:
         raise MigrationBusy(why)
     if _already_done(zk, rec, source, dest) and not overwrite:
@@ -430,7 +432,16 @@ def rollback(
             f"a migration of group {group!r} is running ({_holder_text(holder)}); "
             "wait for it before rolling back"
         )
-    check_idle(zk, group, rec.source, rec.dest)
+    if rec.mode == "live":
+        # The legacy consumers may go on: the bridged members committed to their offsets too.
+        names = live_members(zk, rec.dest, group)
+        if names:
+            raise writes.GroupActive(
+                f"group {group!r} has {len(names)} coordinator member(s) of the live migration: "
+                f"{', '.join(names[:10])}; stop them (legacy consumers may keep running) before rolling back"
+            )
+    else:
+        check_idle(zk, group, rec.source, rec.dest)
     st = _Run(zk, group, say)
     st.lock()
     try:
@@ -500,6 +511,14 @@ def status(zk: KazooClient, group: str) -> dict:
     if rec is None:
         raise GroupshiftError(f"no migration of group {group!r} is recorded")
     holder = lock_holder(zk, group)
+    extra = {}
+    if rec.mode == "live":
+        legacy_ids, bridged_ids = bridge.registered(zk, group)
+        extra = {
+            "legacy_assignor": rec.legacy_assignor,
+            "legacy_members": legacy_ids,
+            "bridged_members": bridged_ids,
+        }
     return {
         "group": rec.group,
         "from": rec.source,
@@ -511,6 +530,7 @@ def status(zk: KazooClient, group: str) -> dict:
         "updated_ms": rec.updated_ms,
         "running": _holder_text(holder) if holder and not _dead_here(holder) else None,
         "history": [{"state": s, "at_ms": t} for s, t in rec.history],
+        **extra,
     }
 
 

@@ -1,10 +1,13 @@
 """The migration record: a pure state machine, stored as JSON in `/groupshift/migrations/<g>`.
 
-    planned -> frozen -> copied -> verified -> switched -> done
+    offline: planned -> frozen  -> copied -> verified -> switched -> done
+    live:    planned -> bridged -> copied -> verified -> switched -> done
     any state before done -> rolled_back
 
 `planned` saves the destination's offsets as they were (for a rollback); `frozen` saves the
-source's offsets (the snapshot every later step compares with). Nothing here does I/O: the
+source's offsets (the snapshot every later step compares with). `bridged` (live mode) lets legacy
+and coordinator consumers share the group (`migrate.bridge`); the members carry the offsets over
+by committing to both schemes, so a live `copied` means "no legacy member is left". Nothing here does I/O: the
 engine (`migrate.offline`) reads, decides with these functions, and writes each transition as
 one ZooKeeper `multi` guarded by the record's version.
 """
@@ -19,9 +22,10 @@ from core.types import TopicPartition
 ROOT = "/groupshift/migrations"
 LOCKS = "/groupshift/migration-locks"
 
-PLANNED, FROZEN, COPIED, VERIFIED, SWITCHED, DONE, ROLLED_BACK = (
+PLANNED, FROZEN, BRIDGED, COPIED, VERIFIED, SWITCHED, DONE, ROLLED_BACK = (
     "planned",
     "frozen",
+    "bridged",
     "copied",
     "verified",
     "switched",
@@ -29,8 +33,10 @@ PLANNED, FROZEN, COPIED, VERIFIED, SWITCHED, DONE, ROLLED_BACK = (
     "rolled_back",
 )
 ORDER = (PLANNED, FROZEN, COPIED, VERIFIED, SWITCHED, DONE)
+LIVE_ORDER = (PLANNED, BRIDGED, COPIED, VERIFIED, SWITCHED, DONE)
 TERMINAL = (DONE, ROLLED_BACK)
 MODES = ("offline", "live")
+LEGACY_ASSIGNORS = ("range", "roundrobin")  # what the legacy consumers of a bridged group use
 
 # A record holds two offset lists; ~40 bytes a partition keeps 20,000 partitions far below
 # ZooKeeper's 1 MB znode limit (jute.maxbuffer).
@@ -51,6 +57,7 @@ class Migration(msgspec.Struct):
     prior: list[tuple[str, int, int]] = msgspec.field(default_factory=list)  # destination before
     snapshot: list[tuple[str, int, int]] = msgspec.field(default_factory=list)  # source when frozen
     history: list[tuple[str, int]] = msgspec.field(default_factory=list)  # (state, ms)
+    legacy_assignor: str = "range"  # live mode: the legacy consumers' partition.assignment.strategy
 
 
 def as_offsets(rows: list[tuple[str, int, int]]) -> dict[TopicPartition, int]:
@@ -72,7 +79,21 @@ def decode(data: bytes, path: str) -> Migration:
         raise GroupshiftError(f"the migration record {path} is unreadable ({exc}); inspect it") from None
 
 
-def new(group: str, source: str, dest: str, mode: str, now: int, prior, dest_existed, overwrite) -> Migration:
+def order(mode: str) -> tuple[str, ...]:
+    return LIVE_ORDER if mode == "live" else ORDER
+
+
+def new(
+    group: str,
+    source: str,
+    dest: str,
+    mode: str,
+    now: int,
+    prior,
+    dest_existed,
+    overwrite,
+    legacy_assignor: str = "range",
+) -> Migration:
     check_bound(len(prior), "the destination")
     return Migration(
         group,
@@ -87,6 +108,7 @@ def new(group: str, source: str, dest: str, mode: str, now: int, prior, dest_exi
         as_rows(prior),
         [],
         [(PLANNED, now)],
+        legacy_assignor,
     )
 
 
@@ -100,22 +122,24 @@ def check_bound(n: int, where: str) -> None:
 def advance(m: Migration, to: str, now: int, **changes) -> Migration:
     """The record after the transition `m.state -> to`; raises if that is not the next step."""
     allowed = to == ROLLED_BACK and m.state not in TERMINAL
-    if m.state in ORDER[:-1]:
-        allowed = allowed or ORDER[ORDER.index(m.state) + 1] == to
+    steps = order(m.mode)
+    if m.state in steps[:-1]:
+        allowed = allowed or steps[steps.index(m.state) + 1] == to
     if not allowed:
         raise GroupshiftError(f"migration of {m.group!r} cannot go from {m.state} to {to}")
     history = (m.history + [(to, now)])[-HISTORY_MAX:]
     return msgspec.structs.replace(m, state=to, updated_ms=now, history=history, **changes)
 
 
-def conflict(m: Migration | None, source: str, dest: str) -> str | None:
+def conflict(m: Migration | None, source: str, dest: str, mode: str | None = None) -> str | None:
     """Why a new or resumed run with these arguments is refused, or None."""
     if m is None or m.state in TERMINAL:
         return None
-    if (m.source, m.dest) != (source, dest):
+    if (m.source, m.dest) != (source, dest) or mode not in (None, m.mode):
         return (
-            f"an unfinished migration of {m.group!r} from {m.source} to {m.dest} is {m.state}; "
-            f"finish it with `migrate run {m.group} --from {m.source} --to {m.dest}` or undo it with "
+            f"an unfinished migration of {m.group!r} ({m.mode}) from {m.source} to {m.dest} is {m.state}; "
+            f"finish it with `migrate run {m.group} --from {m.source} --to {m.dest} --mode {m.mode}` "
+            "or undo it with "
             "`migrate rollback`"
         )
     return None

@@ -11,7 +11,9 @@
 
 `rebalancer="zk"` makes the consumer a scheme-one member (`zk_rebalance.ZkGroupMember`, Kafka 0.8
 ZooKeeper watches); `rebalancer="coordinator"` a scheme-three member
-(`coordinator.member.client.CoordinatorMember`). Nothing else in the calling code changes.
+(`coordinator.member.client.CoordinatorMember`). Nothing else in the calling code changes. While
+`migrate run --mode live` bridges the group from scheme one, a coordinator consumer joins through
+the bridge (`migrate.bridge.BridgedMember`), beside the legacy consumers, by itself.
 
 The commit guarantee, under both schemes: `commit()` either commits every record `poll()`
 returned since the previous `commit()` call, or raises `CommitFailed` and commits nothing; after a
@@ -573,22 +575,45 @@ class Consumer:
         if self.rebalancer == "coordinator":
             from coordinator.member.client import CoordinatorMember
 
-            return CoordinatorMember(
-                self.group_id,
-                topics,
-                zk=self.zk,
-                bootstrap=o["bootstrap"],
-                assignors=o["assignors"],
-                listener=listener,
-                session_timeout_ms=o["session_timeout_ms"],
-                heartbeat_interval_ms=o["heartbeat_interval_ms"],
-                max_poll_interval_ms=o["max_poll_interval_ms"],
-                group_instance_id=o["group_instance_id"],
-                client_id=self.client_id,
-                coordinator_timeout_ms=o["coordinator_timeout_ms"],
-                **self._membership_options,
-                poll_driven=not offsets_only,  # rebalances run inside poll(), on the caller's thread
-            )
+            options = dict(self._membership_options)
+            bridge_log = options.pop("bridge_event_log", None)
+
+            def member(assignors: list, listener: object | None) -> CoordinatorMember:
+                return CoordinatorMember(
+                    self.group_id,
+                    topics,
+                    zk=self.zk,
+                    bootstrap=o["bootstrap"],
+                    assignors=assignors,
+                    listener=listener,
+                    session_timeout_ms=o["session_timeout_ms"],
+                    heartbeat_interval_ms=o["heartbeat_interval_ms"],
+                    max_poll_interval_ms=o["max_poll_interval_ms"],
+                    group_instance_id=o["group_instance_id"],
+                    client_id=self.client_id,
+                    coordinator_timeout_ms=o["coordinator_timeout_ms"],
+                    **options,
+                    poll_driven=not offsets_only,  # rebalances run inside poll(), on the caller's thread
+                )
+
+            if not offsets_only:
+                from migrate import bridge
+
+                rec = bridge.read_record(self.zk, self.group_id)
+                if bridge.bridging(rec):
+                    # A live migration from scheme one is under way: join through the bridge.
+                    log.info("group %s is being migrated live: joining through the bridge", self.group_id)
+                    return bridge.BridgedMember(
+                        self.zk,
+                        self.group_id,
+                        topics,
+                        rec,
+                        listener,
+                        member,
+                        assignors=o["assignors"],
+                        event_log=bridge_log,
+                    )
+            return member(o["assignors"], listener)
         from zk_rebalance.member import ZkGroupMember
 
         options = {

@@ -191,8 +191,11 @@ def test_bad_input_one_line_nothing_changed(zk, zk_connect, zk_server):
         (["run", "busy", *to_coord], "already running"),
         (["run", "taken", *to_coord], "--overwrite"),
         (["run", "busy", "--from", "zk", "--to", "zk"], "both zk"),
-        (["run", "busy", *to_coord, "--mode", "live"], "not available yet"),
-        (["plan", "busy", *to_coord, "--mode", "live"], "not available yet"),
+        (["run", "busy", *to_coord, "--mode", "live"], "already running"),
+        (["plan", "nosuch", *to_coord, "--mode", "live"], "does not exist"),
+        (["run", "taken", *to_coord, "--mode", "live"], "no coordinator node leads"),
+        (["run", "taken", *to_coord, "--mode", "live", "--overwrite"], "--overwrite is for --mode offline"),
+        (["run", "busy", "--from", "coordinator", "--to", "zk", "--mode", "live"], "goes from zk to coordinator"),
     ]
     for args, text in cases:
         r = migrate(*args, zk_connect=zk_connect)

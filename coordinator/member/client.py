@@ -59,7 +59,7 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
-from coordinator.assignors.base import get_assignor
+from coordinator.assignors.base import Assignor
 from coordinator.assignors.payloads import decode_assignment
 from coordinator.member.connection import (
     Connection,
@@ -79,6 +79,7 @@ from coordinator.member.consumer_protocol import (
     join_protocols,
     perform_assignment,
     rebalance_protocol,
+    resolve_assignors,
 )
 from coordinator.wire import codec as wire
 from coordinator.wire.codec import ErrorCode as E
@@ -165,7 +166,7 @@ class CoordinatorMember:
         *,
         bootstrap: Sequence[str] | str | None = None,
         zk=None,
-        assignors: Sequence[str] = ("range",),
+        assignors: Sequence[str | Assignor] = ("range",),
         listener: object | None = None,
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3_000,
@@ -182,8 +183,7 @@ class CoordinatorMember:
     ):
         if not assignors:
             raise GroupshiftError("a member needs at least one assignor (partition.assignment.strategy)")
-        for name in assignors:
-            get_assignor(name)  # fail fast with the list of known names
+        by_name = resolve_assignors(assignors)  # fails fast with the list of known names
         if not isinstance(coordinator_timeout_ms, int) or coordinator_timeout_ms <= 0:
             raise GroupshiftError(
                 f"coordinator_timeout_ms must be a positive integer (milliseconds), "
@@ -193,8 +193,9 @@ class CoordinatorMember:
             bootstrap = [b for b in bootstrap.split(",") if b.strip()]
         self.group_id = group_id
         self.topics = list(topics)
-        self.assignors = list(assignors)
-        self.protocol = rebalance_protocol(self.assignors)
+        self.assignors = list(by_name)  # protocol names, most preferred first
+        self._assignors = by_name
+        self.protocol = rebalance_protocol(list(by_name.values()))
         self.listener = listener or NoopListener()
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -875,7 +876,12 @@ class CoordinatorMember:
             group_instance_id=self.group_instance_id,
             protocol_type=PROTOCOL_TYPE,
             protocols=join_protocols(
-                self.assignors, self.topics, owned, stable_gen, self.rack, previous=self._last_assignment
+                list(self._assignors.values()),
+                self.topics,
+                owned,
+                stable_gen,
+                self.rack,
+                previous=self._last_assignment,
             ),
             reason=None,
         )
@@ -996,7 +1002,12 @@ class CoordinatorMember:
         assignments: list[SyncGroupAssignment] = []
         if join.leader == gen.member_id and join.members:
             try:
-                per_member, counts = perform_assignment(gen.protocol_name, join.members, self._partitions_for)
+                per_member, counts = perform_assignment(
+                    gen.protocol_name,
+                    join.members,
+                    self._partitions_for,
+                    self._assignors.get(gen.protocol_name),
+                )
             except KazooException as exc:
                 # ZooKeeper is away (topic sizes unreadable): not the assignor's fault, join again.
                 log.warning(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from coordinator.assignors.base import Subscription, get_assignor
+from coordinator.assignors.base import Assignor, Subscription, get_assignor
 from coordinator.assignors.payloads import (
     decode_subscription,
     encode_assignment,
@@ -25,13 +25,23 @@ PROTOCOL_TYPE = "consumer"
 EAGER, COOPERATIVE = "eager", "cooperative"
 
 
-def rebalance_protocol(assignor_names: Sequence[str]) -> str:
+def resolve_assignors(assignors: Sequence[str | Assignor]) -> dict[str, Assignor]:
+    """Protocol name -> assignor, in preference order: names are looked up, instances kept as given
+    (Kafka's `partition.assignment.strategy` also takes configured instances)."""
+    out: dict[str, Assignor] = {}
+    for a in assignors:
+        inst = a if isinstance(a, Assignor) else get_assignor(a)
+        out.setdefault(inst.name, inst)
+    return out
+
+
+def rebalance_protocol(assignors: Sequence[str | Assignor]) -> str:
     """The rebalance protocol for a member's assignors: cooperative only if every one supports it.
 
     >>> rebalance_protocol(["cooperative-sticky"]), rebalance_protocol(["cooperative-sticky", "range"])
     ('cooperative', 'eager')
     """
-    protocols = [set(get_assignor(n).supported_protocols) for n in assignor_names]
+    protocols = [set(a.supported_protocols) for a in resolve_assignors(assignors).values()]
     return COOPERATIVE if all(COOPERATIVE in p for p in protocols) else EAGER
 
 
@@ -47,8 +57,14 @@ def cooperative_changes(
     return owned - assigned, assigned - owned
 
 
-def subscription_user_data(protocol_name: str, owned: Iterable[TopicPartition], generation: int) -> bytes:
-    """The assignor's own bytes in a member's subscription (Kafka's `subscriptionUserData`)."""
+def subscription_user_data(
+    protocol_name: str, owned: Iterable[TopicPartition], generation: int, assignor: Assignor | None = None
+) -> bytes:
+    """The assignor's own bytes in a member's subscription (Kafka's `subscriptionUserData`); an
+    assignor instance may supply its own with a `subscription_user_data()` method."""
+    own = getattr(assignor, "subscription_user_data", None)
+    if own is not None:
+        return own()
     if protocol_name == "sticky":
         return encode_sticky_user_data(sorted(owned), generation)
     if protocol_name == "cooperative-sticky":
@@ -57,7 +73,7 @@ def subscription_user_data(protocol_name: str, owned: Iterable[TopicPartition], 
 
 
 def join_protocols(
-    assignor_names: Sequence[str],
+    assignors: Sequence[str | Assignor],
     topics: Sequence[str],
     owned: Iterable[TopicPartition],
     generation: int,
@@ -80,11 +96,11 @@ def join_protocols(
                     owned_partitions=owned,
                     generation=generation,
                     rack=rack,
-                    user_data=subscription_user_data(name, previous, generation),
+                    user_data=subscription_user_data(name, previous, generation, assignor),
                 )
             ),
         )
-        for name in assignor_names
+        for name, assignor in resolve_assignors(assignors).items()
     ]
 
 
@@ -92,13 +108,15 @@ def perform_assignment(
     protocol_name: str,
     members: Sequence[JoinGroupMember],
     partitions_for: Callable[[str], int | None],
+    assignor: Assignor | None = None,
 ) -> tuple[dict[str, bytes], dict[str, int]]:
     """The leader's job: run the selected assignor over every member's subscription.
 
-    `members` are the JoinGroup response's `members`. Returns the SyncGroup assignment bytes per
+    `members` are the JoinGroup response's `members`; `assignor` is the leader's instance for
+    `protocol_name` (default: looked up by name). Returns the SyncGroup assignment bytes per
     member and the partition counts used (the leader watches them for changes).
     """
-    assignor = get_assignor(protocol_name)
+    assignor = assignor or get_assignor(protocol_name)
     subscriptions = {m.member_id: decode_subscription(m.metadata, m.group_instance_id) for m in members}
     topics = sorted({t for s in subscriptions.values() for t in s.topics})
     counts = {}

@@ -1,0 +1,280 @@
+"""The live migration engine: scheme one -> coordinator while the group keeps consuming (the bridge).
+
+    run(zk, "billing", legacy_assignor="range")   # planned -> bridged; returns while legacy members remain
+    ... replace the legacy consumers with coordinator consumers, one by one ...
+    run(zk, "billing")                            # bridged -> copied -> verified -> switched -> done
+
+`bridged` tells coordinator consumers to join through `migrate.bridge` (legacy registration,
+union assignment, owner znodes, dual commits). The engine never writes offsets itself: the
+members carry them over by committing to both schemes (the coordinator's offset of a partition is
+brought up to the legacy one when a coordinator member claims it). Once no legacy member is left
+(`/consumers/<g>/ids` holds only bridged members), `copied` is recorded when every legacy offset
+has reached the coordinator, `verified` when a second read finds them equal, then `switched`
+(the members leave bridge mode) and `done`. Each transition is one `multi` under the migration
+lock, as in `migrate.offline`; a killed run resumes with `run`, `rollback` undoes it once the
+coordinator consumers are stopped (the legacy offsets are current: the members dual-committed).
+"""
+
+from __future__ import annotations
+
+import time
+
+from kazoo.client import KazooClient
+
+from core.errors import GroupshiftError, UnknownGroup
+from core.types import TopicPartition
+from migrate import bridge, coordinated, legacy, writes
+from migrate import record as R
+from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK
+from migrate.offline import (
+    MigrationBusy,
+    _dead_here,
+    _holder_text,
+    _now,
+    _Run,
+    lock_holder,
+    offsets,
+    read_record,
+)
+
+SETTLE_S = 30.0  # how long `run` waits for the members' commits to bring the coordinator level
+POLL_S = 0.5
+MAX_WAIT_S = 86_400.0
+
+
+def check_args(source: str, dest: str, legacy_assignor: str) -> None:
+    if (source, dest) != (SCHEME_ZK, SCHEME_COORDINATOR):
+        raise GroupshiftError(
+            f"a live migration goes from zk to coordinator (the bridge), not from {source} to {dest}; "
+            "use --mode offline for this direction"
+        )
+    if legacy_assignor not in R.LEGACY_ASSIGNORS:
+        raise GroupshiftError(
+            f"unknown legacy assignor {legacy_assignor!r}; use {' or '.join(R.LEGACY_ASSIGNORS)} "
+            "(the partition.assignment.strategy of the legacy consumers)"
+        )
+
+
+def behind(zk: KazooClient, group: str) -> dict[TopicPartition, tuple[int, int | None]]:
+    """Partitions whose coordinator offset is not (yet) the legacy one: tp -> (legacy, coordinator)."""
+    src = offsets(zk, SCHEME_ZK, group)
+    dst = offsets(zk, SCHEME_COORDINATOR, group)
+    return {tp: (off, dst.get(tp)) for tp, off in src.items() if dst.get(tp) != off}
+
+
+def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
+    """What a live `run` would do and the checks it makes; writes nothing."""
+    check_args(SCHEME_ZK, SCHEME_COORDINATOR, legacy_assignor)
+    if not legacy.exists(zk, group):
+        raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
+    rec, _ = read_record(zk, group)
+    resuming = rec is not None and rec.state not in R.TERMINAL
+    src, dst = offsets(zk, SCHEME_ZK, group), offsets(zk, SCHEME_COORDINATOR, group)
+    legacy_ids, bridged_ids = bridge.registered(zk, group)
+    _, lead = coordinated.leader(zk, group)
+    coord_members = [] if resuming else _coordinator_members(zk, group, lead)
+    holder = lock_holder(zk, group)
+    checks = [
+        ("a coordinator node leads the group's shard", lead is not None, lead.address if lead else ""),
+        ("destination has no live members", resuming or not coord_members, ", ".join(coord_members[:10])),
+        (
+            "destination has no offsets of its own",
+            resuming or not dst,
+            f"{len(dst)} partitions (`offsets delete` them first)" if dst and not resuming else "",
+        ),
+        ("no other migration running", holder is None, _holder_text(holder) if holder else ""),
+        (
+            "no unfinished migration with other arguments",
+            R.conflict(rec, SCHEME_ZK, SCHEME_COORDINATOR, "live") is None,
+            "",
+        ),
+        (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
+    ]
+    steps = R.LIVE_ORDER if not resuming else R.LIVE_ORDER[R.LIVE_ORDER.index(rec.state) + 1 :]
+    return {
+        "group": group,
+        "from": SCHEME_ZK,
+        "to": SCHEME_COORDINATOR,
+        "mode": "live",
+        "legacy_assignor": legacy_assignor,
+        "partitions": len(src),
+        "to_copy": len(src),
+        "members": legacy_ids,
+        "bridged_members": bridged_ids,
+        "record": rec.state if rec else None,
+        "steps": list(steps),
+        "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
+        "offsets": [
+            {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
+            for tp in sorted(src)
+        ],
+    }
+
+
+def _coordinator_members(zk: KazooClient, group: str, lead: coordinated.Leader | None) -> list[str]:
+    if lead is None:
+        return []
+    described = coordinated.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
+    if described["group_state"] in ("Empty", "Dead"):
+        return []
+    return sorted(f"{m['client_id']} ({m['member_id']})" for m in described["members"])
+
+
+def run(
+    zk: KazooClient,
+    group: str,
+    *,
+    legacy_assignor: str = "range",
+    wait_s: float = 0.0,
+    settle_s: float = SETTLE_S,
+    say=lambda line: None,
+    progress=None,
+) -> R.Migration:
+    """Bridge the group, or carry a bridged one on as far as it can go now (see the module docstring).
+
+    Returns the record: `bridged` while legacy members remain after `wait_s` seconds, else `done`.
+    """
+    check_args(SCHEME_ZK, SCHEME_COORDINATOR, legacy_assignor)
+    if not 0 <= wait_s <= MAX_WAIT_S:
+        raise GroupshiftError(f"--wait must be between 0 and {MAX_WAIT_S:g} seconds, not {wait_s:g}")
+    rec, version = read_record(zk, group)
+    why = R.conflict(rec, SCHEME_ZK, SCHEME_COORDINATOR, "live")
+    if why:
+        raise MigrationBusy(why)
+    if rec is not None and rec.mode == "live" and rec.state == R.DONE and not behind(zk, group):
+        say(f"migrate {group}: already done (live) from zk to coordinator; nothing to do")
+        return rec
+    resuming = rec is not None and rec.state not in R.TERMINAL
+    holder = lock_holder(zk, group)
+    if holder is not None and not _dead_here(holder):
+        raise MigrationBusy(
+            f"a migration of group {group!r} is already running ({_holder_text(holder)}); "
+            "wait for it to finish"
+        )
+    if not resuming:
+        _check_start(zk, group)
+    st = _Run(zk, group, say)
+    st.lock()
+    try:
+        if resuming:
+            st.rec, st.version = read_record(zk, group)
+            if st.rec is None or st.rec.state in R.TERMINAL:
+                raise MigrationBusy(f"the migration of {group!r} finished meanwhile; see `migrate status`")
+            say(f"migrate {group}: resuming the live migration from {st.rec.state}")
+        else:
+            st.rec, st.version = rec, (version if rec is not None else -1)
+            dst = offsets(zk, SCHEME_COORDINATOR, group)
+            st.write(
+                R.new(
+                    group,
+                    SCHEME_ZK,
+                    SCHEME_COORDINATOR,
+                    "live",
+                    _now(),
+                    dst,
+                    coordinated.exists(zk, group),
+                    False,
+                    legacy_assignor,
+                )
+            )
+        return _advance(st, wait_s, settle_s, progress)
+    finally:
+        st.unlock()
+
+
+def _check_start(zk: KazooClient, group: str) -> None:
+    if not legacy.exists(zk, group):
+        raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
+    _, lead = coordinated.leader(zk, group)
+    if lead is None:
+        raise GroupshiftError(
+            f"no coordinator node leads group {group!r}; start one (`groupshift coordinator serve`) before a "
+            "live migration: the coordinator consumers need it"
+        )
+    names = _coordinator_members(zk, group, lead)
+    if names:
+        raise writes.GroupActive(
+            f"group {group!r} already has {len(names)} coordinator member(s) "
+            f"({', '.join(names[:10])}) that are not bridged; stop them before a live migration"
+        )
+    dst = offsets(zk, SCHEME_COORDINATOR, group)
+    if dst:
+        raise GroupshiftError(
+            f"group {group!r} already has {len(dst)} committed offset(s) under coordinator; a live "
+            "migration starts from none (delete them with `groupshift offsets delete`, or migrate "
+            "--mode offline --overwrite)"
+        )
+    R.check_bound(len(offsets(zk, SCHEME_ZK, group)), f"group {group!r} under zk")
+
+
+def _advance(st: _Run, wait_s: float, settle_s: float, progress) -> R.Migration:
+    zk, g = st.zk, st.group
+    if st.rec.state == R.PLANNED:
+        snap = offsets(zk, SCHEME_ZK, g)
+        R.check_bound(len(snap), f"group {g!r} under zk")
+        st.write(R.advance(st.rec, R.BRIDGED, _now(), snapshot=R.as_rows(snap)))
+    if st.rec.state == R.BRIDGED:
+        remaining = _wait_for_legacy(st, wait_s)
+        if remaining:
+            shown = ", ".join(remaining[:5]) + (" ..." if len(remaining) > 5 else "")
+            st.say(
+                f"migrate {g}: bridged; {len(remaining)} legacy consumer(s) remain ({shown}): replace "
+                f"them with coordinator consumers, then run `migrate run {g} --from zk --to coordinator "
+                "--mode live` again"
+            )
+            return st.rec
+        _settle(st, settle_s, progress)
+        st.write(R.advance(st.rec, R.COPIED, _now()))
+    if st.rec.state == R.COPIED:
+        _settle(st, settle_s, progress)
+        st.write(R.advance(st.rec, R.VERIFIED, _now()))
+    if st.rec.state == R.VERIFIED:
+        remaining, _ = bridge.registered(zk, g)
+        if remaining:
+            raise GroupshiftError(
+                f"legacy consumer(s) joined group {g!r} again ({', '.join(remaining[:5])}); stop them, "
+                "then run again (or roll back)"
+            )
+        _settle(st, settle_s, progress)
+        st.write(R.advance(st.rec, R.SWITCHED, _now()))
+    if st.rec.state == R.SWITCHED:
+        st.write(R.advance(st.rec, R.DONE, _now()))
+    return st.rec
+
+
+def _wait_for_legacy(st: _Run, wait_s: float) -> list[str]:
+    deadline = time.monotonic() + wait_s
+    shown = None
+    while True:
+        remaining, bridged = bridge.registered(st.zk, st.group)
+        if not remaining or time.monotonic() >= deadline:
+            return remaining
+        if shown != (len(remaining), len(bridged)):
+            shown = (len(remaining), len(bridged))
+            st.say(f"migrate {st.group}: waiting: {len(remaining)} legacy, {len(bridged)} bridged member(s)")
+        time.sleep(POLL_S)
+
+
+def _settle(st: _Run, settle_s: float, progress) -> None:
+    """Wait until every legacy offset is also the coordinator's (the members' dual commits)."""
+    deadline = time.monotonic() + settle_s
+    total = None
+    while True:
+        lag = behind(st.zk, st.group)
+        if total is None:
+            total = len(offsets(st.zk, SCHEME_ZK, st.group))
+        if progress is not None and total:
+            progress(total - len(lag), total)
+        if not lag:
+            return
+        if time.monotonic() >= deadline:
+            tp = min(lag)
+            legacy_off, coord_off = lag[tp]
+            raise GroupshiftError(
+                f"{len(lag)} partition(s) of {st.group!r} have a coordinator offset that is not the "
+                f"legacy one after {settle_s:g}s ({tp.topic}-{tp.partition}: legacy {legacy_off}, "
+                f"coordinator {coord_off}); "
+                "the coordinator consumers carry offsets over when they claim partitions - check that they "
+                "run and subscribe to every topic, then run again"
+            )
+        time.sleep(POLL_S)
