@@ -195,7 +195,7 @@ def test_bad_input_one_line_nothing_changed(zk, zk_connect, zk_server):
         (["plan", "nosuch", *to_coord, "--mode", "live"], "does not exist"),
         (["run", "taken", *to_coord, "--mode", "live"], "no coordinator node leads"),
         (["run", "taken", *to_coord, "--mode", "live", "--overwrite"], "--overwrite is for --mode offline"),
-        (["run", "busy", "--from", "coordinator", "--to", "zk", "--mode", "live"], "goes from zk to coordinator"),
+        (["run", "busy", "--from", "coordinator", "--to", "zk", "--mode", "live"], "from zk to coordinator"),
     ]
     for args, text in cases:
         r = migrate(*args, zk_connect=zk_connect)
