@@ -5,9 +5,10 @@
     run(zk, "billing")                            # bridged -> copied -> verified -> switched -> done
 
 `bridged` tells coordinator consumers to join through `migrate.bridge` (legacy registration,
-union assignment, owner znodes, dual commits). The engine never writes offsets itself: the
-members carry them over by committing to both schemes (the coordinator's offset of a partition is
-brought up to the legacy one when a coordinator member claims it). Once no legacy member is left
+union assignment, owner znodes, dual commits). The members carry the offsets over by committing
+to both schemes (the coordinator's offset of a partition is brought up to the legacy one when a
+coordinator member claims it); the engine copies an offset itself only while the coordinator
+group has no member (a partition nobody consumes, or every consumer stopped). Once no legacy member is left
 (`/consumers/<g>/ids` holds only bridged members), `copied` is recorded when every legacy offset
 has reached the coordinator, `verified` when a second read finds them equal, then `switched`
 (the members leave bridge mode) and `done`. Each transition is one `multi` under the migration
@@ -32,6 +33,7 @@ from migrate.offline import (
     _holder_text,
     _now,
     _Run,
+    checkpoint,
     lock_holder,
     offsets,
     read_record,
@@ -256,7 +258,9 @@ def _wait_for_legacy(st: _Run, wait_s: float) -> list[str]:
 
 
 def _settle(st: _Run, settle_s: float, progress) -> None:
-    """Wait until every legacy offset is also the coordinator's (the members' dual commits)."""
+    """Wait until every legacy offset is also the coordinator's: the members' dual commits carry
+    them over; while the coordinator group has no member at all, the engine copies them itself
+    (through the node, which refuses such a commit once a member joined)."""
     deadline = time.monotonic() + settle_s
     total = None
     while True:
@@ -267,6 +271,16 @@ def _settle(st: _Run, settle_s: float, progress) -> None:
             progress(total - len(lag), total)
         if not lag:
             return
+        _, lead = coordinated.leader(st.zk, st.group)
+        if not _coordinator_members(st.zk, st.group, lead):
+            todo = {tp: legacy_off for tp, (legacy_off, _) in lag.items()}
+            checkpoint("before:copy")
+            try:
+                how = writes.commit(st.zk, SCHEME_COORDINATOR, st.group, todo, progress=_copy_step(progress))
+            except writes.GroupActive:
+                continue  # a coordinator consumer joined meanwhile: it carries them over
+            st.say(f"migrate {st.group}: copied {len(todo)} offsets no member carried {how}")
+            continue
         if time.monotonic() >= deadline:
             tp = min(lag)
             legacy_off, coord_off = lag[tp]
@@ -278,3 +292,15 @@ def _settle(st: _Run, settle_s: float, progress) -> None:
                 "run and subscribe to every topic, then run again"
             )
         time.sleep(POLL_S)
+
+
+def _copy_step(progress):
+    n = [0]
+
+    def step(done: int, total: int) -> None:
+        n[0] += 1
+        if progress is not None:
+            progress(done, total)
+        checkpoint(f"copy:{n[0]}")
+
+    return step

@@ -337,5 +337,219 @@ def test_three_legacy_consumers_replaced_one_by_one_by_coordinator_consumers(zk,
     )
 
 
+# -- the leader's assignment is each legacy member's own decision ----------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin"])
+@pytest.mark.parametrize("seed", range(5))
+def test_union_assignment_is_what_every_legacy_member_computes_for_it(strategy, seed):
+    import random
+
+    from migrate.bridge import union_assignment
+    from zk_rebalance.assignors import View, group_decision, partition_assignor, thread_sort_key
+    from zk_rebalance.layout import TopicCount
+
+    rng = random.Random(seed)
+    partitions = {"t1": rng.randint(1, 12), "t2": rng.randint(1, 7)}
+    topics = dict.fromkeys(partitions, 1) if strategy == "roundrobin" else None
+    regs = {}
+    for i in range(rng.randint(2, 7)):
+        cid = f"g_host-{rng.randint(1, 10**12)}-{i:x}"
+        regs[cid] = TopicCount.static(topics or {t: 1 for t in partitions if rng.random() < 0.8} or {"t1": 1})
+    bridged = {f"member-{i}": cid for i, cid in enumerate(sorted(regs)) if i % 2 == 0}
+    got = union_assignment(strategy, regs, partitions, bridged)
+    # What a legacy member computes for the whole group from the same registrations (0.8's view).
+    per_topic: dict = {}
+    for cid in sorted(regs):
+        for topic, tids in regs[cid].thread_ids(cid).items():
+            per_topic.setdefault(topic, []).extend(tids)
+    for member, cid in bridged.items():
+        view = View(
+            cid,
+            regs[cid].thread_ids(cid),
+            {t: list(range(partitions[t])) for t in per_topic},
+            {t: sorted(v, key=thread_sort_key) for t, v in per_topic.items()},
+            sorted(regs),
+        )
+        whole = group_decision(partition_assignor(strategy), view)
+        assert got[member] == sorted(tp for tp, tid in whole.items() if tid.consumer == cid)
+    # Together with the legacy members' shares, every partition has exactly one owner.
+    assert len({tp for tps in got.values() for tp in tps}) == sum(len(v) for v in got.values())
+
+
+# -- the engine: killed at any step, bad input, rollback --------------------------------------------
+
+
+def migrate_cli(zk_connect: str, *args: str, exit_at=None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPSHIFT_")}
+    if exit_at is not None:
+        env["GROUPSHIFT_MIGRATE_EXIT_AT"] = str(exit_at)
+    cmd = [sys.executable, "-m", "cli", "migrate", *args, "--zk", zk_connect]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+LIVE = ["--from", "zk", "--to", "coordinator", "--mode", "live"]
+
+
+def legacy_group(zk, group: str) -> dict:
+    from migrate import legacy
+
+    want = {TP("a", p): 100 + p for p in range(3)} | {TP("b", 0): 7}
+    legacy.write_offsets(zk, group, want, batch=100)
+    return want
+
+
+def test_a_live_run_killed_at_every_checkpoint_resumes_or_rolls_back(zk, zk_connect, node):
+    """No consumer runs: the engine carries the offsets over itself; a kill at any step, then
+    `run` again ends done with the legacy offsets, `rollback` ends with no coordinator offsets."""
+    from migrate import live
+    from migrate import offline as O
+
+    legacy_group(zk, "count")
+    before = O._reached
+    assert live.run(zk, "count").state == "done"
+    total = O._reached - before
+    assert total >= 14, total
+    want, killed = {}, {}
+    for k in range(1, total + 1):
+        for kind in ("resume", "undo") if k % 3 == 0 else ("resume",):
+            group = f"{kind}-{k}"
+            want[group] = legacy_group(zk, group)
+            killed[group] = migrate_cli(zk_connect, "run", group, *LIVE, exit_at=k)
+    for group, proc in killed.items():
+        assert proc.wait(120) == O.EXIT_CODE, (group, proc.communicate())
+    again = {
+        g: migrate_cli(
+            zk_connect,
+            "run" if g.startswith("resume") else "rollback",
+            g,
+            *(LIVE if g.startswith("resume") else ()),
+        )
+        for g in killed
+    }
+    for group, proc in again.items():
+        code, err = proc.wait(120), proc.communicate()[1]
+        rec, _ = O.read_record(zk, group)
+        assert O.offsets(zk, "zk", group) == want[group], group
+        if group.startswith("resume"):
+            assert code == 0 and rec.state == "done", (group, code, err)
+            assert O.offsets(zk, "coordinator", group) == want[group], group
+        elif rec is None:
+            assert code == 1 and "nothing to roll back" in err, (group, err)
+        elif rec.state == "done":
+            assert code == 1 and "is done" in err, (group, err)
+        else:
+            assert code == 0 and rec.state == "rolled_back", (group, code, err)
+            assert O.offsets(zk, "coordinator", group) == {}, group
+
+
+def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect, node, tmp_path):
+    from migrate import bridge
+    from migrate import offline as O
+    from pipeline.consumer import Consumer
+    from topics.log import Log
+    from topics.registry import create_topic
+
+    log = Log(tmp_path)
+    create_topic(zk, "t", partitions=4)
+    log.create("t", 4)
+    for p in range(4):
+        log.produce("t", [(b"k", b"v")] * 20, partition=p)
+    common = dict(
+        zk=zk_connect,
+        log=log,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=200,
+    )
+    legacy_c = Consumer(
+        "g",
+        ["t"],
+        rebalancer="zk",
+        membership_options={"fence_commits": True, "rebalance_backoff_ms": 150, "rebalance_max_retries": 50},
+        **common,
+    )
+    plain = Consumer("g", ["t"], rebalancer="coordinator", bootstrap=node.bootstrap, **common)
+    consumers = [legacy_c, plain]
+    try:
+        wait_for(lambda: legacy_c.poll(50) is not None and legacy_c.assignment(), 30, "the legacy consumer")
+        legacy_c.commit()
+        wait_for(
+            lambda: plain.poll(50) is not None and plain.assignment(), 30, "the plain coordinator consumer"
+        )
+        record_before = zk.exists(bridge.record_path("g"))
+        # A coordinator consumer that is not bridged: refused, nothing written.
+        r = subprocess.run(
+            [sys.executable, "-m", "cli", "migrate", "run", "g", *LIVE, "--zk", zk_connect],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 1 and "not bridged" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+        assert zk.exists(bridge.record_path("g")) == record_before is None
+        plain.close()
+        consumers.remove(plain)
+        # Bridge it; a coordinator consumer joins through the bridge beside the legacy one.
+        r = subprocess.run(
+            [sys.executable, "-m", "cli", "migrate", "run", "g", *LIVE, "--zk", zk_connect],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0 and "1 legacy consumer(s) remain" in r.stderr, r.stderr
+        bridged = Consumer("g", ["t"], rebalancer="coordinator", bootstrap=node.bootstrap, **common)
+        consumers.append(bridged)
+        assert isinstance(bridged.membership, bridge.BridgedMember)
+
+        def both_consume() -> bool:
+            for c in (legacy_c, bridged):
+                if c.poll(20):
+                    c.commit()
+            return bool(legacy_c.assignment()) and bool(bridged.assignment())
+
+        wait_for(both_consume, 30, "the legacy and the bridged consumer to share the group")
+        assert not legacy_c.assignment() & bridged.assignment()
+        # Rolling back while the bridged member runs: refused, naming it; the record unchanged.
+        data_before = zk.get(bridge.record_path("g"))[0]
+        r = subprocess.run(
+            [sys.executable, "-m", "cli", "migrate", "rollback", "g", "--zk", zk_connect],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 1 and "coordinator member(s) of the live migration" in r.stderr, r.stderr
+        assert zk.get(bridge.record_path("g"))[0] == data_before
+        for _ in range(3):
+            both_consume()
+        bridged.close()
+        consumers.remove(bridged)
+        r = subprocess.run(
+            [sys.executable, "-m", "cli", "migrate", "rollback", "g", "--zk", zk_connect],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, r.stderr
+        assert O.read_record(zk, "g")[0].state == "rolled_back"
+        assert O.offsets(zk, "coordinator", "g") == {}
+        # The legacy consumer takes the whole group back and reads everything from the legacy offsets.
+        ends = {TP("t", p): log.latest(TP("t", p)) for p in range(4)}
+
+        def legacy_done() -> bool:
+            if legacy_c.poll(50):
+                legacy_c.commit()
+            return O.offsets(zk, "zk", "g") == ends
+
+        wait_for(legacy_done, 30, "the legacy consumer to read to the end")
+    finally:
+        for c in consumers:
+            c.close()
+
+
 if __name__ == "__main__":
     worker_main(json.loads(sys.argv[1]))
