@@ -13,8 +13,9 @@ consumers share it during a rolling restart (docs/migrate.md, "Live migration"):
 * a member claims a partition's legacy owner znode, bumping scheme one's fencing epoch, before it
   fetches the partition; one still owned by a legacy member is claimed once that member released
   it (retried on every `poll()`);
-* it commits to the legacy offsets first, fenced by that epoch (the authority while bridged), then
-  to the coordinator; a partition starts at the larger of the two offsets, and a new claim first
+* it commits to the legacy offsets first, fenced by that epoch (the authority while bridged: a
+  commit that passed it has taken effect), then to the coordinator (retried on later polls when
+  the coordinator refused it); a partition starts at the larger of the two offsets, and a new claim first
   brings the coordinator's offset up to the legacy one, so once no legacy member is left the
   coordinator holds every offset;
 * any change of `/consumers/<g>/ids` makes the member rejoin (the legacy members rebalance too).
@@ -189,6 +190,7 @@ class BridgedMember:
         self._lock = threading.RLock()
         self._claimed: dict[TopicPartition, int] = {}  # partition -> fencing epoch
         self._pending: set[TopicPartition] = set()  # assigned, owner znode not claimed yet
+        self._deferred: dict[TopicPartition, int] = {}  # committed to legacy, not yet to the coordinator
         self._next_claim = 0.0
         self._registered = False
         self._session_lost = False
@@ -229,6 +231,7 @@ class BridgedMember:
             self._recover_session()
         self.member.poll(timeout, join_timeout)
         self._claim_pending()
+        self._flush_deferred()
 
     def record_poll(self) -> None:
         self.member.record_poll()
@@ -267,6 +270,16 @@ class BridgedMember:
                     f"commit of {', '.join(map(str, fenced))} refused: a legacy member claimed them since "
                     "(owner epoch changed); the new owner re-delivers the records"
                 )
+            try:
+                self.member.commit(offsets, generation)
+            except CommitFailed as exc:
+                # The commit took effect where it counts while bridged (the fenced legacy write);
+                # the coordinator's copy follows on a later poll (or the next owner's catch-up).
+                with self._lock:
+                    self._deferred.update({tp: off for tp, off, _ in work})
+                self.events.emit("coordinator_commit_deferred", partitions=[str(tp) for tp, _, _ in work])
+                log.info("group %s: coordinator commit deferred (%s)", self.group, exc)
+            return
         self.member.commit(offsets, generation)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
@@ -430,6 +443,21 @@ class BridgedMember:
             self._claimed.update(got)
         self._catch_up(sorted(got))
         call_listener(self._downstream, "on_partitions_assigned", set(got))
+
+    def _flush_deferred(self) -> None:
+        """Retry the coordinator's half of commits it refused (the legacy half took effect)."""
+        with self._lock:
+            if not self._deferred or self.member.rebalance_in_progress:
+                return
+            todo = {tp: OffsetAndMetadata(off) for tp, off in self._deferred.items() if tp in self._claimed}
+            self._deferred = {}
+        if todo:
+            try:
+                self.member.commit(todo, self.member.generation)
+            except CommitFailed:
+                with self._lock:
+                    for tp, om in todo.items():
+                        self._deferred.setdefault(tp, om.offset)
 
     def _catch_up(self, partitions: list[TopicPartition]) -> None:
         """Bring the coordinator's offsets of newly claimed partitions up to the legacy ones."""

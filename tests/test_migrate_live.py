@@ -551,5 +551,121 @@ def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect
             c.close()
 
 
+def test_bridged_consumers_survive_a_killed_coordinator_node_and_an_expired_zookeeper_session(
+    zk, zk_connect, zk_server, tmp_path
+):
+    """While bridged: the node leading the group is killed (the group fails over to the other node)
+    and one bridged consumer's ZooKeeper session expires (its owner znodes and registration vanish;
+    it reports its partitions lost and registers again). Records go on being produced; in the end
+    every record was delivered and committed exactly once, and the migration finishes."""
+    from kazoo.client import KazooClient
+
+    from coordinator.node.process import CoordinatorNodes
+    from migrate import coordinated, live
+    from pipeline.consumer import Consumer
+    from tests.test_consumer import Worker, assert_exactly_once
+    from topics.log import Log
+    from topics.registry import create_topic
+
+    log = Log(tmp_path)
+    create_topic(zk, "t", partitions=PARTITIONS)
+    log.create("t", PARTITIONS)
+    for p in range(PARTITIONS):
+        log.produce("t", [(b"k", b"v")] * 50, partition=p)
+    producer = Producer(log, "t")
+    delivered: list = []
+    workers: list[Worker] = []
+    with CoordinatorNodes(zk_connect, count=2) as nodes:
+        common = dict(
+            zk=zk_connect,
+            log=log,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=200,
+            max_poll_records=50,
+        )
+        legacy_options = {"fence_commits": True, "rebalance_backoff_ms": 150, "rebalance_max_retries": 50}
+        try:
+            legacy_w = Worker(
+                Consumer("g", ["t"], rebalancer="zk", membership_options=legacy_options, **common),
+                delivered,
+                "legacy",
+            )
+            workers.append(legacy_w)
+            legacy_w.start()
+            producer.start()
+            wait_for(lambda: len(delivered) > 100, 30, "the legacy consumer to consume")
+            assert live.run(zk, "g").state == "bridged"
+            bridged = []
+            for i in range(2):
+                c = Consumer(
+                    "g",
+                    ["t"],
+                    rebalancer="coordinator",
+                    bootstrap=nodes.bootstrap,
+                    membership_options={"bridge_event_log": str(tmp_path / f"bridged-{i}.jsonl")},
+                    **common,
+                )
+                bridged.append(c)
+                w = Worker(c, delivered, f"bridged-{i}")
+                workers.append(w)
+                w.start()
+
+            def progress(after: int) -> bool:
+                return len(delivered) > after and all(c.assignment() for c in bridged)
+
+            n = len(delivered)
+            wait_for(lambda: progress(n), 60, "both bridged consumers to consume beside the legacy one")
+
+            _, lead = coordinated.leader(zk, "g")
+            nodes.kill(lead.node)
+            n = len(delivered)
+            wait_for(lambda: progress(n + 200), 60, "consumption after the coordinator node was killed")
+
+            victim = bridged[0].zk
+            hosts = ",".join(f"{h}:{p}" for h, p in victim.hosts)
+            thief = KazooClient(hosts=hosts, client_id=victim.client_id)
+            thief.start(timeout=10)
+            thief.stop()  # closing the stolen session expires it for its owner
+            thief.close()
+            n = len(delivered)
+            wait_for(lambda: progress(n + 200), 60, "consumption after a bridged consumer's session expired")
+            wait_for(
+                lambda: (
+                    sorted(zk.get_children("/groupshift/bridge/g"))
+                    == sorted(c.membership.consumer_id for c in bridged)
+                ),
+                30,
+                "the expired consumer to register again",
+            )
+
+            legacy_w.stop()
+            assert live.run(zk, "g", wait_s=30).state == "done"
+            producer.stop_event.set()
+            producer.join(5)
+            ends = {TP("t", p): log.latest(TP("t", p)) for p in range(PARTITIONS)}
+            wait_for(
+                lambda: {tp for tp, _, _ in delivered} and _delivered_up_to(delivered) == ends,
+                60,
+                "everything to be consumed",
+            )
+        finally:
+            producer.stop_event.set()
+            for w in workers:
+                if w.is_alive():
+                    w.stop()
+    assert_exactly_once(delivered, ends)
+    events = [json.loads(line)["ev"] for line in (tmp_path / "bridged-0.jsonl").read_text().splitlines()]
+    assert events.count("registered") == 2, "the expired consumer did not register again"
+
+
+def _delivered_up_to(delivered) -> dict:
+    top: dict = {}
+    for tp, off, _ in list(delivered):
+        top[tp] = max(top.get(tp, 0), off + 1)
+    return top
+
+
 if __name__ == "__main__":
     worker_main(json.loads(sys.argv[1]))
