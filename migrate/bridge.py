@@ -69,13 +69,12 @@ from zk_rebalance.zkclient import Closing, ZkCalls
 log = logging.getLogger(__name__)
 
 BRIDGE_PROTOCOL = "groupshift-bridge"
-MARKERS = "/groupshift/bridge"
 BRIDGING = (R.PLANNED, R.BRIDGED, R.COPIED, R.VERIFIED)  # a live record in these states bridges
 CLAIM_RETRY_S = 0.1
 
 
 def marker_dir(group: str) -> str:
-    return f"{MARKERS}/{znode_name(group)}"
+    return f"{R.MARKERS}/{znode_name(group)}"
 
 
 def record_path(group: str) -> str:

@@ -11,12 +11,15 @@ the next offset to read. Nothing here writes unless asked to; writes are `multi`
 
 from __future__ import annotations
 
+import msgspec
 from kazoo.client import KazooClient
 
+from coordinator.node.store import znode_name
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 from migrate import zkio
 from migrate.model import DEAD, EMPTY, REBALANCING, SCHEME_ZK, STABLE, Committed, GroupView, Member
+from migrate.record import MARKERS
 from topics.registry import decode_assignment
 from zk_rebalance.layout import (
     INTERNAL_TOPICS,
@@ -98,7 +101,8 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     top = zkio.get_many(zk, [group_dir(group)])[0]
     if top is None:
         return None
-    ids = zkio.children(zk, f"{group_dir(group)}/ids") or []
+    ids, bridged = zkio.children_many(zk, [f"{group_dir(group)}/ids", f"{MARKERS}/{znode_name(group)}"])
+    ids, bridged = ids or [], set(bridged or [])
     regs = zkio.get_many(zk, [f"{group_dir(group)}/ids/{c}" for c in ids])
     owners = _read_owners(zk, group)
     offsets = read_offsets(zk, group)
@@ -122,7 +126,10 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
             subscribed_topics.update(t for t in all_topics if sub.filter.allows(t))
         else:
             subscribed_topics.update(sub.streams)
-        members.append(_member(group, cid, owned, dict(sub.streams), sub.pattern, None))
+        member = _member(group, cid, owned, dict(sub.streams), sub.pattern, None)
+        if cid in bridged:  # a coordinator consumer in the group through a live migration's bridge
+            member = msgspec.structs.replace(member, client_id=BRIDGED_CLIENT)
+        members.append(member)
 
     subscribed = {
         t: n for t, n in topic_partitions(zk, sorted(subscribed_topics - INTERNAL_TOPICS)).items() if n
@@ -135,6 +142,11 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
         covered = all(owners.get(tp) in live for tp in expected)
         state = STABLE if covered and not any(m.error for m in members) else REBALANCING
     notes = []
+    if bridged & live:
+        notes.append(
+            f"{len(bridged & live)} member(s) are coordinator consumers bridged by a live migration "
+            "(`migrate status` tells its state)"
+        )
     stale = sorted({c for c in owners.values() if c not in live})
     if stale:
         notes.append(f"partitions owned by consumers that are not registered: {', '.join(stale)}")
@@ -173,6 +185,9 @@ def _member(group: str, cid: str, owned, subscription, pattern, error) -> Member
     return Member(cid, None, host, None, owned, subscription, pattern, error)
 
 
+BRIDGED_CLIENT = "coordinator (bridged)"  # the client id shown for a bridged member
+
+
 # -- writes ------------------------------------------------------------------------------------
 
 
@@ -187,7 +202,7 @@ def write_offsets(
     zkio.ensure_shared(zk, [CONSUMERS])
     parents = [group_dir(group), f"{group_dir(group)}/offsets"]
     tps = sorted(offsets)
-    present = zkio.get_many(zk, [offset_path(group, tp) for tp in tps])
+    present = zkio.get_existing(zk, [offset_path(group, tp) for tp in tps])
     made: set[str] = set()
     ops: list[tuple] = [
         ("create", p, b"") for p, got in zip(parents, zkio.get_many(zk, parents), strict=True) if got is None
@@ -226,6 +241,7 @@ def run_ops(
             elif op[0] == "delete":
                 txn.delete(op[1], version=op[2] if len(op) > 2 else -1)
         zkio.requests["multi"] += 1
+        zkio.requests["znodes written"] += len(chunk)
         try:
             results = txn.commit()
         except Exception as exc:  # kazoo raises connection, timeout and request errors here

@@ -306,14 +306,17 @@ def run(
             if state.rec is None or state.rec.state in R.TERMINAL:
                 raise MigrationBusy(f"the migration of {group!r} finished meanwhile; see `migrate status`")
             say(f"migrate {group}: resuming from {state.rec.state}")
-        else:
-            state.version = version
-            state.rec = rec
-            new = R.new(group, source, dest, mode, _now(), dst, exists(zk, dest, group), overwrite)
-            if rec is None:
-                state.version = -1
-            state.write(new)
-        return _advance(state, batch, progress)
+            return _advance(state, batch, progress)
+        state.version = version
+        state.rec = rec
+        new = R.new(group, source, dest, mode, _now(), dst, exists(zk, dest, group), overwrite)
+        if rec is None:
+            state.version = -1
+        state.write(new)
+        # The offsets read by the checks above serve as the snapshot and the copy's baseline: a
+        # consumer that committed since is caught before the switch (the source is read again
+        # and must equal the snapshot), and the copy is verified by reading the destination back.
+        return _advance(state, batch, progress, read=(src, dst))
     finally:
         state.unlock()
 
@@ -336,25 +339,31 @@ def _clear_dead_lock(zk: KazooClient, group: str) -> None:
             pass
 
 
-def _advance(st: _Run, batch: int, progress) -> R.Migration:
+def _advance(st: _Run, batch: int, progress, read: tuple[dict, dict] | None = None) -> R.Migration:
+    """Carry the migration on from its recorded state; `read`: the (source, destination) offsets
+    this run read a moment ago, before planning (a fresh run), so it need not read them again."""
     zk, g = st.zk, st.group
     m = st.rec
     assert m is not None
-    fresh = False  # the snapshot was read by this run, under its lock, a moment ago
+    fresh = False  # the snapshot was read by this run a moment ago
+    dest_now = None
     if m.state == R.PLANNED:
-        check_idle(zk, g, m.source, m.dest)
+        if read is None:  # a fresh run checked a moment ago; the check before the switch follows
+            check_idle(zk, g, m.source, m.dest)
         checkpoint("before:snapshot")
-        snap = offsets(zk, m.source, g)
+        snap = read[0] if read is not None else offsets(zk, m.source, g)
         R.check_bound(len(snap), f"group {g!r} under {m.source}")
         st.write(R.advance(m, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
         fresh = True
+        dest_now = read[1] if read is not None else None
     while st.rec.state in (R.FROZEN, R.COPIED):
         m = st.rec
         want = R.as_offsets(m.snapshot)
         if not fresh:  # resumed: a consumer may have committed since the snapshot
             _check_source(zk, m, want)
         if m.state == R.FROZEN or R.diff(want, offsets(zk, m.dest, g)):
-            _copy(zk, m, want, batch, progress, st.say)
+            _copy(zk, m, want, batch, progress, st.say, dest_now)
+            dest_now = None
         if m.state == R.FROZEN:
             st.write(R.advance(m, R.COPIED, _now()))
         have = offsets(zk, m.dest, g)
@@ -390,8 +399,9 @@ def _check_source(zk: KazooClient, m: R.Migration, want: dict[TopicPartition, in
         )
 
 
-def _copy(zk, m: R.Migration, want, batch: int, progress, say) -> None:
-    todo = {tp: want[tp] for tp in R.diff(want, offsets(zk, m.dest, m.group))}
+def _copy(zk, m: R.Migration, want, batch: int, progress, say, dest_now=None) -> None:
+    have = offsets(zk, m.dest, m.group) if dest_now is None else dest_now
+    todo = {tp: want[tp] for tp in R.diff(want, have)}
     checkpoint("before:copy")
     if not todo:
         return

@@ -21,6 +21,7 @@ from core.types import TopicPartition
 
 ROOT = "/groupshift/migrations"
 LOCKS = "/groupshift/migration-locks"
+MARKERS = "/groupshift/bridge"  # /groupshift/bridge/<g>/<consumer id>: a bridged coordinator member
 
 PLANNED, FROZEN, BRIDGED, COPIED, VERIFIED, SWITCHED, DONE, ROLLED_BACK = (
     "planned",

@@ -128,7 +128,7 @@ def _commit_in_zk(
     parents = [gpath, f"{gpath}/offsets"]
     parents += sorted({f"{gpath}/offsets/{znode_name(tp.topic)}" for tp in tps})
     have = zkio.get_many(zk, parents)
-    present = zkio.get_many(zk, [offset_path(group, *tp) for tp in tps])
+    present = zkio.get_existing(zk, [offset_path(group, *tp) for tp in tps])
     ops: list[tuple] = [("create", p, b"") for p, h in zip(parents, have, strict=True) if h is None]
     for tp, got in zip(tps, present, strict=True):
         data = encode_offset(OffsetRecord(tp.topic, tp.partition, offsets[tp], "", now), -1)

@@ -445,6 +445,7 @@ def test_a_live_run_killed_at_every_checkpoint_resumes_or_rolls_back(zk, zk_conn
 
 def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect, node, tmp_path):
     from migrate import bridge
+    from migrate import legacy
     from migrate import offline as O
     from pipeline.consumer import Consumer
     from topics.log import Log
@@ -512,6 +513,13 @@ def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect
 
         wait_for(both_consume, 30, "the legacy and the bridged consumer to share the group")
         assert not legacy_c.assignment() & bridged.assignment()
+        view = legacy.read_group(zk, "g")  # what `groups describe g --scheme zk` shows
+        kinds = {m.member_id: m.client_id for m in view.members}
+        assert kinds == {
+            legacy_c.membership.consumer_id: None,
+            bridged.membership.consumer_id: legacy.BRIDGED_CLIENT,
+        }, kinds
+        assert any("bridged by a live migration" in n for n in view.notes), view.notes
         # Rolling back while the bridged member runs: refused, naming it; the record unchanged.
         data_before = zk.get(bridge.record_path("g"))[0]
         r = subprocess.run(
