@@ -137,6 +137,9 @@ class Worker(threading.Thread):
     succeeded, in `retracted` when it raised CommitFailed (those records are delivered again)."""
 
     def __init__(self, consumer: Consumer, delivered: list, name: str):
+        # With auto-commit a rebalance commits what poll() returned, so a CommitFailed would not
+        # mean "delivered again" and the bookkeeping below would miss records.
+        assert not consumer.enable_auto_commit, "a Worker commits explicitly"
         super().__init__(daemon=True, name=name)
         self.consumer, self.delivered = consumer, delivered
         self.stop_event = threading.Event()
@@ -211,7 +214,10 @@ def assert_exactly_once(delivered, ends: dict[TP, int]) -> None:
 def test_three_consumers_read_a_topic_to_its_end_exactly_once(env):
     env.topic("t", partitions=6)
     delivered: list = []
-    workers = [Worker(env.consumer("g3", ["t"], max_poll_records=50), delivered, f"w{i}") for i in range(3)]
+    workers = [
+        Worker(env.consumer("g3", ["t"], max_poll_records=50, enable_auto_commit=False), delivered, f"w{i}")
+        for i in range(3)
+    ]
     for w in workers:
         w.start()
     try:
@@ -234,8 +240,8 @@ def test_three_consumers_read_a_topic_to_its_end_exactly_once(env):
 def test_a_consumer_joins_and_another_leaves_during_consumption(env):
     env.topic("t", partitions=4, per_partition=100)
     delivered: list = []
-    w0 = Worker(env.consumer("gj", ["t"], max_poll_records=20), delivered, "w0")
-    w1 = Worker(env.consumer("gj", ["t"], max_poll_records=20), delivered, "w1")
+    w0 = Worker(env.consumer("gj", ["t"], max_poll_records=20, enable_auto_commit=False), delivered, "w0")
+    w1 = Worker(env.consumer("gj", ["t"], max_poll_records=20, enable_auto_commit=False), delivered, "w1")
     w0.start()
     w1.start()
     stop_producing = threading.Event()
@@ -250,7 +256,7 @@ def test_a_consumer_joins_and_another_leaves_during_consumption(env):
     producer.start()
     try:
         wait_for(lambda: {n for *_, n in delivered} >= {"w0", "w1"}, what="both consumers reading")
-        w2 = Worker(env.consumer("gj", ["t"], max_poll_records=20), delivered, "w2")
+        w2 = Worker(env.consumer("gj", ["t"], max_poll_records=20, enable_auto_commit=False), delivered, "w2")
         w2.start()
         wait_for(lambda: any(n == "w2" for *_, n in delivered), what="the joined consumer reading")
         w0.stop()  # leaves the group (close: commit, revoke, leave)
@@ -297,7 +303,7 @@ def test_a_consumer_paused_past_its_session_timeout_is_fenced(env, tmp_path):
         assert polled["records"], polled
         proc.send_signal(signal.SIGSTOP)
         delivered: list = []
-        w = Worker(env.consumer("gp", ["t"]), delivered, "new-owner")
+        w = Worker(env.consumer("gp", ["t"], enable_auto_commit=False), delivered, "new-owner")
         w.start()
         try:
             wait_for(lambda: len(delivered) >= 100, timeout=60, what="the new owner reading everything")
@@ -473,7 +479,9 @@ def test_cooperative_sticky_moves_only_what_must_move(coordinator_env):
             events[self.name].append(("assigned", frozenset(tps)))
 
     def coop(name):
-        return env.consumer("gc", ["t"], assignors=["cooperative-sticky"], listener=Listener(name))
+        return env.consumer(
+            "gc", ["t"], assignors=["cooperative-sticky"], listener=Listener(name), enable_auto_commit=False
+        )
 
     stop_producing = threading.Event()
 
