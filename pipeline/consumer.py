@@ -10,8 +10,10 @@
     consumer.close()
 
 `rebalancer="zk"` makes the consumer a scheme-one member (`zk_rebalance.ZkGroupMember`, Kafka 0.8
-ZooKeeper watches); `rebalancer="coordinator"` a scheme-three member
-(`coordinator.member.client.CoordinatorMember`). Nothing else in the calling code changes. While
+ZooKeeper watches); `rebalancer="server"` a scheme-two member (the coordinator assigns: a
+`CoordinatorMember` with `server_assigned=True`, the first of `assignors` naming the strategy);
+`rebalancer="coordinator"` a scheme-three member (`coordinator.member.client.CoordinatorMember`).
+Nothing else in the calling code changes. While
 `migrate run --mode live` bridges the group from scheme one, a coordinator consumer joins through
 the bridge (`migrate.bridge.BridgedMember`), beside the legacy consumers, by itself.
 
@@ -22,8 +24,8 @@ still holds to their last committed offsets, or by the partitions' new owners).
 
 Where rebalances run differs, as it does between Kafka's consumer and Kafka 0.8's:
 
-* scheme three (`"coordinator"`): as in Kafka, inside `poll()`, on the caller's thread. The
-  heartbeat thread only notices that a rebalance started; the next `poll()` calls
+* schemes two and three (`"server"`, `"coordinator"`): as in Kafka, inside `poll()`, on the
+  caller's thread. The heartbeat thread only notices that a rebalance started; the next `poll()` calls
   `on_partitions_revoked`, rejoins, and calls `on_partitions_assigned`. A `poll(timeout_ms)` whose
   timeout runs out before the group completed the rebalance returns anyway (the join stays in
   flight for the next poll), so one thread can poll several consumers of a group in turn. Between
@@ -66,7 +68,7 @@ from topics.fetcher import ConsumerRecord, Fetcher, records
 
 log = logging.getLogger(__name__)
 
-REBALANCERS = ("zk", "coordinator")
+REBALANCERS = ("zk", "server", "coordinator")
 MAX_COORDINATOR_TIMEOUT_MS = 3_600_000  # an hour: beyond that, a consumer should rather fail
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
 
@@ -572,6 +574,27 @@ class Consumer:
         o = self._options
         if self.rebalancer == "zk" and offsets_only:
             return _ZkOffsets(self.zk, self.group_id)  # manual assignment: offsets only
+        if self.rebalancer == "server":
+            from coordinator.member.client import CoordinatorMember
+
+            # Scheme two: the coordinator assigns with the first strategy named, and the member
+            # reads no ZooKeeper (only to find the coordinator when no bootstrap is given).
+            return CoordinatorMember(
+                self.group_id,
+                topics,
+                zk=None if o["bootstrap"] else self.zk,
+                bootstrap=o["bootstrap"],
+                assignors=o["assignors"][:1],
+                listener=listener,
+                session_timeout_ms=o["session_timeout_ms"],
+                heartbeat_interval_ms=o["heartbeat_interval_ms"],
+                max_poll_interval_ms=o["max_poll_interval_ms"],
+                client_id=self.client_id,
+                coordinator_timeout_ms=o["coordinator_timeout_ms"],
+                server_assigned=True,
+                **self._membership_options,
+                poll_driven=not offsets_only,
+            )
         if self.rebalancer == "coordinator":
             from coordinator.member.client import CoordinatorMember
 

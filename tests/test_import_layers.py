@@ -179,7 +179,19 @@ ROOMS_MAY_IMPORT = {
     "coordinator.assignors": set(),
     "coordinator.group": {"coordinator.wire"},
     "coordinator.member": {"coordinator.wire", "coordinator.assignors"},
-    "coordinator.node": {"coordinator.wire", "coordinator.group", "coordinator.member"},
+    # scheme two: the coordinator runs the assignors on the classic core (server-side assignment)
+    "coordinator.server_side": {
+        "coordinator.wire",
+        "coordinator.group",
+        "coordinator.assignors",
+        "coordinator.member",
+    },
+    "coordinator.node": {
+        "coordinator.wire",
+        "coordinator.group",
+        "coordinator.member",
+        "coordinator.server_side",
+    },
 }
 
 

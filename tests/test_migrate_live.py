@@ -444,8 +444,7 @@ def test_a_live_run_killed_at_every_checkpoint_resumes_or_rolls_back(zk, zk_conn
 
 
 def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect, node, tmp_path):
-    from migrate import bridge
-    from migrate import legacy
+    from migrate import bridge, legacy
     from migrate import offline as O
     from pipeline.consumer import Consumer
     from topics.log import Log

@@ -225,8 +225,25 @@ class GroupCoordinator:
         self.offsets.expire_offsets()
         return out
 
+    def request_rebalance(self, group_id: str, now_ms: int) -> list[Output]:
+        """Start a rebalance of a group that can rebalance (scheme two: a subscribed topic grew)."""
+        out = self._begin(now_ms)
+        group = self._groups.get(group_id)
+        if group is not None:
+            self.group_manager.maybe_prepare_rebalance(group)
+        return out
+
     def group_ids(self) -> list[str]:
         return list(self._groups)
+
+    def protocol_type(self, group_id: str) -> str | None:
+        group = self._groups.get(group_id)
+        return None if group is None else group.protocol_type
+
+    def generation(self, group_id: str) -> int:
+        """The group's generation id (-1 for a group this node does not hold)."""
+        group = self._groups.get(group_id)
+        return -1 if group is None else group.generation_id
 
     def group_state(self, group_id: str) -> GroupState | None:
         group = self._groups.get(group_id)

@@ -26,6 +26,9 @@ from coordinator.group.state import (
 from coordinator.wire.schema import JoinGroupMember
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+SERVER_PROTOCOL_TYPE = "consumer-server"  # scheme two: the coordinator assigns (server_assigned.py)
+#: Protocol types whose member metadata is a consumer subscription.
+CONSUMER_PROTOCOL_TYPES = frozenset({CONSUMER_PROTOCOL_TYPE, SERVER_PROTOCOL_TYPE})
 
 
 class _Subscription(msgspec.Struct):
@@ -318,7 +321,7 @@ class Group:
         return best
 
     def compute_subscribed_topics(self) -> frozenset[str] | None:
-        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        if self.protocol_type not in CONSUMER_PROTOCOL_TYPES:
             return None
         if not self.members:
             return frozenset()

@@ -18,7 +18,7 @@ from typing import Any
 from coordinator.group.context import CoreContext
 from coordinator.group.group_manager import GroupManager
 from coordinator.group.messages import DeleteOffsets, OffsetRecord, WriteOffsets
-from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE, Group
+from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPES, Group
 from coordinator.group.offsets import metadata_length
 from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
 from coordinator.wire import error_codes as E
@@ -193,7 +193,7 @@ class OffsetManager:
             elif group.protocol_type is None:
                 expired = offsets.expired(now, retention)
             elif (
-                group.protocol_type == CONSUMER_PROTOCOL_TYPE
+                group.protocol_type in CONSUMER_PROTOCOL_TYPES
                 and group.state is STABLE
                 and group.subscribed_topics is not None
             ):
@@ -231,7 +231,7 @@ class OffsetManager:
         if group is None or group.state is DEAD:
             self._ctx.respond(token, OffsetDeleteResponse(error_code=E.GROUP_ID_NOT_FOUND))
             return
-        if group.state is not EMPTY and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        if group.state is not EMPTY and group.protocol_type not in CONSUMER_PROTOCOL_TYPES:
             self._ctx.respond(token, OffsetDeleteResponse(error_code=E.NON_EMPTY_GROUP))
             return
         empty = group.state is EMPTY

@@ -37,6 +37,12 @@ Listener callbacks run in Kafka's order:
     member.commit({TopicPartition("clicks", 0): OffsetAndMetadata(42)}, member.generation)
     member.close()                                # revoke, LeaveGroup (dynamic members only)
 
+With `server_assigned=True` the member is scheme two's (docs/scheme-two.md): it names one strategy
+and sends ServerJoinGroup, whose one answer carries its consumer id, the generation and its
+partitions (the coordinator assigns; the member never reads ZooKeeper); heartbeats are
+ServerHeartbeat, and ILLEGAL_GENERATION there means "rebalance": revoke (commit), then rejoin with
+the same consumer id. Offsets, LeaveGroup and FindCoordinator are the same.
+
 A member whose owner stops calling `poll()` (or `record_poll()`) for `max_poll_interval_ms` leaves
 the group (Kafka's poll timeout) and rejoins on the next call. Static members
 (`group_instance_id`) never send LeaveGroup, so a restart within the session timeout causes no
@@ -75,8 +81,11 @@ from coordinator.member.connection import (
 from coordinator.member.consumer_protocol import (
     EAGER,
     PROTOCOL_TYPE,
+    SERVER_STRATEGIES,
+    by_topic,
     cooperative_changes,
     join_protocols,
+    partitions_of,
     perform_assignment,
     rebalance_protocol,
     resolve_assignors,
@@ -96,6 +105,9 @@ from coordinator.wire.schema import (
     OffsetCommitTopic,
     OffsetFetchRequest,
     OffsetFetchTopic,
+    ServerHeartbeatRequest,
+    ServerJoinGroupRequest,
+    ServerJoinGroupResponse,
     SyncGroupAssignment,
     SyncGroupRequest,
     SyncGroupResponse,
@@ -121,6 +133,7 @@ FATAL_JOIN_ERRORS = (
     E.FENCED_INSTANCE_ID,
     E.UNSUPPORTED_VERSION,
     E.INVALID_REQUEST,
+    E.UNKNOWN_PARTITIONING_STRATEGY,
 )
 
 
@@ -180,10 +193,16 @@ class CoordinatorMember:
         rack: str | None = None,
         poll_driven: bool = False,
         coordinator_timeout_ms: int = 30_000,
+        server_assigned: bool = False,
     ):
         if not assignors:
             raise GroupshiftError("a member needs at least one assignor (partition.assignment.strategy)")
         by_name = resolve_assignors(assignors)  # fails fast with the list of known names
+        if server_assigned and (len(by_name) != 1 or next(iter(by_name)) not in SERVER_STRATEGIES):
+            raise GroupshiftError(
+                f"a server-assigned member names one strategy the coordinator runs "
+                f"({', '.join(SERVER_STRATEGIES)}), not {list(by_name)}"
+            )
         if not isinstance(coordinator_timeout_ms, int) or coordinator_timeout_ms <= 0:
             raise GroupshiftError(
                 f"coordinator_timeout_ms must be a positive integer (milliseconds), "
@@ -209,11 +228,14 @@ class CoordinatorMember:
         self.rack = rack
         self.poll_driven = poll_driven
         self.coordinator_timeout = coordinator_timeout_ms / 1000
+        self.server_assigned = server_assigned
         self._zk = zk
         self._bootstrap = [parse_address(b) for b in bootstrap or []]
         if not self._bootstrap and zk is None:
             raise GroupshiftError("pass bootstrap='host:port,...' or a ZooKeeper client to find coordinators")
-        if partitions_for is None:
+        if partitions_for is None and server_assigned:
+            partitions_for = _not_the_leader  # the coordinator assigns
+        elif partitions_for is None:
             if zk is None:
                 raise GroupshiftError(
                     "pass partitions_for or a ZooKeeper client (the leader needs topic sizes)"
@@ -838,6 +860,13 @@ class CoordinatorMember:
             if in_flight.api == wire.JOIN_GROUP:
                 if not self._on_join_response(conn, in_flight, resp):
                     return
+            elif in_flight.api == wire.SERVER_JOIN_GROUP:
+                if not self._on_server_join_response(in_flight, resp):
+                    return
+                with self._cv:
+                    done = not self._rejoin_needed
+                if done:
+                    return
             elif self._on_sync_response(in_flight, resp):
                 with self._cv:
                     done = not self._rejoin_needed
@@ -868,6 +897,17 @@ class CoordinatorMember:
             gen = self._generation
             owned = set(self._owned)
             stable_gen = self._stable_generation
+            previous = set(self._last_assignment)
+        if self.server_assigned:
+            server_body = ServerJoinGroupRequest(
+                group_id=self.group_id,
+                consumer_id=gen.member_id,
+                session_timeout_ms=self.session_timeout_ms,
+                topics=list(self.topics),
+                strategy=self.assignors[0],
+                owned=by_topic(previous),
+            )
+            return self._send(conn, wire.SERVER_JOIN_GROUP, server_body, gen, "joins")
         body = JoinGroupRequest(
             group_id=self.group_id,
             session_timeout_ms=self.session_timeout_ms,
@@ -947,6 +987,30 @@ class CoordinatorMember:
             self._cv.notify_all()
         return self._send_sync(conn, gen, resp)
 
+    def _on_server_join_response(self, in_flight: _InFlight, resp: ServerJoinGroupResponse) -> bool:
+        """Scheme two's one answer: consumer id, generation and partitions. False when the join loop
+        must stop (look the coordinator up, fatal error)."""
+        code = resp.error_code
+        if code:
+            return self._handle_join_error("ServerJoinGroup", code)
+        assigned = partitions_of(resp.assignment)
+        with self._cv:
+            if self._closed:
+                return False
+            if self.state != MemberState.PREPARING_REBALANCE or self._generation != in_flight.generation:
+                log.info(
+                    "group %s: ServerJoinGroup answered after the member left; joining again", self.group_id
+                )
+                self._rejoin_needed = True
+                return True
+            gen = self._generation = Generation(resp.generation_id, resp.consumer_id, resp.strategy)
+            self.state = MemberState.STABLE
+            self._stable_generation = gen.generation_id
+            self._last_heartbeat_ok = time.monotonic()
+            self._cv.notify_all()
+        self._on_join_complete(gen, assigned)
+        return True
+
     def _handle_join_error(self, api: str, code: int) -> bool:
         """React to a JoinGroup/SyncGroup error; False when the join loop must stop (rediscover, fatal)."""
         log.debug("group %s: %s answered %s", self.group_id, api, error_name(code))
@@ -973,6 +1037,7 @@ class CoordinatorMember:
                 E.INVALID_SESSION_TIMEOUT: f"session_timeout_ms={self.session_timeout_ms} is outside the "
                 "coordinator's group.min/max.session.timeout.ms",
                 E.GROUP_MAX_SIZE_REACHED: "the group is full (group.max.size)",
+                E.UNKNOWN_PARTITIONING_STRATEGY: f"the coordinator has no strategy {self.assignors[0]!r}",
             }.get(code, "")
             self._fail(
                 RebalanceFailed(f"{api} for group {self.group_id!r} failed: {error_name(code)}. {what}")
@@ -1155,19 +1220,32 @@ class CoordinatorMember:
                 # No successful heartbeat for a whole session: the coordinator is probably gone.
                 self.mark_coordinator_unknown("no heartbeat response within the session timeout")
                 continue
-            body = HeartbeatRequest(
-                group_id=self.group_id,
-                generation_id=gen.generation_id,
-                member_id=gen.member_id,
-                group_instance_id=self.group_instance_id,
-            )
+            if self.server_assigned:
+                api, body = (
+                    wire.SERVER_HEARTBEAT,
+                    ServerHeartbeatRequest(
+                        group_id=self.group_id, generation_id=gen.generation_id, consumer_id=gen.member_id
+                    ),
+                )
+            else:
+                api, body = (
+                    wire.HEARTBEAT,
+                    HeartbeatRequest(
+                        group_id=self.group_id,
+                        generation_id=gen.generation_id,
+                        member_id=gen.member_id,
+                        group_instance_id=self.group_instance_id,
+                    ),
+                )
             self.stats["heartbeats"] += 1
             try:
-                resp = conn.request(wire.HEARTBEAT, body, max(interval, self.session_timeout_ms / 1000))
+                resp = conn.request(api, body, max(interval, self.session_timeout_ms / 1000))
             except ConnectionLost as exc:
                 self.mark_coordinator_unknown(str(exc))
                 continue
             code = resp.error_code
+            if self.server_assigned and code == E.ILLEGAL_GENERATION:
+                code = E.REBALANCE_IN_PROGRESS  # the draft's "rebalance": revoke, commit, rejoin
             with self._cv:
                 if self._generation != gen:
                     continue  # answered for a generation we already left behind
@@ -1190,3 +1268,7 @@ class CoordinatorMember:
                 )
             else:
                 log.warning("group %s: heartbeat answered %s", self.group_id, error_name(code))
+
+
+def _not_the_leader(topic: str) -> int | None:
+    raise AssertionError("a server-assigned member never assigns")

@@ -18,11 +18,13 @@ from coordinator.assignors.payloads import (
     encode_sticky_user_data,
     encode_subscription,
 )
-from coordinator.wire.schema import JoinGroupMember, JoinGroupProtocol
+from coordinator.wire.schema import JoinGroupMember, JoinGroupProtocol, ServerAssignedTopic
 from core.types import TopicPartition
 
 PROTOCOL_TYPE = "consumer"
 EAGER, COOPERATIVE = "eager", "cooperative"
+#: The strategies a scheme-two coordinator runs for its members (the draft's server-side ones).
+SERVER_STRATEGIES = ("range", "roundrobin", "sticky")
 
 
 def resolve_assignors(assignors: Sequence[str | Assignor]) -> dict[str, Assignor]:
@@ -126,3 +128,15 @@ def perform_assignment(
             counts[topic] = n
     result = assignor.assign(counts, subscriptions)
     return {member: encode_assignment(tps) for member, tps in result.items()}, counts
+
+
+def by_topic(tps: Iterable[TopicPartition]) -> list[ServerAssignedTopic]:
+    """Partitions as scheme two's wire lists them: per topic, in order."""
+    out: dict[str, list[int]] = {}
+    for tp in sorted(tps):
+        out.setdefault(tp.topic, []).append(tp.partition)
+    return [ServerAssignedTopic(topic=t, partitions=ps) for t, ps in out.items()]
+
+
+def partitions_of(topics: Iterable[ServerAssignedTopic]) -> set[TopicPartition]:
+    return {TopicPartition(t.topic, p) for t in topics for p in t.partitions}

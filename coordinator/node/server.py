@@ -64,6 +64,7 @@ from coordinator.node.store import (
     StoreUnavailable,
     WriteTooLarge,
 )
+from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
 from coordinator.wire import codec as P
 from coordinator.wire.error_codes import (
     COORDINATOR_NOT_AVAILABLE,
@@ -84,6 +85,7 @@ from coordinator.wire.schema import (
 )
 from core.errors import GroupshiftError
 from core.zk import connect
+from topics.registry import decode_assignment, topic_path
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +118,9 @@ class CoordinatorNode:
     def __init__(self, config: NodeConfig):
         self.config = config
         self.metrics = Metrics()
-        self.core = GroupCoordinator(config.core_config())
+        # The classic core, which also serves server-assigned (scheme two) groups.
+        self.core = ServerAssignedCoordinator(GroupCoordinator(config.core_config()))
+        self._topic_watches: set[str] = set()
         self.connections: set[Connection] = set()
         self.leadership = ShardLeadership(self)
         self.accepting = False
@@ -338,6 +342,8 @@ class CoordinatorNode:
                     token.conn.answer(token, out.body)
             elif kind is StateChanged:
                 self._state_changed(out)
+            elif kind is WatchTopics:
+                self._watch_topics(out.topics)
             elif kind is Discarded:
                 token = out.request_token
                 # Kafka never answers it; with answers in order, the connection could not carry
@@ -349,6 +355,39 @@ class CoordinatorNode:
                     token.conn.close()
             else:
                 self._spawn(self._persist(out))
+
+    def _watch_topics(self, topics: tuple[str, ...]) -> None:
+        """Scheme two: the node (and no member) watches the partition counts of subscribed topics."""
+        for topic in topics:
+            if topic not in self._topic_watches:
+                self._topic_watches.add(topic)
+                self._spawn(
+                    asyncio.to_thread(self.zk.DataWatch, topic_path(topic), self._topic_watcher(topic))
+                )
+
+    def _topic_watcher(self, topic: str):
+        loop = self._loop
+
+        def changed(data: bytes | None, stat: Any) -> bool | None:  # kazoo's thread
+            if self._stopping:
+                return False  # ends the watch
+            try:
+                count = len(decode_assignment(data, topic)) if data else 0
+            except GroupshiftError:
+                count = 0  # an unreadable registration assigns nothing
+            loop.call_soon_threadsafe(self._topic_sized, topic, count)
+            return None
+
+        return changed
+
+    def _topic_sized(self, topic: str, count: int) -> None:
+        if self._stopping:
+            return
+        if not self.serving:  # nothing in the core moves while ZooKeeper is away: try again later
+            self._loop.call_later(0.2, self._topic_sized, topic, count)
+            return
+        self._apply(self.core.topics_changed({topic: count}, _now_ms()))
+        self._schedule_timer()
 
     def _state_changed(self, out: StateChanged) -> None:
         counts = self._state_counts

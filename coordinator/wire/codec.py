@@ -48,6 +48,8 @@ from coordinator.wire.schema import (
     OFFSET_COMMIT,
     OFFSET_DELETE,
     OFFSET_FETCH,
+    SERVER_HEARTBEAT,
+    SERVER_JOIN_GROUP,
     SYNC_GROUP,
     ApiVersionsKey,
     ApiVersionsResponse,
@@ -62,6 +64,8 @@ from coordinator.wire.schema import (
     OffsetCommitResponse,
     OffsetDeleteResponse,
     OffsetFetchResponse,
+    ServerHeartbeatResponse,
+    ServerJoinGroupResponse,
     SyncGroupResponse,
 )
 
@@ -80,6 +84,8 @@ __all__ = [
     "OFFSET_COMMIT",
     "OFFSET_DELETE",
     "OFFSET_FETCH",
+    "SERVER_HEARTBEAT",
+    "SERVER_JOIN_GROUP",
     "SYNC_GROUP",
 ]
 
@@ -375,6 +381,10 @@ def precheck_error_body(api: int, body: Any, code: int, message: str | None = No
         return OffsetDeleteResponse(error_code=code)
     if api == FIND_COORDINATOR:
         return FindCoordinatorResponse(error_code=code, error_message=message)
+    if api == SERVER_JOIN_GROUP:
+        return ServerJoinGroupResponse(error_code=code, consumer_id=body.consumer_id)
+    if api == SERVER_HEARTBEAT:  # COORDINATOR_LOAD_IN_PROGRESS is the draft's CoordinatorStartupNotComplete
+        return ServerHeartbeatResponse(error_code=code)
     raise ValueError(f"no per-group pre-check for api {api}")
 
 

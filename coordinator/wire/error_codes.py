@@ -40,6 +40,8 @@ FENCED_INSTANCE_ID = 82
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 UNSTABLE_OFFSET_COMMIT = 88
 INVALID_FETCH_SIZE = 4
+# groupshift's own codes (from 1000, outside Kafka's numbering).
+UNKNOWN_PARTITIONING_STRATEGY = 1000  # scheme two: the coordinator has no assignor of that name
 # NOT_LEADER_OR_FOLLOWER shares code 6 with the old NOT_LEADER_FOR_PARTITION.
 NOT_LEADER_OR_FOLLOWER = 6
 

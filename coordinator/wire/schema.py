@@ -55,6 +55,10 @@ LIST_GROUPS = 16
 API_VERSIONS = 18
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
+# groupshift's own APIs (keys from 1000, outside Kafka's numbering): scheme two, the coordinator
+# assigns (docs/protocol.md "Server-assigned groups").
+SERVER_JOIN_GROUP = 1000
+SERVER_HEARTBEAT = 1001
 
 
 class Message(msgspec.Struct, frozen=True):
@@ -110,6 +114,31 @@ class HeartbeatRequest(Message):
     generation_id: Int32
     member_id: str
     group_instance_id: str | None = None
+
+
+class ServerAssignedTopic(Message):
+    topic: str
+    partitions: list[Int32]
+
+
+class ServerJoinGroupRequest(Message, kw_only=True):
+    """Scheme two's JoinGroup: the member names its topics and the strategy; the coordinator assigns.
+
+    `consumer_id` is empty on the first join; `owned` is what the member held in its last
+    generation (the sticky strategy keeps it where it can)."""
+
+    group_id: GroupId
+    consumer_id: str
+    session_timeout_ms: Int32
+    topics: list[str]
+    strategy: str
+    owned: list[ServerAssignedTopic] = []
+
+
+class ServerHeartbeatRequest(Message):
+    group_id: GroupId
+    generation_id: Int32
+    consumer_id: str
 
 
 class LeaveGroupMember(Message):
@@ -241,6 +270,20 @@ class SyncGroupResponse(Message):
 
 
 class HeartbeatResponse(Message):
+    error_code: int
+
+
+class ServerJoinGroupResponse(Message):
+    """The consumer id, the new generation and the member's partitions, in one answer."""
+
+    error_code: int
+    generation_id: Int32 = -1
+    consumer_id: str = ""
+    strategy: str | None = None
+    assignment: list[ServerAssignedTopic] = []
+
+
+class ServerHeartbeatResponse(Message):
     error_code: int
 
 
@@ -380,6 +423,8 @@ APIS: dict[int, Api] = {
         Api(API_VERSIONS, "ApiVersions", 0, 0, ApiVersionsRequest, ApiVersionsResponse),
         Api(DELETE_GROUPS, "DeleteGroups", 0, 0, DeleteGroupsRequest, DeleteGroupsResponse),
         Api(OFFSET_DELETE, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+        Api(SERVER_JOIN_GROUP, "ServerJoinGroup", 0, 0, ServerJoinGroupRequest, ServerJoinGroupResponse),
+        Api(SERVER_HEARTBEAT, "ServerHeartbeat", 0, 0, ServerHeartbeatRequest, ServerHeartbeatResponse),
     )
 }
 
@@ -401,6 +446,8 @@ Request = (
     | ListGroupsRequest
     | DeleteGroupsRequest
     | OffsetDeleteRequest
+    | ServerJoinGroupRequest
+    | ServerHeartbeatRequest
 )
 
 Response = (
@@ -417,4 +464,6 @@ Response = (
     | ListGroupsResponse
     | DeleteGroupsResponse
     | OffsetDeleteResponse
+    | ServerJoinGroupResponse
+    | ServerHeartbeatResponse
 )

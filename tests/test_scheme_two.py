@@ -1,0 +1,356 @@
+"""Scheme two (the coordinator assigns): the core's answers, and real nodes and consumers.
+
+The first tests drive `ServerAssignedCoordinator` directly (pure: requests, topic sizes and the time
+in, outputs out). The others run coordinator node processes on real ZooKeeper with
+`pipeline.Consumer(rebalancer="server")`; the consumer tests shared by every scheme are in
+tests/test_consumer.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from coordinator.assignors.payloads import decode_assignment
+from coordinator.group.context import CoordinatorConfig
+from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.messages import Respond, Write
+from coordinator.node.process import CoordinatorNodes
+from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
+from coordinator.wire import codec as P
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import (
+    DESCRIBE_GROUPS,
+    JOIN_GROUP,
+    OFFSET_COMMIT,
+    SERVER_HEARTBEAT,
+    SERVER_JOIN_GROUP,
+    DescribeGroupsRequest,
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitTopic,
+    ServerHeartbeatRequest,
+    ServerJoinGroupRequest,
+)
+from core.four_letter import four_letter
+from core.types import TopicPartition as TP
+from pipeline.consumer import Consumer
+from topics.log import Log
+from topics.registry import add_partitions, create_topic
+
+# -- the core -----------------------------------------------------------------------------------
+
+
+class Core:
+    """A `ServerAssignedCoordinator` whose writes all succeed at once; answers kept by request."""
+
+    def __init__(self):
+        config = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100)
+        self.core = ServerAssignedCoordinator(GroupCoordinator(config))
+        self.now = 1_000
+        self.answers: dict[str, object] = {}
+        self.watched: list[str] = []
+
+    def _run(self, outputs) -> None:
+        for out in outputs:
+            if isinstance(out, Respond):
+                self.answers[out.request_token] = out.body
+            elif isinstance(out, WatchTopics):
+                self.watched.extend(out.topics)
+            elif isinstance(out, Write) and out.token is not None:
+                self._run(self.core.persisted(out.token, True, self.now))
+
+    def send(self, api: int, body, token: str):
+        self.answers.pop(token, None)
+        self._run(self.core.handle(api, body, self.now, client_id="c", client_host="/h", request_token=token))
+        return self.answers.get(token)
+
+    def join(self, token: str, consumer_id: str = "", topics=("t",), strategy: str = "range"):
+        body = ServerJoinGroupRequest(
+            group_id="g",
+            consumer_id=consumer_id,
+            session_timeout_ms=10_000,
+            topics=list(topics),
+            strategy=strategy,
+            owned=[],
+        )
+        return self.send(SERVER_JOIN_GROUP, body, token)
+
+    def beat(self, token: str, generation: int, consumer_id: str):
+        body = ServerHeartbeatRequest(group_id="g", generation_id=generation, consumer_id=consumer_id)
+        return self.send(SERVER_HEARTBEAT, body, token)
+
+    def sizes(self, **counts: int) -> None:
+        self._run(self.core.topics_changed(counts, self.now))
+
+
+def partitions(answer) -> list[TP]:
+    return [TP(t.topic, p) for t in answer.assignment for p in t.partitions]
+
+
+def test_one_answer_carries_the_consumer_id_the_generation_and_the_partitions():
+    c = Core()
+    assert c.join("a1") is None  # parked: the coordinator needs the topic's size first
+    assert c.watched == ["t"]
+    c.sizes(t=4)
+    a = c.answers["a1"]
+    assert a.error_code == 0 and a.generation_id == 1 and a.consumer_id and a.strategy == "range"
+    assert partitions(a) == [TP("t", p) for p in range(4)]
+    # A second member: the first learns of the rebalance from its heartbeat (the draft's
+    # ILLEGAL_GENERATION), rejoins with its id, and both get their share in one answer each.
+    assert c.join("b1") is None
+    assert c.beat("hb", 1, a.consumer_id).error_code == E.ILLEGAL_GENERATION
+    c.join("a2", consumer_id=a.consumer_id)
+    a2, b = c.answers["a2"], c.answers["b1"]
+    assert a2.consumer_id == a.consumer_id and a2.generation_id == b.generation_id == 2
+    assert sorted(partitions(a2) + partitions(b)) == [TP("t", p) for p in range(4)]
+    assert len(partitions(a2)) == len(partitions(b)) == 2
+    assert c.beat("hb", 2, b.consumer_id).error_code == 0
+    assert c.watched == ["t"]  # one watch per topic, whatever the number of members
+    described = c.send(DESCRIBE_GROUPS, DescribeGroupsRequest(groups=["g"]), "d").groups[0]
+    assert (described.group_state, described.protocol_type) == ("Steady", "consumer-server")
+    assert {m.member_id for m in described.members} == {a.consumer_id, b.consumer_id}
+    assigned = {m.member_id: decode_assignment(m.member_assignment).partitions for m in described.members}
+    assert sorted(assigned[b.consumer_id]) == partitions(b)
+
+
+def test_strategies_consumer_ids_and_classic_clients_are_checked():
+    c = Core()
+    c.sizes(t=2)
+    assert c.join("x", strategy="cooperative-sticky").error_code == E.UNKNOWN_PARTITIONING_STRATEGY
+    a = c.join("a")
+    assert a.error_code == 0
+    # A member naming another strategy than the group's: InconsistentPartitioningStrategy.
+    c.beat("hb", a.generation_id, a.consumer_id)
+    assert c.join("r", strategy="roundrobin").error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    # An id the coordinator never gave: UnknownConsumer, for joins and heartbeats alike.
+    assert c.join("u", consumer_id="g-nobody").error_code == E.UNKNOWN_MEMBER_ID
+    assert c.beat("hb", a.generation_id, "g-nobody").error_code == E.UNKNOWN_MEMBER_ID
+    # A scheme-three client cannot join (and so lead) a server-assigned group.
+    classic = JoinGroupRequest(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[JoinGroupProtocol(name="range", metadata=b"")],
+    )
+    assert c.send(JOIN_GROUP, classic, "classic").error_code == E.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_grown_topic_rebalances_and_old_generations_cannot_commit():
+    c = Core()
+    c.sizes(t=2)
+    a = c.join("a")
+    assert len(partitions(a)) == 2
+    c.sizes(t=5)  # what the node's watch on /brokers/topics/t reports
+    assert c.beat("hb", a.generation_id, a.consumer_id).error_code == E.ILLEGAL_GENERATION
+    # The draft's "offset commit during rebalance": the current generation still commits...
+    assert commit(c, a.generation_id, a.consumer_id) == E.NONE
+    a2 = c.join("a2", consumer_id=a.consumer_id)
+    assert a2.generation_id == a.generation_id + 1 and len(partitions(a2)) == 5
+    # ...and once the next generation started, the old one is refused.
+    assert commit(c, a.generation_id, a.consumer_id) == E.ILLEGAL_GENERATION
+    assert commit(c, a2.generation_id, a.consumer_id) == E.NONE
+    c.sizes(t=5)  # the same size again: nothing happens
+    assert c.beat("hb", a2.generation_id, a.consumer_id).error_code == E.NONE
+
+
+def commit(c: Core, generation: int, consumer_id: str) -> int:
+    body = OffsetCommitRequest(
+        group_id="g",
+        generation_id=generation,
+        member_id=consumer_id,
+        topics=[
+            OffsetCommitTopic(
+                name="t", partitions=[OffsetCommitPartition(partition_index=0, committed_offset=7)]
+            )
+        ],
+    )
+    return c.send(OFFSET_COMMIT, body, "commit").topics[0].partitions[0].error_code
+
+
+# -- real nodes and consumers ---------------------------------------------------------------------
+
+SESSION_MS = 1500
+
+
+def server_consumer(zk_connect, nodes, log, group="g2", **kw) -> Consumer:
+    return Consumer(
+        group,
+        ["t"],
+        rebalancer="server",
+        zk=zk_connect,
+        bootstrap=nodes.bootstrap,
+        log=log,
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=100,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        membership_options={"retry_backoff_ms": 50},
+        **kw,
+    )
+
+
+class Loop(threading.Thread):
+    """poll + commit; records delivered only once their commit succeeded."""
+
+    def __init__(self, consumer: Consumer, delivered: list, name: str):
+        super().__init__(daemon=True, name=name)
+        self.consumer, self.delivered = consumer, delivered
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                got = self.consumer.poll(timeout_ms=50)
+                if got:
+                    batch = [(tp, r.offset) for tp, rs in got.items() for r in rs]
+                    try:
+                        self.consumer.commit()
+                        self.delivered.extend(batch)
+                    except Exception:  # noqa: BLE001 - CommitFailed: delivered again
+                        pass
+            self.consumer.close()
+        except BaseException as exc:
+            self.error = exc
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(30)
+        assert not self.is_alive() and self.error is None, self.error
+
+
+def wait_for(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def watchers(zk_server, chroot: str) -> dict[str, set[str]]:
+    """ZooKeeper's `wchc`: session id -> the paths under `chroot` it watches."""
+    host, port = zk_server.connect_string.split(":")
+    out: dict[str, set[str]] = {}
+    session = None
+    for line in four_letter(host, int(port), "wchc", timeout=5.0).splitlines():
+        if line.startswith("0x"):
+            session = line.strip()
+        elif line.strip().startswith(chroot + "/") and session:
+            out.setdefault(session, set()).add(line.strip()[len(chroot) :])
+    return out
+
+
+def test_only_the_coordinator_watches_zookeeper_and_a_grown_topic_reaches_the_members(
+    zk_server, zk, zk_connect, tmp_path
+):
+    chroot = "/" + zk_connect.split("/", 1)[1]
+    create_topic(zk, "t", partitions=4)
+    log = Log(tmp_path)
+    log.create("t", 4)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        consumers = [server_consumer(zk_connect, nodes, log) for _ in range(3)]
+        try:
+            wait_for(
+                lambda: (
+                    [c.poll(0) for c in consumers]
+                    and sorted(tp for c in consumers for tp in c.assignment())
+                    == [TP("t", p) for p in range(4)]
+                ),
+                30,
+                "three members sharing four partitions",
+            )
+            by_session = watchers(zk_server, chroot)
+            # One session — the coordinator node's — watches the topic; no member has a session.
+            topic_watchers = [s for s, paths in by_session.items() if "/brokers/topics/t" in paths]
+            assert len(topic_watchers) == 1, by_session
+            assert list(by_session) == topic_watchers, by_session
+            assert all(c._zk_owned is None for c in consumers)
+            add_partitions(zk, "t", 7)
+            log.add_partitions("t", 7)
+            wait_for(
+                lambda: (
+                    [c.poll(0) for c in consumers]
+                    and sorted(tp for c in consumers for tp in c.assignment())
+                    == [TP("t", p) for p in range(7)]
+                ),
+                30,
+                "the members to get the three new partitions",
+            )
+        finally:
+            for c in consumers:
+                c.close()
+
+
+def test_a_coordinator_node_killed_mid_rebalance_the_group_recovers_on_another(zk, zk_connect, tmp_path):
+    create_topic(zk, "t", partitions=6)
+    log = Log(tmp_path)
+    log.create("t", 6)
+    for p in range(6):
+        log.produce("t", [(b"k", b"v")] * 200, partition=p)
+    with CoordinatorNodes(zk_connect, count=2) as nodes:
+        delivered: list = []
+        loops = [
+            Loop(server_consumer(zk_connect, nodes, log, max_poll_records=20), delivered, f"m{i}")
+            for i in range(2)
+        ]
+        for lp in loops:
+            lp.start()
+        try:
+            wait_for(lambda: len(delivered) > 200, 30, "two members consuming")
+            with nodes.nodes[1].client() as wc:
+                found = wc.request(P.FIND_COORDINATOR, {"key": "g2", "key_type": 0})
+            coordinator = found["node_id"]
+            joiner = Loop(server_consumer(zk_connect, nodes, log, max_poll_records=20), delivered, "m2")
+            joiner.start()  # its ServerJoinGroup starts a rebalance...
+            loops.append(joiner)
+            wait_for(lambda: joiner.consumer._membership is not None, 10, "the joiner to start")
+            time.sleep(0.05)
+            nodes.kill(coordinator)  # ...and the coordinator dies in the middle of it
+            wait_for(lambda: len(delivered) >= 1200, 90, "every record consumed after the failover")
+            wait_for(
+                lambda: (
+                    sorted(tp for lp in loops for tp in lp.consumer.assignment())
+                    == [TP("t", p) for p in range(6)]
+                    and all(lp.consumer.assignment() for lp in loops)
+                ),
+                60,
+                "three members sharing the six partitions on the surviving node",
+            )
+        finally:
+            for lp in loops:
+                lp.stop()
+    counts = Counter(delivered)
+    assert not [k for k, n in counts.items() if n > 1], "a record committed twice"
+    assert set(counts) == {(TP("t", p), o) for p in range(6) for o in range(200)}
+
+
+@pytest.mark.parametrize("strategy", ["roundrobin", "sticky"])
+def test_every_server_strategy_serves_a_group(zk, zk_connect, tmp_path, strategy):
+    create_topic(zk, "t", partitions=5)
+    log = Log(tmp_path)
+    log.create("t", 5)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        consumers = [server_consumer(zk_connect, nodes, log, assignors=[strategy]) for _ in range(2)]
+        try:
+            wait_for(
+                lambda: (
+                    [c.poll(0) for c in consumers]
+                    and sorted(tp for c in consumers for tp in c.assignment())
+                    == [TP("t", p) for p in range(5)]
+                    and all(c.assignment() for c in consumers)
+                ),
+                30,
+                f"two members sharing five partitions by {strategy}",
+            )
+        finally:
+            for c in consumers:
+                c.close()
