@@ -15,6 +15,7 @@ import msgspec
 from kazoo.client import KazooClient
 
 from coordinator.assignors.payloads import decode_assignment, decode_subscription
+from coordinator.group.metadata import SERVER_PROTOCOL_TYPE
 from coordinator.member.wire_client import WireClient, WireError
 from coordinator.node.store import (
     DEFAULT_SHARDS,
@@ -28,6 +29,7 @@ from coordinator.node.store import (
     shard_path,
     znode_name,
 )
+from coordinator.server_side.assigned import DRAFT_STATES
 from coordinator.wire import codec as P
 from core.errors import GroupshiftError
 from core.types import TopicPartition
@@ -130,6 +132,9 @@ def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView |
             for m in record.members
         ]
         view.state = STABLE if record.members else EMPTY
+        if record.protocol_type == SERVER_PROTOCOL_TYPE:
+            view.state = DRAFT_STATES[view.state]
+            notes.append("scheme two: the coordinator assigns the partitions (docs/scheme-two.md)")
     _, lead = leader(zk, group)
     if lead is not None:
         view.coordinator = lead.address

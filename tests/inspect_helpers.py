@@ -48,11 +48,13 @@ def make_topic(zk, log: Log, name: str, partitions: int, per_partition: int) -> 
             log.produce(name, [(b"k", b"v")] * per_partition, partition=p)
 
 
-def coordinator_consumer(group: str, topics, zk_connect: str, log: Log, bootstrap: str, **kw) -> Consumer:
+def coordinator_consumer(
+    group: str, topics, zk_connect: str, log: Log, bootstrap: str, rebalancer: str = "coordinator", **kw
+) -> Consumer:
     return Consumer(
         group,
         topics,
-        rebalancer="coordinator",
+        rebalancer=rebalancer,
         zk=zk_connect,
         log=log,
         bootstrap=bootstrap,

@@ -190,6 +190,31 @@ def test_real_coordinator_group(zk, zk_connect, log, nodes):
     assert zk.exists("/groupshift/groups/modern") is None
 
 
+def test_scheme_two_group_is_listed_and_described_in_the_drafts_states(zk, zk_connect, log, nodes):
+    make_topic(zk, log, "events", 3, 6)
+    c = coordinator_consumer("drafted", ["events"], zk_connect, log, nodes.bootstrap, rebalancer="server")
+    try:
+        consume(c, 18)
+        rows = as_json("groups", "list", "--state", "steady", zk=zk_connect)
+        assert [(r["group"], r["scheme"], r["state"], r["members"], r["protocol"]) for r in rows] == [
+            ("drafted", "coordinator", "Steady", 1, "range")
+        ]
+        [out] = as_json("groups", "describe", "drafted", zk=zk_connect, data=log.root)
+        s = out["summary"]
+        assert (s["state"], s["protocol_type"], s["members"]) == ("Steady", "consumer-server", 1)
+        assert any("scheme two" in n for n in out["notes"]), out["notes"]
+        assert {p["committed"] for p in out["partitions"]} == {6}
+    finally:
+        c.close()
+    wait_for(
+        lambda: (
+            as_json("groups", "describe", "drafted", "--state", zk=zk_connect)[0]["summary"]["state"]
+            == "Ready"
+        ),
+        what="the group to turn Ready (the draft's Empty)",
+    )
+
+
 def test_coordinator_group_mid_rebalance(zk, zk_connect, log, nodes):
     make_topic(zk, log, "t", 2, 0)
     node = nodes.nodes[1]
