@@ -30,6 +30,7 @@ from coordinator.node.store import (
     znode_name,
 )
 from coordinator.server_side.assigned import DRAFT_STATES
+from coordinator.server_side.incremental import INCREMENTAL_PROTOCOL_TYPE
 from coordinator.wire import codec as P
 from core.errors import GroupshiftError
 from core.types import TopicPartition
@@ -135,6 +136,11 @@ def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView |
         if record.protocol_type == SERVER_PROTOCOL_TYPE:
             view.state = DRAFT_STATES[view.state]
             notes.append("scheme two: the coordinator assigns the partitions (docs/scheme-two.md)")
+        elif record.protocol_type == INCREMENTAL_PROTOCOL_TYPE:
+            notes.append(
+                "scheme two, incremental: the coordinator assigns and members converge one by one "
+                "(docs/scheme-two.md); the generation is the group epoch"
+            )
     _, lead = leader(zk, group)
     if lead is not None:
         view.coordinator = lead.address

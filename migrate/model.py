@@ -20,8 +20,8 @@ SCHEMES = (SCHEME_ZK, SCHEME_COORDINATOR)
 # Stable when every subscribed partition is owned by a live thread, Rebalancing otherwise.
 EMPTY, STABLE, REBALANCING, DEAD = "Empty", "Stable", "Rebalancing", "Dead"
 STATES = (EMPTY, STABLE, "PreparingRebalance", "CompletingRebalance", REBALANCING, DEAD)
-# A scheme-two group (the coordinator assigns) is reported in the draft's coordinator states.
-STATES += ("Ready", "PrepareForRebalance", "Steady")
+# Scheme two's groups: the draft's coordinator states, and the incremental form's (KIP-848).
+STATES += ("Ready", "PrepareForRebalance", "Steady", "Assigning", "Reconciling")
 
 
 class Committed(msgspec.Struct, frozen=True):

@@ -86,11 +86,12 @@ class Consumer:
         topics: Sequence[str] = (),
         *,
         rebalancer: str = "zk",
+        incremental: bool = False,
         zk: Any = None,
         log: Any = None,
         log_root: str | Path | None = None,
         bootstrap: Sequence[str] | str | None = None,
-        assignors: Sequence[str] = ("range",),
+        assignors: Sequence[str] | None = None,
         listener: object | None = None,
         group_instance_id: str | None = None,
         client_id: str | None = None,
@@ -116,13 +117,19 @@ class Consumer:
                 f"coordinator_timeout_ms must be between 1 and {MAX_COORDINATOR_TIMEOUT_MS}, "
                 f"not {coordinator_timeout_ms}"
             )
+        if incremental and rebalancer != "server":
+            raise GroupshiftError(
+                "incremental=True is scheme two's incremental form: use it with rebalancer='server'"
+            )
         self.group_id = group_id
         self.rebalancer = rebalancer
+        self.incremental = incremental
         self.client_id = client_id or f"{group_id}-consumer"
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval = auto_commit_interval_ms / 1000
         self._options = dict(
-            assignors=list(assignors),
+            assignors=list(assignors or ("range",)),
+            assignors_given=assignors is not None,
             group_instance_id=group_instance_id,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
@@ -576,22 +583,29 @@ class Consumer:
             return _ZkOffsets(self.zk, self.group_id)  # manual assignment: offsets only
         if self.rebalancer == "server":
             from coordinator.member.client import CoordinatorMember
+            from coordinator.member.incremental import IncrementalMember
 
             # Scheme two: the coordinator assigns with the first strategy named, and the member
-            # reads no ZooKeeper (only to find the coordinator when no bootstrap is given).
-            return CoordinatorMember(
+            # reads no ZooKeeper (only to find the coordinator when no bootstrap is given). The
+            # incremental form's strategies are the coordinator's `uniform` (default) and `range`.
+            given = o["assignors"][:1] if o["assignors_given"] else []
+            make = CoordinatorMember if not self.incremental else IncrementalMember
+            kind = (
+                {"server_assignor": (given or [None])[0]} if self.incremental else {"server_assigned": True}
+            )
+            return make(
                 self.group_id,
                 topics,
                 zk=None if o["bootstrap"] else self.zk,
                 bootstrap=o["bootstrap"],
-                assignors=o["assignors"][:1],
+                assignors=given or ["range"],
                 listener=listener,
                 session_timeout_ms=o["session_timeout_ms"],
                 heartbeat_interval_ms=o["heartbeat_interval_ms"],
                 max_poll_interval_ms=o["max_poll_interval_ms"],
                 client_id=self.client_id,
                 coordinator_timeout_ms=o["coordinator_timeout_ms"],
-                server_assigned=True,
+                **kind,
                 **self._membership_options,
                 poll_driven=not offsets_only,
             )

@@ -215,6 +215,29 @@ def test_scheme_two_group_is_listed_and_described_in_the_drafts_states(zk, zk_co
     )
 
 
+def test_incremental_scheme_two_group_is_described(zk, zk_connect, log, nodes):
+    make_topic(zk, log, "events", 3, 6)
+    c = coordinator_consumer(
+        "converging", ["events"], zk_connect, log, nodes.bootstrap, rebalancer="server", incremental=True
+    )
+    try:
+        consume(c, 18)
+        [out] = as_json("groups", "describe", "converging", zk=zk_connect, data=log.root)
+        s = out["summary"]
+        assert (s["state"], s["protocol_type"], s["protocol"], s["members"]) == (
+            "Stable",
+            "consumer-incremental",
+            "uniform",
+            1,
+        )
+        assert any("incremental" in n for n in out["notes"]), out["notes"]
+        assert {p["committed"] for p in out["partitions"]} == {6}
+        rows = as_json("groups", "list", "--state", "stable", zk=zk_connect)
+        assert [(r["group"], r["members"]) for r in rows] == [("converging", 1)]
+    finally:
+        c.close()
+
+
 def test_coordinator_group_mid_rebalance(zk, zk_connect, log, nodes):
     make_topic(zk, log, "t", 2, 0)
     node = nodes.nodes[1]

@@ -1,7 +1,7 @@
 """`pipeline.Consumer` end to end on real ZooKeeper (and real coordinator node processes).
 
 The group tests run the same body under `rebalancer="zk"` (scheme one), `"server"` (scheme two:
-the coordinator assigns) and `"coordinator"` (scheme three). Static membership and
+the coordinator assigns; `incremental=True` too) and `"coordinator"` (scheme three). Static membership and
 cooperative-sticky are scheme three's.
 
 Run as a script (`python tests/test_consumer.py --worker ...`) this module is the consumer
@@ -51,7 +51,9 @@ def consumer_options(rebalancer: str, bootstrap: str | None, **kw) -> dict:
         max_poll_interval_ms=10_000,
         auto_offset_reset="earliest",
     )
-    if rebalancer in ("coordinator", "server"):
+    if rebalancer == "incremental":  # scheme two's incremental form
+        opts.update(rebalancer="server", incremental=True)
+    if rebalancer in ("coordinator", "server", "incremental"):
         opts["bootstrap"] = bootstrap
         opts["membership_options"] = {"retry_backoff_ms": 50}
     else:
@@ -110,7 +112,7 @@ class Env:
                 pass
 
 
-@pytest.fixture(params=["zk", "server", "coordinator"])
+@pytest.fixture(params=["zk", "server", "incremental", "coordinator"])
 def env(request, zk, zk_connect, tmp_path):
     rebalancer = request.param
     if rebalancer == "zk":

@@ -20,14 +20,17 @@ from coordinator.group.coordinator import GroupCoordinator
 from coordinator.group.messages import Respond, Write
 from coordinator.node.process import CoordinatorNodes
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
+from coordinator.server_side.incremental import IncrementalCoordinator
 from coordinator.wire import codec as P
 from coordinator.wire import error_codes as E
 from coordinator.wire.schema import (
+    CONSUMER_GROUP_HEARTBEAT,
     DESCRIBE_GROUPS,
     JOIN_GROUP,
     OFFSET_COMMIT,
     SERVER_HEARTBEAT,
     SERVER_JOIN_GROUP,
+    ConsumerGroupHeartbeatRequest,
     DescribeGroupsRequest,
     JoinGroupProtocol,
     JoinGroupRequest,
@@ -47,11 +50,14 @@ from topics.registry import add_partitions, create_topic
 
 
 class Core:
-    """A `ServerAssignedCoordinator` whose writes all succeed at once; answers kept by request."""
+    """The node's core (both forms of scheme two around the classic one) whose writes all succeed
+    at once; answers kept by request."""
 
     def __init__(self):
         config = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100)
-        self.core = ServerAssignedCoordinator(GroupCoordinator(config))
+        self.core = IncrementalCoordinator(
+            ServerAssignedCoordinator(GroupCoordinator(config)), min_session_timeout_ms=100
+        )
         self.now = 1_000
         self.answers: dict[str, object] = {}
         self.watched: list[str] = []
@@ -87,6 +93,22 @@ class Core:
 
     def sizes(self, **counts: int) -> None:
         self._run(self.core.topics_changed(counts, self.now))
+
+    def hb(self, token: str, member_id: str = "", epoch: int = 0, owned=None, topics=("t",), assignor=None):
+        """A ConsumerGroupHeartbeat (epoch 0 joins with `topics`; `owned` None: unchanged)."""
+        from coordinator.member.consumer_protocol import by_topic
+
+        body = ConsumerGroupHeartbeatRequest(
+            group_id="g",
+            member_id=member_id,
+            member_epoch=epoch,
+            session_timeout_ms=1000,
+            rebalance_timeout_ms=2000,
+            subscribed_topic_names=list(topics) if epoch == 0 else None,
+            server_assignor=assignor,
+            topic_partitions=None if owned is None else by_topic(owned),
+        )
+        return self.send(CONSUMER_GROUP_HEARTBEAT, body, token)
 
 
 def partitions(answer) -> list[TP]:
@@ -180,11 +202,12 @@ def commit(c: Core, generation: int, consumer_id: str) -> int:
 SESSION_MS = 1500
 
 
-def server_consumer(zk_connect, nodes, log, group="g2", **kw) -> Consumer:
+def server_consumer(zk_connect, nodes, log, group="g2", incremental=False, **kw) -> Consumer:
     return Consumer(
         group,
         ["t"],
         rebalancer="server",
+        incremental=incremental,
         zk=zk_connect,
         bootstrap=nodes.bootstrap,
         log=log,
@@ -205,12 +228,14 @@ class Loop(threading.Thread):
         self.consumer, self.delivered = consumer, delivered
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
+        self.fetched_at: list[float] = []  # when each poll that returned records returned
 
     def run(self) -> None:
         try:
             while not self.stop_event.is_set():
                 got = self.consumer.poll(timeout_ms=50)
                 if got:
+                    self.fetched_at.append(time.monotonic())
                     batch = [(tp, r.offset) for tp, rs in got.items() for r in rs]
                     try:
                         self.consumer.commit()
@@ -290,7 +315,10 @@ def test_only_the_coordinator_watches_zookeeper_and_a_grown_topic_reaches_the_me
                 c.close()
 
 
-def test_a_coordinator_node_killed_mid_rebalance_the_group_recovers_on_another(zk, zk_connect, tmp_path):
+@pytest.mark.parametrize("incremental", [False, True], ids=["draft", "incremental"])
+def test_a_coordinator_node_killed_mid_rebalance_the_group_recovers_on_another(
+    zk, zk_connect, tmp_path, incremental
+):
     create_topic(zk, "t", partitions=6)
     log = Log(tmp_path)
     log.create("t", 6)
@@ -299,7 +327,11 @@ def test_a_coordinator_node_killed_mid_rebalance_the_group_recovers_on_another(z
     with CoordinatorNodes(zk_connect, count=2) as nodes:
         delivered: list = []
         loops = [
-            Loop(server_consumer(zk_connect, nodes, log, max_poll_records=20), delivered, f"m{i}")
+            Loop(
+                server_consumer(zk_connect, nodes, log, incremental=incremental, max_poll_records=20),
+                delivered,
+                f"m{i}",
+            )
             for i in range(2)
         ]
         for lp in loops:
@@ -309,7 +341,11 @@ def test_a_coordinator_node_killed_mid_rebalance_the_group_recovers_on_another(z
             with nodes.nodes[1].client() as wc:
                 found = wc.request(P.FIND_COORDINATOR, {"key": "g2", "key_type": 0})
             coordinator = found["node_id"]
-            joiner = Loop(server_consumer(zk_connect, nodes, log, max_poll_records=20), delivered, "m2")
+            joiner = Loop(
+                server_consumer(zk_connect, nodes, log, incremental=incremental, max_poll_records=20),
+                delivered,
+                "m2",
+            )
             joiner.start()  # its ServerJoinGroup starts a rebalance...
             loops.append(joiner)
             wait_for(lambda: joiner.consumer._membership is not None, 10, "the joiner to start")
@@ -354,3 +390,126 @@ def test_every_server_strategy_serves_a_group(zk, zk_connect, tmp_path, strategy
         finally:
             for c in consumers:
                 c.close()
+
+
+# -- the incremental form: the core -------------------------------------------------------------
+
+
+def test_a_join_moves_only_what_must_move_and_a_partition_only_once_released():
+    c = Core()
+    c.sizes(t=6)
+    a = c.hb("a")
+    assert (a.error_code, a.member_epoch, len(partitions(a))) == (0, 1, 6)
+    a_owned = set(partitions(a))
+    b = c.hb("b")  # one round trip: B is in the group at the new epoch, with what is free (nothing yet)
+    assert b.error_code == 0 and b.member_epoch == 2 and partitions(b) == []
+    # A's next heartbeat: keep 3, give up 3 (still at its old epoch until it has let them go).
+    a2 = c.hb("a2", a.member_id, a.member_epoch, owned=a_owned)
+    kept = set(partitions(a2))
+    assert len(kept) == 3 and kept < a_owned and a2.member_epoch == 1
+    # B asks again before A let go: nothing moves to it yet — never two owners.
+    assert partitions(c.hb("b2", b.member_id, b.member_epoch, owned=set())) == []
+    # A commits at its epoch, then heartbeats without the revoked partitions: now at epoch 2.
+    assert commit_epoch(c, a.member_id, a.member_epoch) == E.NONE
+    a3 = c.hb("a3", a.member_id, a.member_epoch, owned=kept)
+    assert a3.member_epoch == 2 and set(partitions(a3)) == kept
+    b3 = c.hb("b3", b.member_id, b.member_epoch, owned=set())
+    assert set(partitions(b3)) == a_owned - kept  # exactly the three that had to move
+    described = c.send(DESCRIBE_GROUPS, DescribeGroupsRequest(groups=["g"]), "d").groups[0]
+    assert (described.group_state, described.protocol_type) == ("Stable", "consumer-incremental")
+    # Commits are fenced by member epoch.
+    assert commit_epoch(c, a.member_id, 1) == E.STALE_MEMBER_EPOCH
+    assert commit_epoch(c, a.member_id, 2) == E.NONE
+    assert commit_epoch(c, "g-nobody", 2) == E.UNKNOWN_MEMBER_ID
+
+
+def test_incremental_errors_and_a_member_that_stops_heartbeating():
+    c = Core()
+    c.sizes(t=4)
+    assert c.hb("x", assignor="cooperative-sticky").error_code == E.UNSUPPORTED_ASSIGNOR
+    a = c.hb("a")
+    assert c.hb("z", a.member_id, a.member_epoch + 5).error_code == E.FENCED_MEMBER_EPOCH
+    assert c.hb("u", "g-nobody", 3).error_code == E.UNKNOWN_MEMBER_ID
+    # A classic member cannot join it, and its members cannot use the draft's join either.
+    classic = JoinGroupRequest(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[JoinGroupProtocol(name="range", metadata=b"")],
+    )
+    assert c.send(JOIN_GROUP, classic, "classic").error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    assert c.join("draft").error_code == E.INCONSISTENT_GROUP_PROTOCOL
+    b = c.hb("b")
+    c.hb("a2", a.member_id, a.member_epoch, owned=set(partitions(a)))  # A revokes two
+    # A stops heartbeating: after its session timeout it is removed and B gets everything, even
+    # the partitions A never released (A is gone: it cannot fetch them any more).
+    c.now += 600
+    assert c.hb("tick", b.member_id, b.member_epoch, owned=set()).error_code == 0  # B is alive
+    c.now += 600  # A's session (1 s) is over
+    b2 = c.hb("b2", b.member_id, b.member_epoch, owned=set())
+    b3 = c.hb("b3", b.member_id, b2.member_epoch, owned=set(partitions(b2)))
+    assert set(partitions(b3)) == {TP("t", p) for p in range(4)}
+    assert c.hb("late", a.member_id, a.member_epoch).error_code == E.UNKNOWN_MEMBER_ID
+
+
+def commit_epoch(c: Core, member_id: str, epoch: int) -> int:
+    return commit(c, epoch, member_id)
+
+
+def test_incremental_join_moves_one_partition_and_the_others_never_pause(zk, zk_connect, tmp_path):
+    """Three members on six partitions, a fourth joins while records flow: one partition moves
+    (uniform is sticky), and the members that keep theirs go on fetching without a pause."""
+    create_topic(zk, "t", partitions=6)
+    log = Log(tmp_path)
+    log.create("t", 6)
+    stop = threading.Event()
+
+    def produce():
+        while not stop.is_set():
+            for p in range(6):
+                log.produce("t", [(b"k", b"v")] * 2, partition=p)
+            time.sleep(0.01)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        delivered: list = []
+        loops = [
+            Loop(
+                server_consumer(zk_connect, nodes, log, incremental=True, max_poll_records=50),
+                delivered,
+                f"m{i}",
+            )
+            for i in range(3)
+        ]
+        for lp in loops:
+            lp.start()
+        producer.start()
+        try:
+            wait_for(lambda: all(len(lp.consumer.assignment()) == 2 for lp in loops), 30, "2 partitions each")
+            time.sleep(0.5)
+            before = {lp.name: frozenset(lp.consumer.assignment()) for lp in loops}
+            joined_at = time.monotonic()
+            joiner = Loop(server_consumer(zk_connect, nodes, log, incremental=True), delivered, "m3")
+            joiner.start()
+            loops.append(joiner)
+            wait_for(lambda: joiner.consumer.assignment(), 30, "the joiner to get a partition")
+            time.sleep(1.0)
+            after = {lp.name: frozenset(lp.consumer.assignment()) for lp in loops}
+        finally:
+            stop.set()
+            producer.join()
+            for lp in loops:
+                lp.stop()
+    moved = [n for n in before if after[n] != before[n]]
+    assert len(moved) == 1 and len(after["m3"]) == 1, (before, after)
+    assert after["m3"] < before[moved[0]]  # the partition came from the one member that gave it up
+    for lp in loops[:3]:
+        if lp.name in moved:
+            continue
+        times = [t for t in lp.fetched_at if t >= joined_at - 0.5]
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert gaps and max(gaps) < 0.5, f"{lp.name} paused {max(gaps):.2f}s during the join"
+    counts = Counter(delivered)
+    assert not [k for k, n in counts.items() if n > 1], "a record committed twice"

@@ -65,6 +65,7 @@ from coordinator.node.store import (
     WriteTooLarge,
 )
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
+from coordinator.server_side.incremental import IncrementalCoordinator
 from coordinator.wire import codec as P
 from coordinator.wire.error_codes import (
     COORDINATOR_NOT_AVAILABLE,
@@ -118,8 +119,14 @@ class CoordinatorNode:
     def __init__(self, config: NodeConfig):
         self.config = config
         self.metrics = Metrics()
-        # The classic core, which also serves server-assigned (scheme two) groups.
-        self.core = ServerAssignedCoordinator(GroupCoordinator(config.core_config()))
+        # The classic core, which also serves scheme two's groups: server-assigned (the draft)
+        # and incremental (KIP-848).
+        core_config = config.core_config()
+        self.core = IncrementalCoordinator(
+            ServerAssignedCoordinator(GroupCoordinator(core_config)),
+            min_session_timeout_ms=core_config.group_min_session_timeout_ms,
+            max_session_timeout_ms=core_config.group_max_session_timeout_ms,
+        )
         self._topic_watches: set[str] = set()
         self.connections: set[Connection] = set()
         self.leadership = ShardLeadership(self)

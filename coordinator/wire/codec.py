@@ -37,6 +37,7 @@ from coordinator.wire.schema import (
     API_NAMES,
     API_VERSIONS,
     APIS,
+    CONSUMER_GROUP_HEARTBEAT,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,
@@ -53,6 +54,7 @@ from coordinator.wire.schema import (
     SYNC_GROUP,
     ApiVersionsKey,
     ApiVersionsResponse,
+    ConsumerGroupHeartbeatResponse,
     DescribedGroup,
     ErrorResponse,
     FindCoordinatorResponse,
@@ -72,6 +74,7 @@ from coordinator.wire.schema import (
 __all__ = [
     "API_NAMES",
     "API_VERSIONS",
+    "CONSUMER_GROUP_HEARTBEAT",
     "DELETE_GROUPS",
     "DESCRIBE_GROUPS",
     "ERROR_NAMES",
@@ -383,6 +386,10 @@ def precheck_error_body(api: int, body: Any, code: int, message: str | None = No
         return FindCoordinatorResponse(error_code=code, error_message=message)
     if api == SERVER_JOIN_GROUP:
         return ServerJoinGroupResponse(error_code=code, consumer_id=body.consumer_id)
+    if api == CONSUMER_GROUP_HEARTBEAT:
+        return ConsumerGroupHeartbeatResponse(
+            error_code=code, error_message=message, member_id=body.member_id
+        )
     if api == SERVER_HEARTBEAT:  # COORDINATOR_LOAD_IN_PROGRESS is the draft's CoordinatorStartupNotComplete
         return ServerHeartbeatResponse(error_code=code)
     raise ValueError(f"no per-group pre-check for api {api}")

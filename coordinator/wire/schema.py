@@ -55,6 +55,7 @@ LIST_GROUPS = 16
 API_VERSIONS = 18
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
+CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848's API, version 0's fields (docs/protocol.md)
 # groupshift's own APIs (keys from 1000, outside Kafka's numbering): scheme two, the coordinator
 # assigns (docs/protocol.md "Server-assigned groups").
 SERVER_JOIN_GROUP = 1000
@@ -133,6 +134,21 @@ class ServerJoinGroupRequest(Message, kw_only=True):
     topics: list[str]
     strategy: str
     owned: list[ServerAssignedTopic] = []
+
+
+class ConsumerGroupHeartbeatRequest(Message, kw_only=True):
+    """The incremental form of scheme two (KIP-848): join (epoch 0), heartbeat, leave (epoch -1).
+
+    Nil fields are "unchanged since the last heartbeat"; a join must give the subscription."""
+
+    group_id: GroupId
+    member_id: str
+    member_epoch: Int32
+    session_timeout_ms: Int32
+    rebalance_timeout_ms: Int32
+    subscribed_topic_names: list[str] | None = None
+    server_assignor: str | None = None
+    topic_partitions: list[ServerAssignedTopic] | None = None
 
 
 class ServerHeartbeatRequest(Message):
@@ -283,6 +299,15 @@ class ServerJoinGroupResponse(Message):
     assignment: list[ServerAssignedTopic] = []
 
 
+class ConsumerGroupHeartbeatResponse(Message):
+    error_code: int
+    error_message: str | None = None
+    member_id: str = ""
+    member_epoch: Int32 = -1
+    heartbeat_interval_ms: Int32 = -1
+    assignment: list[ServerAssignedTopic] | None = None
+
+
 class ServerHeartbeatResponse(Message):
     error_code: int
 
@@ -423,6 +448,14 @@ APIS: dict[int, Api] = {
         Api(API_VERSIONS, "ApiVersions", 0, 0, ApiVersionsRequest, ApiVersionsResponse),
         Api(DELETE_GROUPS, "DeleteGroups", 0, 0, DeleteGroupsRequest, DeleteGroupsResponse),
         Api(OFFSET_DELETE, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
+        Api(
+            CONSUMER_GROUP_HEARTBEAT,
+            "ConsumerGroupHeartbeat",
+            0,
+            0,
+            ConsumerGroupHeartbeatRequest,
+            ConsumerGroupHeartbeatResponse,
+        ),
         Api(SERVER_JOIN_GROUP, "ServerJoinGroup", 0, 0, ServerJoinGroupRequest, ServerJoinGroupResponse),
         Api(SERVER_HEARTBEAT, "ServerHeartbeat", 0, 0, ServerHeartbeatRequest, ServerHeartbeatResponse),
     )
@@ -448,6 +481,7 @@ Request = (
     | OffsetDeleteRequest
     | ServerJoinGroupRequest
     | ServerHeartbeatRequest
+    | ConsumerGroupHeartbeatRequest
 )
 
 Response = (
@@ -466,4 +500,5 @@ Response = (
     | OffsetDeleteResponse
     | ServerJoinGroupResponse
     | ServerHeartbeatResponse
+    | ConsumerGroupHeartbeatResponse
 )

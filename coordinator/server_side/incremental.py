@@ -1,0 +1,636 @@
+"""Scheme two's incremental form: the coordinator assigns, and each member converges on its own.
+
+KIP-848's consumer group protocol (docs/scheme-two.md, "The incremental form"): there is no
+group-wide barrier and no join phase. Every member sends ConsumerGroupHeartbeat; the coordinator
+keeps
+
+* a **group epoch**, bumped whenever the membership or a subscription changes (or a subscribed
+  topic's size, which the node watches);
+* a **target assignment** per group epoch, computed by a server-side assignor over every member's
+  subscription: `uniform` (sticky: a partition stays with its owner unless the balance needs it
+  elsewhere) or `range`;
+* per member, a **member epoch** and its current assignment, which converges on the target
+  member by member: a partition that moves is first revoked from its owner (the owner learns it in
+  its next heartbeat answer, commits, and heartbeats again without it), and only then given to
+  its new owner, in that member's next heartbeat answer. A member whose partitions do not move is
+  never asked to stop anything: its epoch is bumped in its next heartbeat answer.
+
+Commits are fenced by member epoch (OffsetCommit's `generation_id` carries it): only the member's
+current epoch commits. A member that misses its session timeout, or holds a partition to revoke
+for longer than its rebalance timeout, is removed and its partitions go to their targets.
+
+The group's state is written to ZooKeeper (as a group record of protocol type
+`consumer-incremental`) before a heartbeat that changed it is answered, so another node taking the
+group over continues with the same epochs and assignments. Offsets are the classic core's
+(`inner`), which this class wraps: it answers ConsumerGroupHeartbeat and the classic APIs for its
+own groups and passes everything else through. Pure: requests, topic sizes and the time in,
+outputs out.
+"""
+
+from __future__ import annotations
+
+import heapq
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from coordinator.assignors.base import Subscription, get_assignor, validate
+from coordinator.assignors.payloads import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from coordinator.group.messages import (
+    DeleteGroup,
+    GroupRecord,
+    GroupSnapshot,
+    MemberRecord,
+    Output,
+    ProtocolRecord,
+    Respond,
+    WriteGroupMetadata,
+)
+from coordinator.member.consumer_protocol import by_topic, partitions_of
+from coordinator.wire import codec as P
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import (
+    CONSUMER_GROUP_HEARTBEAT,
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    SERVER_HEARTBEAT,
+    SERVER_JOIN_GROUP,
+    SYNC_GROUP,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteGroupsResult,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListedGroup,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+)
+from core.types import TopicPartition
+
+INCREMENTAL_PROTOCOL_TYPE = "consumer-incremental"
+#: Server-side assignors: `uniform` (sticky; the default) and `range`.
+INCREMENTAL_ASSIGNORS = ("uniform", "range")
+_ASSIGNOR_IMPL = {"uniform": "cooperative-sticky", "range": "range"}
+EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
+
+_SESSION, _REVOKE = 0, 1
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    topics: tuple[str, ...]
+    epoch: int = 0
+    previous_epoch: int = -1
+    assigned: frozenset[TopicPartition] = frozenset()
+    revoking: frozenset[TopicPartition] = frozenset()  # still held until the member says it let go
+    session_deadline: int = 0
+    revoke_deadline: int | None = None
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    assignor: str = "uniform"
+    epoch: int = 0  # the group epoch
+    assignment_epoch: int = 0  # the group epoch the target was computed for
+    target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
+    members: dict[str, Member] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)  # topic sizes the target was computed with
+    state_timestamp: int = 0
+
+    def topics(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.topics}
+
+    def owner(self, tp: TopicPartition, but: str) -> str | None:
+        for mid, m in self.members.items():
+            if mid != but and (tp in m.assigned or tp in m.revoking):
+                return mid
+        return None
+
+    @property
+    def state(self) -> str:
+        if not self.members:
+            return EMPTY
+        if self.assignment_epoch < self.epoch:
+            return ASSIGNING
+        for mid, m in self.members.items():
+            if (
+                m.epoch != self.assignment_epoch
+                or m.revoking
+                or m.assigned != self.target.get(mid, frozenset())
+            ):
+                return RECONCILING
+        return STABLE
+
+
+@dataclass(frozen=True, eq=False)
+class _Write:
+    """A group write whose success releases a heartbeat's answer."""
+
+    respond: Respond | None
+
+
+def _member_id(group_id: str) -> str:
+    return f"{group_id}-{uuid.uuid4()}"
+
+
+class IncrementalCoordinator:
+    """Incremental scheme-two groups in front of `inner` (a `ServerAssignedCoordinator`)."""
+
+    def __init__(
+        self,
+        inner: Any,
+        *,
+        min_session_timeout_ms: int = 6000,
+        max_session_timeout_ms: int = 1_800_000,
+        heartbeat_interval_ms: int = 5000,
+    ) -> None:
+        self.inner = inner
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.groups: dict[str, Group] = {}
+        self._timers: list[tuple[int, int, str, str, int]] = []  # (deadline, kind, group, member, id)
+
+    # ------------------------------------------------------------------ the core's interface
+
+    @property
+    def partitions(self) -> dict[str, int]:
+        return self.inner.partitions
+
+    def handle(
+        self,
+        api_key: int,
+        req: Any,
+        now_ms: int,
+        *,
+        client_id: str = "",
+        client_host: str = "",
+        request_token: Any = None,
+        group_check: Any = None,
+    ) -> list[Output]:
+        out = self._fire(now_ms)
+        kw = dict(client_id=client_id, client_host=client_host, group_check=group_check)
+        gid = getattr(req, "group_id", None)
+        if api_key == CONSUMER_GROUP_HEARTBEAT:
+            out.extend(self._heartbeat(req, now_ms, request_token, **kw))
+        elif gid in self.groups and api_key in (JOIN_GROUP, SYNC_GROUP, SERVER_JOIN_GROUP):
+            # An incremental group's members heartbeat; the classic and draft joins cannot enter it.
+            body = P.precheck_error_body(api_key, req, E.INCONSISTENT_GROUP_PROTOCOL)
+            out.append(Respond(request_token, body))
+        elif gid in self.groups and api_key in (HEARTBEAT, SERVER_HEARTBEAT, LEAVE_GROUP):
+            out.append(Respond(request_token, P.precheck_error_body(api_key, req, E.UNKNOWN_MEMBER_ID)))
+        elif gid in self.groups and api_key == OFFSET_COMMIT:
+            out.extend(self._offset_commit(req, now_ms, request_token, **kw))
+        elif api_key == DESCRIBE_GROUPS and any(g in self.groups for g in req.groups):
+            out.extend(self._describe(req, now_ms, request_token, **kw))
+        elif api_key == LIST_GROUPS:
+            out.extend(self._list(self.inner.handle(api_key, req, now_ms, request_token=request_token, **kw)))
+        elif api_key == DELETE_GROUPS and any(g in self.groups for g in req.groups_names):
+            out.extend(self._delete(req, now_ms, request_token, **kw))
+        else:
+            out.extend(self.inner.handle(api_key, req, now_ms, request_token=request_token, **kw))
+        return out
+
+    def tick(self, now_ms: int) -> list[Output]:
+        return self._fire(now_ms) + self.inner.tick(now_ms)
+
+    def next_deadline(self) -> int | None:
+        mine = self._timers[0][0] if self._timers else None
+        theirs = self.inner.next_deadline()
+        return min((d for d in (mine, theirs) if d is not None), default=None)
+
+    def persisted(self, token: Any, ok: bool, now_ms: int, error_code: int = E.COORDINATOR_NOT_AVAILABLE):
+        if isinstance(token, _Write):
+            if token.respond is None:
+                return []
+            if ok:
+                return [token.respond]
+            body = token.respond.body
+            failed = msgspec.structs.replace(
+                body,
+                error_code=E.map_group_write_error(error_code),
+                error_message="the group's state could not be written to ZooKeeper; heartbeat again",
+                assignment=None,
+            )
+            return [Respond(token.respond.request_token, failed)]
+        return self.inner.persisted(token, ok, now_ms, error_code)
+
+    def snapshot(self, group_id: str) -> GroupSnapshot | None:
+        return self.inner.snapshot(group_id)
+
+    def load_group(self, snapshot: GroupSnapshot, now_ms: int) -> list[Output]:
+        """Take a group over: an incremental one continues with its stored epochs and assignments."""
+        record = snapshot.group
+        if record is None or record.protocol_type != INCREMENTAL_PROTOCOL_TYPE:
+            return self.inner.load_group(snapshot, now_ms)
+        group = Group(record.group_id, record.protocol_name or "uniform", record.generation_id)
+        group.assignment_epoch = record.generation_id
+        group.state_timestamp = record.state_timestamp or now_ms
+        for m in record.members:
+            sub = decode_subscription(m.protocols[0].metadata) if m.protocols else Subscription(())
+            member = Member(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                m.session_timeout_ms,
+                m.rebalance_timeout_ms,
+                tuple(sub.topics),
+                epoch=sub.generation,
+                assigned=frozenset(decode_assignment(m.assignment).partitions)
+                if m.assignment
+                else frozenset(),
+                revoking=frozenset(sub.owned_partitions),
+            )
+            group.members[m.member_id] = member
+            group.target[m.member_id] = member.assigned
+            self._schedule_session(group, member, now_ms)
+            if member.revoking:
+                member.revoke_deadline = now_ms + member.rebalance_timeout_ms
+                self._push(member.revoke_deadline, _REVOKE, group, member)
+        self.groups[group.group_id] = group
+        out = self.inner.load_group(GroupSnapshot(snapshot.group_id, None, snapshot.offsets), now_ms)
+        # The target is recomputed once the topics' sizes are known (a change in them meanwhile
+        # is the draft's "failure at step 1": it rebalances).
+        group.sizes = {}
+        out.extend(self._watch(group))
+        if all(t in self.partitions for t in group.topics()):
+            self._retarget(group, now_ms, bump=False)
+        return out
+
+    def resume(self, now_ms: int) -> list[Output]:
+        for group in self.groups.values():
+            for m in group.members.values():
+                self._schedule_session(group, m, now_ms)
+        return self.inner.resume(now_ms)
+
+    def unload_group(self, group_id: str, now_ms: int) -> list[Output]:
+        self.groups.pop(group_id, None)
+        return self.inner.unload_group(group_id, now_ms)
+
+    def delete_topics(self, topics, now_ms: int) -> list[Output]:
+        return self.inner.delete_topics(topics, now_ms)
+
+    def expire_offsets(self, now_ms: int) -> list[Output]:
+        return self.inner.expire_offsets(now_ms)
+
+    def group_ids(self) -> list[str]:
+        return sorted(set(self.inner.group_ids()) | set(self.groups))
+
+    def group_state(self, group_id: str):
+        return self.inner.group_state(group_id)
+
+    def stats(self):
+        return self.inner.stats()
+
+    def topics_changed(self, counts: dict[str, int], now_ms: int) -> list[Output]:
+        out = self.inner.topics_changed(counts, now_ms)
+        for group in self.groups.values():
+            topics = group.topics()
+            if topics and all(t in self.partitions for t in topics):
+                if any(group.sizes.get(t) != self.partitions[t] for t in topics):
+                    self._retarget(group, now_ms, bump=bool(group.sizes))
+                    out.append(WriteGroupMetadata(group.group_id, self._record(group), _Write(None)))
+        return out
+
+    # ------------------------------------------------------------------ ConsumerGroupHeartbeat
+
+    def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int, token: Any, **kw) -> list[Output]:
+        gid, mid, epoch = req.group_id, req.member_id, req.member_epoch
+
+        def error(code: int, message: str) -> list[Output]:
+            return [Respond(token, ConsumerGroupHeartbeatResponse(code, message, member_id=mid))]
+
+        if not gid:
+            return error(E.INVALID_GROUP_ID, "the group id is empty")
+        check = kw["group_check"]
+        if check is not None and (code := check(gid)):
+            return error(code, None)
+        group = self.groups.get(gid)
+        if group is None:
+            if epoch != 0:
+                return error(E.UNKNOWN_MEMBER_ID, f"group {gid!r} has no member {mid!r}; join with epoch 0")
+            if self.inner.core.stats().get(gid, (None, 0))[1]:
+                return error(E.INCONSISTENT_GROUP_PROTOCOL, f"{gid!r} is a group of another protocol")
+        if epoch == 0:
+            return self._join(group, req, now, token, **kw)
+        if group is None or mid not in group.members:
+            return error(E.UNKNOWN_MEMBER_ID, f"{mid!r} is not a member of {gid!r}; join with epoch 0")
+        member = group.members[mid]
+        if epoch == -1:
+            self._remove(group, member, now)
+            resp = ConsumerGroupHeartbeatResponse(E.NONE, member_id=mid, member_epoch=-1)
+            return [WriteGroupMetadata(gid, self._record(group), _Write(Respond(token, resp)))]
+        owned = None if req.topic_partitions is None else partitions_of(req.topic_partitions)
+        if epoch != member.epoch and not (
+            epoch == member.previous_epoch and owned is not None and owned <= member.assigned
+        ):
+            # Kafka's rule: a lost answer may leave the member one epoch behind, holding no more than
+            # its assignment; anything else is a zombie.
+            return error(
+                E.FENCED_MEMBER_EPOCH,
+                f"member epoch {epoch} is not {member.epoch}: rejoin with epoch 0",
+            )
+        self._schedule_session(group, member, now)
+        changed = False
+        if (
+            req.subscribed_topic_names is not None
+            and tuple(sorted(set(req.subscribed_topic_names))) != member.topics
+        ):
+            member.topics = tuple(sorted(set(req.subscribed_topic_names)))
+            changed = True
+        return self._answer(group, member, owned, now, token, changed, **kw)
+
+    def _join(self, group: Group | None, req: ConsumerGroupHeartbeatRequest, now: int, token: Any, **kw):
+        mid = req.member_id
+
+        def error(code: int, message: str) -> list[Output]:
+            return [Respond(token, ConsumerGroupHeartbeatResponse(code, message, member_id=mid))]
+
+        if not req.subscribed_topic_names:
+            return error(E.INVALID_REQUEST, "a joining member must give subscribed_topic_names")
+        if not self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms:
+            return error(E.INVALID_SESSION_TIMEOUT, "session_timeout_ms is outside the node's range")
+        assignor = req.server_assignor or (group.assignor if group and group.members else "uniform")
+        if assignor not in INCREMENTAL_ASSIGNORS:
+            return error(
+                E.UNSUPPORTED_ASSIGNOR, f"server_assignor {assignor!r} is not one of {INCREMENTAL_ASSIGNORS}"
+            )
+        if group is None:
+            group = self.groups[req.group_id] = Group(req.group_id, assignor, state_timestamp=now)
+        elif group.members and req.server_assignor and req.server_assignor != group.assignor:
+            return error(E.INCONSISTENT_GROUP_PROTOCOL, f"the group uses server_assignor {group.assignor!r}")
+        group.assignor = assignor
+        old = group.members.get(mid) if mid else None
+        if old is not None:
+            self._remove(group, old, now, retarget=False)  # a fenced member rejoining: a new incarnation
+        if not mid:
+            mid = _member_id(req.group_id)
+        member = Member(
+            mid,
+            kw["client_id"],
+            kw["client_host"],
+            req.session_timeout_ms,
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
+            tuple(sorted(set(req.subscribed_topic_names))),
+        )
+        group.members[mid] = member
+        self._schedule_session(group, member, now)
+        return self._answer(group, member, frozenset(), now, token, True, **kw)
+
+    def _answer(self, group: Group, member: Member, owned, now: int, token: Any, changed: bool, **kw):
+        before = (member.epoch, member.assigned, member.revoking, group.epoch)
+        out = self._watch(group)
+        if changed:
+            group.epoch += 1
+            self._retarget(group, now, bump=False)
+        if owned is not None and member.revoking and not (owned & member.revoking):
+            member.revoking = frozenset()  # the member let them go (after committing)
+            member.revoke_deadline = None
+        self._reconcile(group, member, now)
+        resp = ConsumerGroupHeartbeatResponse(
+            E.NONE,
+            member_id=member.member_id,
+            member_epoch=member.epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            assignment=by_topic(member.assigned),
+        )
+        if (member.epoch, member.assigned, member.revoking, group.epoch) == before and not changed:
+            out.append(Respond(token, resp))
+        else:
+            out.append(WriteGroupMetadata(group.group_id, self._record(group), _Write(Respond(token, resp))))
+        return out
+
+    def _reconcile(self, group: Group, member: Member, now: int) -> None:
+        """Move `member` toward its target: revoke first; take a partition only once it is free."""
+        if group.assignment_epoch < group.epoch and member.epoch == 0 and not member.assigned:
+            member.epoch = group.epoch  # a new member: its partitions come with the target
+        if group.assignment_epoch < group.epoch or member.revoking:
+            return  # no target for this epoch yet (topic sizes unknown), or waiting for a release
+        target = group.target.get(member.member_id, frozenset())
+        if member.epoch != group.assignment_epoch:
+            to_revoke = member.assigned - target
+            if to_revoke:
+                member.assigned -= to_revoke
+                member.revoking = to_revoke
+                member.revoke_deadline = now + member.rebalance_timeout_ms
+                self._push(member.revoke_deadline, _REVOKE, group, member)
+                return
+            member.previous_epoch, member.epoch = member.epoch, group.assignment_epoch
+        free = {tp for tp in target - member.assigned if group.owner(tp, member.member_id) is None}
+        if free:
+            member.assigned |= free
+
+    def _retarget(self, group: Group, now: int, bump: bool) -> None:
+        """Compute the target assignment for the group epoch (needs every subscribed topic's size)."""
+        if bump:
+            group.epoch += 1
+        topics = group.topics()
+        if any(t not in self.partitions for t in topics):
+            return  # computed once topics_changed reports them
+        sizes = {t: self.partitions[t] for t in topics}
+        subs = {
+            mid: Subscription(m.topics, owned_partitions=tuple(sorted(group.target.get(mid, m.assigned))))
+            for mid, m in group.members.items()
+        }
+        impl = get_assignor(_ASSIGNOR_IMPL[group.assignor])
+        if group.assignor == "uniform":
+            counts = validate(sizes, subs)
+            result = impl.sticky_assign(counts, subs).assignment if counts else {}
+        else:
+            result = impl.assign(sizes, subs)
+        group.target = {mid: frozenset(result.get(mid, ())) for mid in group.members}
+        group.sizes = sizes
+        group.assignment_epoch = group.epoch
+
+    def _remove(self, group: Group, member: Member, now: int, retarget: bool = True) -> None:
+        group.members.pop(member.member_id, None)
+        group.target.pop(member.member_id, None)
+        group.epoch += 1
+        group.state_timestamp = now
+        if retarget:
+            self._retarget(group, now, bump=False)
+
+    # ------------------------------------------------------------------ timers
+
+    def _push(self, deadline: int, kind: int, group: Group, member: Member) -> None:
+        heapq.heappush(self._timers, (deadline, kind, group.group_id, member.member_id, id(member)))
+
+    def _schedule_session(self, group: Group, member: Member, now: int) -> None:
+        member.session_deadline = now + member.session_timeout_ms
+        self._push(member.session_deadline, _SESSION, group, member)  # earlier entries go stale
+
+    def _fire(self, now: int) -> list[Output]:
+        out: list[Output] = []
+        while self._timers and self._timers[0][0] < now:
+            deadline, kind, gid, mid, ident = heapq.heappop(self._timers)
+            group = self.groups.get(gid)
+            member = group.members.get(mid) if group else None
+            if member is None or id(member) != ident:
+                continue
+            if kind == _SESSION and member.session_deadline != deadline:
+                continue  # a later heartbeat moved it
+            if kind == _REVOKE and (member.revoke_deadline != deadline or not member.revoking):
+                continue
+            self._remove(group, member, now)
+            out.append(WriteGroupMetadata(gid, self._record(group), _Write(None)))
+        return out
+
+    # ------------------------------------------------------------------ offsets and admin
+
+    def _offset_commit(self, req: OffsetCommitRequest, now: int, token: Any, **kw) -> list[Output]:
+        group = self.groups[req.group_id]
+        member = group.members.get(req.member_id)
+        code = E.NONE
+        if member is None:
+            if req.member_id or req.generation_id >= 0 or group.members:
+                code = E.UNKNOWN_MEMBER_ID  # only an empty group takes commits from outside it
+        elif req.generation_id != member.epoch:
+            code = E.STALE_MEMBER_EPOCH
+        if code:
+            return [Respond(token, OffsetCommitResponse.with_error(req, code))]
+        # Fenced here: the classic core stores it as a commit from outside any generation.
+        simple = msgspec.structs.replace(req, generation_id=-1, member_id="", group_instance_id=None)
+        return self.inner.handle(OFFSET_COMMIT, simple, now, request_token=token, **kw)
+
+    def _described(self, group: Group) -> DescribedGroup:
+        return DescribedGroup(
+            error_code=E.NONE,
+            group_id=group.group_id,
+            group_state=group.state,
+            protocol_type=INCREMENTAL_PROTOCOL_TYPE,
+            protocol_data=group.assignor,
+            members=[
+                DescribedMember(
+                    member_id=m.member_id,
+                    group_instance_id=None,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=encode_subscription(Subscription(m.topics, generation=m.epoch)),
+                    member_assignment=encode_assignment(sorted(m.assigned)),
+                )
+                for m in group.members.values()
+            ],
+        )
+
+    def _describe(self, req: DescribeGroupsRequest, now: int, token: Any, **kw) -> list[Output]:
+        others = [g for g in req.groups if g not in self.groups]
+        theirs: dict[str, DescribedGroup] = {}
+        out: list[Output] = []
+        if others:
+            probe = object()
+            for o in self.inner.handle(
+                DESCRIBE_GROUPS, DescribeGroupsRequest(groups=others), now, request_token=probe, **kw
+            ):
+                if isinstance(o, Respond) and o.request_token is probe:
+                    theirs = {g.group_id: g for g in o.body.groups}
+                else:
+                    out.append(o)
+        groups = [self._described(self.groups[g]) if g in self.groups else theirs[g] for g in req.groups]
+        out.append(Respond(token, DescribeGroupsResponse(groups=groups)))
+        return out
+
+    def _list(self, outputs: list[Output]) -> list[Output]:
+        out = []
+        for o in outputs:
+            if isinstance(o, Respond) and isinstance(o.body, ListGroupsResponse) and not o.body.error_code:
+                listed = [g for g in o.body.groups if g.group_id not in self.groups]
+                listed += [
+                    ListedGroup(
+                        group_id=g.group_id, protocol_type=INCREMENTAL_PROTOCOL_TYPE, group_state=g.state
+                    )
+                    for g in self.groups.values()
+                ]
+                o = Respond(o.request_token, msgspec.structs.replace(o.body, groups=listed))
+            out.append(o)
+        return out
+
+    def _delete(self, req: DeleteGroupsRequest, now: int, token: Any, **kw) -> list[Output]:
+        mine = [g for g in req.groups_names if g in self.groups]
+        busy = {g for g in mine if self.groups[g].members}
+        results: dict[str, int] = dict.fromkeys(busy, E.NON_EMPTY_GROUP)
+        out: list[Output] = []
+        rest = [g for g in req.groups_names if g not in busy]
+        if rest:
+            probe = object()
+            for o in self.inner.handle(
+                DELETE_GROUPS, DeleteGroupsRequest(groups_names=rest), now, request_token=probe, **kw
+            ):
+                if isinstance(o, Respond) and o.request_token is probe:
+                    results.update({r.group_id: r.error_code for r in o.body.results})
+                else:
+                    out.append(o)
+        for g in mine:
+            if g in busy:
+                continue
+            del self.groups[g]
+            if results.get(g) == E.GROUP_ID_NOT_FOUND:  # no offsets: only our record to remove
+                out.append(DeleteGroup(g))
+                results[g] = E.NONE
+        body = DeleteGroupsResponse(
+            results=[DeleteGroupsResult(group_id=g, error_code=results[g]) for g in req.groups_names]
+        )
+        out.append(Respond(token, body))
+        return out
+
+    # ------------------------------------------------------------------ records
+
+    def _watch(self, group: Group) -> list[Output]:
+        return self.inner._watch(group.topics())
+
+    def _record(self, group: Group) -> GroupRecord:
+        return GroupRecord(
+            group_id=group.group_id,
+            protocol_type=INCREMENTAL_PROTOCOL_TYPE,
+            protocol_name=group.assignor,
+            generation_id=group.epoch,
+            leader_id=None,
+            state_timestamp=group.state_timestamp,
+            members=[
+                MemberRecord(
+                    member_id=m.member_id,
+                    group_instance_id=None,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    session_timeout_ms=m.session_timeout_ms,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    protocol_type=INCREMENTAL_PROTOCOL_TYPE,
+                    # The subscription's generation is the member epoch; its owned partitions are
+                    # the ones it still has to let go of.
+                    protocols=[
+                        ProtocolRecord(
+                            name=group.assignor,
+                            metadata=encode_subscription(
+                                Subscription(
+                                    m.topics, owned_partitions=tuple(sorted(m.revoking)), generation=m.epoch
+                                )
+                            ),
+                        )
+                    ],
+                    assignment=encode_assignment(sorted(m.assigned)),
+                )
+                for m in group.members.values()
+            ],
+        )
