@@ -1,4 +1,4 @@
-"""Benchmark: one join into a stable group of N members, scheme one vs scheme three, on one ZooKeeper.
+"""Benchmark: one join into a stable group of N members under all three schemes, on one ZooKeeper.
 
 Run on demand: `python -m bench.rebalance [--sizes 10,50,100] [--json out.json]`. One ZooKeeper
 container is started (experiments/cluster.py) unless `--zk` is given; scheme three uses one
@@ -11,15 +11,23 @@ coordinator node process (`groupshift coordinator serve`). For every N, in one r
 * scheme three: N `CoordinatorMember`s (one shared ZooKeeper client, heartbeats every
   `--heartbeat-ms`) form a stable group; then one joins. Time to stable: from the join until every
   member is stable at one new generation and the assignments cover every partition once.
+* scheme two, the draft (`server_assigned=True`) and the incremental form (`IncrementalMember`):
+  the same, with members that never touch ZooKeeper (bootstrap only); the incremental form is
+  stable when every member holds its target and the assignments cover every partition once.
+* largest pause of a kept partition: for every partition whose owner is the same before and after
+  the join, the longest time it was revoked (listener callbacks) — eager schemes revoke everything
+  for the whole rebalance, the incremental form nothing.
 * per rebalance: ZooKeeper requests and watch notifications, server-side (`mntr` deltas:
   `zk_packets_received`, the sum of the `zk_sum_node_*_watch_count` summaries) and client-side
   (scheme one: the members' event logs; scheme three: the members' own ZooKeeper reads).
 * rolling restart of 20 scheme-three members, dynamic vs static (`group_instance_id`): each is
   closed and started again in turn; counted are the group's rebalances (generation increments).
 
-Targets (issue 8): scheme three >= 20x faster than scheme one at N = 50 and < 300 ms with 100 ms
+Targets: scheme three >= 20x faster than scheme one at N = 50 and < 300 ms with 100 ms
 heartbeats; scheme three's ZooKeeper requests per rebalance constant in N; <= 1 rebalance for a
-static rolling restart.
+static rolling restart; scheme two's watch notifications per join <= 1 at every N; the incremental
+form's time to stable <= scheme three's at every N, and its largest pause of a kept partition
+< 2 heartbeat intervals.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import uuid
 from pathlib import Path
 
 from coordinator.member.client import CoordinatorMember, MemberState
+from coordinator.member.incremental import IncrementalMember
 from coordinator.node.process import CoordinatorNodes
 from core.four_letter import mntr
 from core.types import TopicPartition
@@ -137,14 +146,62 @@ def scheme_one(zk_connect: str, n: int, partitions: int, args, logdir: Path) -> 
     return result
 
 
+# --- schemes two and three --------------------------------------------------------------------
+
+
+class Timeline:
+    """A listener recording when each partition was revoked and assigned (monotonic seconds)."""
+
+    def __init__(self):
+        self.events: list[tuple[float, str, frozenset[TopicPartition]]] = []
+
+    def on_partitions_revoked(self, tps):
+        self.events.append((time.monotonic(), "revoked", frozenset(tps)))
+
+    def on_partitions_lost(self, tps):
+        self.events.append((time.monotonic(), "revoked", frozenset(tps)))
+
+    def on_partitions_assigned(self, tps):
+        self.events.append((time.monotonic(), "assigned", frozenset(tps)))
+
+    def kept_pause(self, since: float, kept: set[TopicPartition], until: float) -> float:
+        """The longest time one of `kept` was not held after `since`."""
+        worst, gone = 0.0, {}
+        for t, kind, tps in self.events:
+            if t < since:
+                continue
+            for tp in tps & kept:
+                if kind == "revoked":
+                    gone.setdefault(tp, t)
+                elif tp in gone:
+                    worst = max(worst, t - gone.pop(tp))
+        for t0 in gone.values():
+            worst = max(worst, until - t0)
+        return worst
+
+
+def kept_partitions_pause(members, timelines, before, t_join: float, done: float) -> float:
+    worst = 0.0
+    for m, tl, was in zip(members, timelines, before, strict=True):
+        kept = was & m.assignment()
+        worst = max(worst, tl.kept_pause(t_join, kept, done))
+    return worst
+
+
 # --- scheme three ----------------------------------------------------------------------------
 
 
-def coordinator_member(zk, nodes: CoordinatorNodes, group: str, args, **kw) -> CoordinatorMember:
-    return CoordinatorMember(
+def coordinator_member(
+    zk, nodes: CoordinatorNodes, group: str, args, kind: str = "three", **kw
+) -> CoordinatorMember:
+    """A scheme-three member, or scheme two's (`kind` "two" or "incremental": no ZooKeeper client)."""
+    make = IncrementalMember if kind == "incremental" else CoordinatorMember
+    if kind == "two":
+        kw["server_assigned"] = True
+    kw.setdefault("zk", zk if kind == "three" else None)
+    return make(
         group,
         ["t"],
-        zk=zk,
         bootstrap=nodes.bootstrap,
         session_timeout_ms=args.session_ms,
         heartbeat_interval_ms=args.heartbeat_ms,
@@ -155,36 +212,51 @@ def coordinator_member(zk, nodes: CoordinatorNodes, group: str, args, **kw) -> C
     )
 
 
-def group_stable(members: list[CoordinatorMember], partitions: int) -> bool:
+def group_stable(members: list[CoordinatorMember], partitions: int, incremental: bool = False) -> bool:
     gens = set()
     for m in members:
         if m.state != MemberState.STABLE or m._rejoin_needed:
             return False
+        if incremental and m._target != m._owned:
+            return False
         gens.add(m.generation)
-    return len(gens) == 1 and covers([m.assignment() for m in members], partitions)
+    # Incremental members converge one by one: their epochs may differ once everyone holds its target.
+    return (incremental or len(gens) == 1) and covers([m.assignment() for m in members], partitions)
 
 
-def scheme_three(zk, nodes: CoordinatorNodes, n: int, partitions: int, args) -> dict:
-    group = f"co-{n}-{uuid.uuid4().hex[:6]}"
-    members = [coordinator_member(zk, nodes, group, args) for _ in range(n)]
+def scheme_three(zk, nodes: CoordinatorNodes, n: int, partitions: int, args, kind: str = "three") -> dict:
+    """One join into a stable group of `n` coordinator members: scheme three, or scheme two's
+    draft (`kind="two"`) or incremental form (`kind="incremental"`)."""
+    group = f"{kind}-{n}-{uuid.uuid4().hex[:6]}"
+    incremental = kind == "incremental"
+    timelines = [Timeline() for _ in range(n)]
+    members = [coordinator_member(zk, nodes, group, args, kind, listener=tl) for tl in timelines]
     for m in members:
         m.start()
-    if wait(lambda: group_stable(members, partitions), args.timeout, step=0.02) is None:
+    if wait(lambda: group_stable(members, partitions, incremental), args.timeout, step=0.02) is None:
         for m in members:
             m.close()
-        return {"error": f"scheme three: {n} members did not form a stable group in {args.timeout}s"}
+        return {"error": f"scheme {kind}: {n} members did not form a stable group in {args.timeout}s"}
     time.sleep(args.settle)
-    generation = members[0].generation
+    if not group_stable(members, partitions, incremental):
+        wait(lambda: group_stable(members, partitions, incremental), args.timeout, step=0.02)
+    generation = max(m.generation for m in members)
+    before_assignment = [m.assignment() for m in members]
     zk_reads_before = sum(m.stats["zk_requests"] for m in members)
     host, port = args.zk_host_port
     at_rest = watches(host, port)
     before = server_counts(host, port)
     t_join = time.monotonic()
-    joiner = coordinator_member(zk, nodes, group, args)
+    joiner = coordinator_member(zk, nodes, group, args, kind)
     joiner.start()
     everyone = [*members, joiner]
     done = wait(
-        lambda: group_stable(everyone, partitions) and members[0].generation > generation, args.timeout
+        lambda: (
+            group_stable(everyone, partitions, incremental)
+            and joiner.assignment()
+            and max(m.generation for m in everyone) > generation
+        ),
+        args.timeout,
     )
     after = server_counts(host, port)
     result: dict = {"members": n}
@@ -192,7 +264,13 @@ def scheme_three(zk, nodes: CoordinatorNodes, n: int, partitions: int, args) -> 
         result["error"] = f"no stable group within {args.timeout}s after the join"
     else:
         result["time_to_stable_ms"] = (done - t_join) * 1000
-        result["generations"] = members[0].generation - generation
+        result["generations"] = max(m.generation for m in members) - generation
+        result["kept_pause_ms"] = (
+            kept_partitions_pause(members, timelines, before_assignment, t_join, done) * 1000
+        )
+        result["moved"] = sum(
+            len(b - m.assignment()) for b, m in zip(before_assignment, members, strict=True)
+        )
     result["server"] = delta(after, before) | at_rest
     result["client"] = {
         "requests": sum(m.stats["zk_requests"] for m in everyone) - zk_reads_before,
@@ -238,37 +316,48 @@ def rolling_restart(zk, nodes: CoordinatorNodes, static: bool, partitions: int, 
 # --- main ------------------------------------------------------------------------------------
 
 
+SCHEMES = (
+    ("scheme_one", "one"),
+    ("scheme_two", "two"),
+    ("scheme_two_incremental", "two inc."),
+    ("scheme_three", "three"),
+)
+
+
 def table(results: dict) -> str:
+    names = " / ".join(short for _, short in SCHEMES)
     lines = [
-        "| N | scheme one (ms) | scheme three (ms) | ratio | ZK requests one / three (server) | "
-        "ZK requests one / three (client) | watch notifications one / three (server) |",
+        f"| N | time to stable, ms ({names}) | three vs one | ZK requests, server ({names}) | "
+        f"watch notifications, server ({names}) | largest kept-partition pause, ms ({names}) | "
+        f"partitions moved ({names}) |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in results["sizes"]:
-        one, three = row["scheme_one"], row["scheme_three"]
-        t1, t3 = one.get("time_to_stable_ms"), three.get("time_to_stable_ms")
+        rs = [row.get(key, _empty()) for key, _ in SCHEMES]
+        t1, t3 = rs[0].get("time_to_stable_ms"), rs[3].get("time_to_stable_ms")
         ratio = f"{t1 / t3:.0f}x" if t1 and t3 else "-"
         lines.append(
-            f"| {row['members']} | {_ms(t1)} | {_ms(t3)} | {ratio} | "
-            f"{one['server']['requests']} / {three['server']['requests']} | "
-            f"{one['client']['requests']} / {three['client']['requests']} | "
-            f"{one['server']['watch_notifications']} / {three['server']['watch_notifications']} |"
+            f"| {row['members']} | {' / '.join(_ms(r.get('time_to_stable_ms')) for r in rs)} | {ratio} | "
+            f"{' / '.join(str(r['server']['requests']) for r in rs)} | "
+            f"{' / '.join(str(r['server']['watch_notifications']) for r in rs)} | "
+            f"{' / '.join(_ms(r.get('kept_pause_ms')) for r in rs)} | "
+            f"{' / '.join(str(r.get('moved', '-')) for r in rs)} |"
         )
     lines += [
         "",
-        "| N | watches at rest one / three (`mntr`) | watching sessions one / three (`wchc`) |",
+        f"| N | watches at rest (`mntr`, {names}) | watching sessions (`wchc`, {names}) |",
         "|---|---|---|",
     ]
     for row in results["sizes"]:
-        one, three = row["scheme_one"]["server"], row["scheme_three"]["server"]
+        rs = [row.get(key, _empty())["server"] for key, _ in SCHEMES]
         lines.append(
-            f"| {row['members']} | {one.get('watches', 0)} / {three.get('watches', 0)} | "
-            f"{one.get('watching_sessions', 0)} / {three.get('watching_sessions', 0)} |"
+            f"| {row['members']} | {' / '.join(str(r.get('watches', 0)) for r in rs)} | "
+            f"{' / '.join(str(r.get('watching_sessions', 0)) for r in rs)} |"
         )
     roll = results["rolling_restart"]
     lines += [
         "",
-        "| rolling restart of 20 | rebalances | seconds |",
+        "| rolling restart of 20 (scheme three) | rebalances | seconds |",
         "|---|---|---|",
         f"| dynamic | {roll['dynamic'].get('rebalances', '-')} | {roll['dynamic'].get('seconds', 0):.1f} |",
         f"| static | {roll['static'].get('rebalances', '-')} | {roll['static'].get('seconds', 0):.1f} |",
@@ -321,13 +410,18 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(prefix="bench-rebalance-") as tmp:
                 for n in sizes:
                     row: dict = {"members": n}
-                    runs_one, runs_three = [], []
+                    runs: dict[str, list] = {key: [] for key, _ in SCHEMES}
                     for _ in range(args.repeat):
                         if not args.skip_scheme_one:
-                            runs_one.append(scheme_one(chroot, n, partitions, args, Path(tmp)))
-                        runs_three.append(scheme_three(zk, nodes, n, partitions, args))
-                    row["scheme_one"] = _median(runs_one) if runs_one else _empty()
-                    row["scheme_three"] = _median(runs_three)
+                            runs["scheme_one"].append(scheme_one(chroot, n, partitions, args, Path(tmp)))
+                        for key, kind in (
+                            ("scheme_two", "two"),
+                            ("scheme_two_incremental", "incremental"),
+                            ("scheme_three", "three"),
+                        ):
+                            runs[key].append(scheme_three(zk, nodes, n, partitions, args, kind))
+                    for key, got in runs.items():
+                        row[key] = _median(got) if got else _empty()
                     results["sizes"].append(row)
                     print(json.dumps(row), file=sys.stderr, flush=True)
             results["rolling_restart"] = {
@@ -380,6 +474,20 @@ def _targets(results: dict) -> dict[str, bool]:
     )
     static = results["rolling_restart"]["static"].get("rebalances")
     out["<= 1 rebalance for a static rolling restart of 20"] = static is not None and static <= 1
+    two = [r["scheme_two"]["server"]["watch_notifications"] for r in results["sizes"]]
+    out["scheme two: <= 1 watch notification per join at every N"] = bool(two) and max(two) <= 1
+    inc = [
+        (r["scheme_two_incremental"].get("time_to_stable_ms"), r["scheme_three"].get("time_to_stable_ms"))
+        for r in results["sizes"]
+    ]
+    out["incremental scheme two: time to stable after one join <= scheme three's at every N"] = all(
+        a is not None and b is not None and a <= b for a, b in inc
+    )
+    pauses = [r["scheme_two_incremental"].get("kept_pause_ms") for r in results["sizes"]]
+    limit = 2 * results["heartbeat_ms"]
+    out[f"incremental scheme two: kept partitions' largest pause < 2 heartbeat intervals ({limit} ms)"] = all(
+        p is not None and p < limit for p in pauses
+    )
     return out
 
 

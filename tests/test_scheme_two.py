@@ -17,7 +17,7 @@ import pytest
 from coordinator.assignors.payloads import decode_assignment
 from coordinator.group.context import CoordinatorConfig
 from coordinator.group.coordinator import GroupCoordinator
-from coordinator.group.messages import Respond, Write
+from coordinator.group.messages import GroupSnapshot, Respond, Write, WriteGroupMetadata
 from coordinator.node.process import CoordinatorNodes
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
 from coordinator.server_side.incremental import IncrementalCoordinator
@@ -61,6 +61,7 @@ class Core:
         self.now = 1_000
         self.answers: dict[str, object] = {}
         self.watched: list[str] = []
+        self.records: dict[str, object] = {}  # group -> the last group record written
 
     def _run(self, outputs) -> None:
         for out in outputs:
@@ -68,8 +69,11 @@ class Core:
                 self.answers[out.request_token] = out.body
             elif isinstance(out, WatchTopics):
                 self.watched.extend(out.topics)
-            elif isinstance(out, Write) and out.token is not None:
-                self._run(self.core.persisted(out.token, True, self.now))
+            elif isinstance(out, Write):
+                if isinstance(out, WriteGroupMetadata):
+                    self.records[out.group_id] = out.record
+                if out.token is not None:
+                    self._run(self.core.persisted(out.token, True, self.now))
 
     def send(self, api: int, body, token: str):
         self.answers.pop(token, None)
@@ -513,3 +517,26 @@ def test_incremental_join_moves_one_partition_and_the_others_never_pause(zk, zk_
         assert gaps and max(gaps) < 0.5, f"{lp.name} paused {max(gaps):.2f}s during the join"
     counts = Counter(delivered)
     assert not [k for k, n in counts.items() if n > 1], "a record committed twice"
+
+
+def test_another_node_takes_an_incremental_group_over_from_its_record():
+    c = Core()
+    c.sizes(t=4)
+    a = c.hb("a")
+    b = c.hb("b")
+    a2 = c.hb("a2", a.member_id, a.member_epoch, owned=set(partitions(a)))
+    a3 = c.hb("a3", a.member_id, a2.member_epoch, owned=set(partitions(a2)))  # released: epoch 2
+    b2 = c.hb("b2", b.member_id, b.member_epoch, owned=set())
+    assert a3.member_epoch == b2.member_epoch == 2 and len(partitions(b2)) == 2
+    # The node dies; another loads the group from what was written and carries on: same epochs,
+    # same partitions, nothing moves.
+    other = Core()
+    other._run(other.core.load_group(GroupSnapshot("g", c.records["g"], []), other.now))
+    other.sizes(t=4)
+    a4 = other.hb("a4", a.member_id, a3.member_epoch, owned=set(partitions(a3)))
+    b3 = other.hb("b3", b.member_id, b2.member_epoch, owned=set(partitions(b2)))
+    assert (a4.error_code, b3.error_code) == (0, 0)
+    assert set(partitions(a4)) == set(partitions(a3)) and set(partitions(b3)) == set(partitions(b2))
+    assert commit(other, b3.member_epoch, b.member_id) == E.NONE
+    # A zombie's epoch from beyond what the group knows is fenced.
+    assert other.hb("z", a.member_id, 99, owned=set()).error_code == E.FENCED_MEMBER_EPOCH

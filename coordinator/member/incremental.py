@@ -5,7 +5,9 @@ poll timer, close) whose group protocol is one heartbeat instead of JoinGroup/Sy
 
 * joining is a heartbeat with member epoch 0 and the subscription; the answer carries the member
   id, its epoch and the partitions it may fetch now;
-* the heartbeat thread sends its epoch and the partitions it owns every `heartbeat_interval_ms`;
+* the heartbeat thread sends its epoch and the partitions it owns every `heartbeat_interval_ms`
+  (sooner when the coordinator's answer suggests a shorter interval: it does while the member
+  waits for partitions that are being released);
   an answer whose assignment differs from what it owns flags work for the next `poll()`;
 * `poll()` reconciles on the caller's thread: `on_partitions_revoked(owned - assignment)` (the
   consumer commits them), then `on_partitions_assigned(assignment - owned)`, then a heartbeat at
@@ -62,6 +64,7 @@ class IncrementalMember(CoordinatorMember):
         self.server_assignor = server_assignor
         self.assignors = [server_assignor or "uniform"]
         self._target: set[TopicPartition] | None = None  # the assignment of the latest answer
+        self._suggested: float | None = None  # the coordinator's heartbeat interval, seconds
         self._hb_lock = threading.Lock()  # one heartbeat at a time: answers apply in order
 
     # -- the heartbeat ---------------------------------------------------------------------------
@@ -101,6 +104,8 @@ class IncrementalMember(CoordinatorMember):
                 self._generation = Generation(resp.member_epoch, resp.member_id, self.assignors[0])
                 self._last_heartbeat_ok = time.monotonic()
                 self._target = target
+                if resp.heartbeat_interval_ms > 0:
+                    self._suggested = resp.heartbeat_interval_ms / 1000
                 if target == self._owned:
                     self._stable_generation = resp.member_epoch  # nothing moves: only the epoch
                     if self.state != MemberState.STABLE:
@@ -193,14 +198,18 @@ class IncrementalMember(CoordinatorMember):
 
     def _heartbeat_loop(self) -> None:
         interval = self.heartbeat_interval_ms / 1000
-        next_beat = time.monotonic() + interval
+        last = time.monotonic()
         while True:
             with self._cv:
-                while not self._closed and time.monotonic() < next_beat:
-                    self._cv.wait(next_beat - time.monotonic())
+                # The coordinator may ask for sooner (waiting for partitions being released): an
+                # answer that does wakes this wait up, so the new interval counts from the last beat.
+                while not self._closed and time.monotonic() < last + min(
+                    interval, self._suggested or interval
+                ):
+                    self._cv.wait(last + min(interval, self._suggested or interval) - time.monotonic())
                 if self._closed:
                     return
-                next_beat = time.monotonic() + interval
+                last = time.monotonic()
                 if self._poll_expired_locked():
                     self._leave_on_poll_timeout()
                     continue

@@ -91,6 +91,9 @@ _ASSIGNOR_IMPL = {"uniform": "cooperative-sticky", "range": "range"}
 EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
 
 _SESSION, _REVOKE = 0, 1
+#: The heartbeat interval suggested to a member waiting for partitions its target holds that are
+#: still being released: it comes back soon for them instead of a whole interval later.
+WAITING_HEARTBEAT_MS = 10
 
 
 @dataclass(slots=True)
@@ -344,9 +347,12 @@ class IncrementalCoordinator:
             resp = ConsumerGroupHeartbeatResponse(E.NONE, member_id=mid, member_epoch=-1)
             return [WriteGroupMetadata(gid, self._record(group), _Write(Respond(token, resp)))]
         owned = None if req.topic_partitions is None else partitions_of(req.topic_partitions)
-        if epoch != member.epoch and not (
-            epoch == member.previous_epoch and owned is not None and owned <= member.assigned
-        ):
+        holds_no_more = owned is not None and owned <= member.assigned
+        nothing_to_revoke = member.assigned <= group.target.get(mid, frozenset()) and not member.revoking
+        if member.epoch < epoch <= group.assignment_epoch and holds_no_more and nothing_to_revoke:
+            # An epoch bump this node (or the one before a takeover) answered without writing it.
+            member.previous_epoch, member.epoch = member.epoch, epoch
+        if epoch != member.epoch and not (epoch == member.previous_epoch and holds_no_more):
             # Kafka's rule: a lost answer may leave the member one epoch behind, holding no more than
             # its assignment; anything else is a zombie.
             return error(
@@ -410,17 +416,29 @@ class IncrementalCoordinator:
             member.revoking = frozenset()  # the member let them go (after committing)
             member.revoke_deadline = None
         self._reconcile(group, member, now)
+        waiting = member.epoch == group.assignment_epoch and bool(
+            group.target.get(member.member_id, frozenset()) - member.assigned
+        )
         resp = ConsumerGroupHeartbeatResponse(
             E.NONE,
             member_id=member.member_id,
             member_epoch=member.epoch,
-            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            heartbeat_interval_ms=WAITING_HEARTBEAT_MS if waiting else self.heartbeat_interval_ms,
             assignment=by_topic(member.assigned),
         )
-        if (member.epoch, member.assigned, member.revoking, group.epoch) == before and not changed:
+        if (member.assigned, member.revoking, group.epoch) == before[1:] and not changed:
+            # Unchanged, or only the member's epoch moved: not written (a node taking over accepts
+            # the newer epoch of a member that holds no more than it knows; see `_heartbeat`).
             out.append(Respond(token, resp))
-        else:
+        elif member.assigned - before[1]:
+            # A partition given is answered once it is written: another node taking the group over
+            # must not give it to anyone else while this member fetches it.
             out.append(WriteGroupMetadata(group.group_id, self._record(group), _Write(Respond(token, resp))))
+        else:
+            # Nothing given (a join, a revocation, a new epoch): losing this write can only make
+            # another node think the member holds more, or fence it — never two owners.
+            out.append(WriteGroupMetadata(group.group_id, self._record(group), _Write(None)))
+            out.append(Respond(token, resp))
         return out
 
     def _reconcile(self, group: Group, member: Member, now: int) -> None:
