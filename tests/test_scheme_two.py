@@ -278,15 +278,16 @@ def watchers(zk_server, chroot: str) -> dict[str, set[str]]:
     return out
 
 
+@pytest.mark.parametrize("incremental", [False, True], ids=["draft", "incremental"])
 def test_only_the_coordinator_watches_zookeeper_and_a_grown_topic_reaches_the_members(
-    zk_server, zk, zk_connect, tmp_path
+    zk_server, zk, zk_connect, tmp_path, incremental
 ):
     chroot = "/" + zk_connect.split("/", 1)[1]
     create_topic(zk, "t", partitions=4)
     log = Log(tmp_path)
     log.create("t", 4)
     with CoordinatorNodes(zk_connect, count=1) as nodes:
-        consumers = [server_consumer(zk_connect, nodes, log) for _ in range(3)]
+        consumers = [server_consumer(zk_connect, nodes, log, incremental=incremental) for _ in range(3)]
         try:
             wait_for(
                 lambda: (
@@ -373,13 +374,18 @@ def test_a_coordinator_node_killed_mid_rebalance_the_group_recovers_on_another(
     assert set(counts) == {(TP("t", p), o) for p in range(6) for o in range(200)}
 
 
-@pytest.mark.parametrize("strategy", ["roundrobin", "sticky"])
-def test_every_server_strategy_serves_a_group(zk, zk_connect, tmp_path, strategy):
+@pytest.mark.parametrize(
+    "strategy, incremental", [("roundrobin", False), ("sticky", False), ("range", True), ("uniform", True)]
+)
+def test_every_server_strategy_serves_a_group(zk, zk_connect, tmp_path, strategy, incremental):
     create_topic(zk, "t", partitions=5)
     log = Log(tmp_path)
     log.create("t", 5)
     with CoordinatorNodes(zk_connect, count=1) as nodes:
-        consumers = [server_consumer(zk_connect, nodes, log, assignors=[strategy]) for _ in range(2)]
+        consumers = [
+            server_consumer(zk_connect, nodes, log, assignors=[strategy], incremental=incremental)
+            for _ in range(2)
+        ]
         try:
             wait_for(
                 lambda: (
