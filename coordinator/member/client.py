@@ -434,20 +434,8 @@ class CoordinatorMember:
                     "member, so these records will be delivered again — keep calling poll() (it rejoins) "
                     "and process what it returns"
                 )
-        topics: dict[str, list[OffsetCommitPartition]] = {}
-        for tp, om in sorted(offsets.items()):
-            off, meta = (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
-            topics.setdefault(tp.topic, []).append(
-                OffsetCommitPartition(
-                    partition_index=tp.partition, committed_offset=off, committed_metadata=meta
-                )
-            )
-        body = OffsetCommitRequest(
-            group_id=self.group_id,
-            generation_id=generation,
-            member_id=gen.member_id,
-            group_instance_id=None if standalone else self.group_instance_id,
-            topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        body = offset_commit_request(
+            self.group_id, offsets, generation, gen.member_id, None if standalone else self.group_instance_id
         )
         resp = self._control_request(wire.OFFSET_COMMIT, body, retry_coordinator=True)
         errors = {p.error_code for t in resp.topics for p in t.partitions if p.error_code}
@@ -1272,3 +1260,26 @@ class CoordinatorMember:
 
 def _not_the_leader(topic: str) -> int | None:
     raise AssertionError("a server-assigned member never assigns")
+
+
+def offset_commit_request(
+    group_id: str,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+    generation: int,
+    member_id: str,
+    group_instance_id: str | None = None,
+) -> OffsetCommitRequest:
+    """OffsetCommit for `offsets` (next offsets to read), per topic in partition order."""
+    topics: dict[str, list[OffsetCommitPartition]] = {}
+    for tp, om in sorted(offsets.items()):
+        off, meta = (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
+        topics.setdefault(tp.topic, []).append(
+            OffsetCommitPartition(partition_index=tp.partition, committed_offset=off, committed_metadata=meta)
+        )
+    return OffsetCommitRequest(
+        group_id=group_id,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=group_instance_id,
+        topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in topics.items()],
+    )

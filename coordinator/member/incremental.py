@@ -35,6 +35,7 @@ from coordinator.member.client import (
     MemberState,
     error_name,
     log,
+    offset_commit_request,
 )
 from coordinator.member.connection import ConnectionLost
 from coordinator.member.consumer_protocol import by_topic, partitions_of
@@ -278,22 +279,7 @@ class IncrementalMember(CoordinatorMember):
             raise GroupshiftError(f"offset commit failed: {error_name(code)}")
 
     def _commit_as(self, offsets, gen: Generation) -> int:
-        from coordinator.wire.schema import OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic
-
-        topics: dict[str, list[OffsetCommitPartition]] = {}
-        for tp, om in sorted(offsets.items()):
-            off, meta = (om.offset, om.metadata) if isinstance(om, OffsetAndMetadata) else (int(om), "")
-            topics.setdefault(tp.topic, []).append(
-                OffsetCommitPartition(
-                    partition_index=tp.partition, committed_offset=off, committed_metadata=meta
-                )
-            )
-        body = OffsetCommitRequest(
-            group_id=self.group_id,
-            generation_id=gen.generation_id,
-            member_id=gen.member_id,
-            topics=[OffsetCommitTopic(name=t, partitions=ps) for t, ps in topics.items()],
-        )
+        body = offset_commit_request(self.group_id, offsets, gen.generation_id, gen.member_id)
         resp = self._control_request(wire.OFFSET_COMMIT, body, retry_coordinator=True)
         errors = {p.error_code for t in resp.topics for p in t.partitions if p.error_code}
         return min(errors) if errors else E.NONE
