@@ -340,7 +340,7 @@ def table(results: dict) -> str:
             f"| {row['members']} | {' / '.join(_ms(r.get('time_to_stable_ms')) for r in rs)} | {ratio} | "
             f"{' / '.join(str(r['server']['requests']) for r in rs)} | "
             f"{' / '.join(str(r['server']['watch_notifications']) for r in rs)} | "
-            f"{' / '.join(_ms(r.get('kept_pause_ms')) for r in rs)} | "
+            f"{' / '.join(['n/a'] + [_ms(r.get('kept_pause_ms')) for r in rs[1:]])} | "
             f"{' / '.join(str(r.get('moved', '-')) for r in rs)} |"
         )
     lines += [
