@@ -1,9 +1,9 @@
 """Every long-lived component under a ZooKeeper outage, on a ZooKeeper container of this module's own.
 
 One scenario runs, on one chroot: a coordinator node process, a bare scheme-one member
-(`ZkGroupMember`), two `pipeline.Consumer`s with `rebalancer="zk"` and two with
-`rebalancer="coordinator"`, each pair a group reading a topic that a producer thread keeps
-writing to. Then ZooKeeper goes away, in one of three ways:
+(`ZkGroupMember`), and pairs of `pipeline.Consumer`s with `rebalancer="zk"`, `"server"` (scheme
+two, and its incremental form) and `"coordinator"`, each pair a group reading a topic that a
+producer thread keeps writing to. Then ZooKeeper goes away, in one of three ways:
 
 * `short`: the container is stopped and started again within the session timeout. Sessions
   survive; nothing is lost; scheme three does not rebalance (same generation).
@@ -142,8 +142,9 @@ class Scenario:
         # The coordinator consumers' own ZooKeeper client (bootstrap, partition counts) gets the
         # same session timeout, so that in `expiry` it expires as well.
         self.co_zk = connect(self.connect, session_timeout=session_ms / 1000)
-        self.workers: dict[str, list[Worker]] = {"zk": [], "coordinator": []}
-        for rebalancer, group in (("zk", "g-zk"), ("coordinator", "g-co")):
+        self.workers: dict[str, list[Worker]] = {"zk": [], "server": [], "incremental": [], "coordinator": []}
+        groups = (("zk", "g-zk"), ("server", "g-sv"), ("incremental", "g-inc"), ("coordinator", "g-co"))
+        for rebalancer, group in groups:
             for i in range(2):
                 c = Consumer(group, ["t"], log=self.log, **self._options(rebalancer))
                 self.workers[rebalancer].append(Worker(c, f"{rebalancer}-{i}"))
@@ -152,7 +153,8 @@ class Scenario:
 
     def _options(self, rebalancer: str) -> dict:
         opts = dict(
-            rebalancer=rebalancer,
+            rebalancer="server" if rebalancer == "incremental" else rebalancer,
+            incremental=rebalancer == "incremental",
             max_poll_records=50,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
@@ -245,7 +247,9 @@ class Scenario:
         return {}
 
     def generations(self) -> list[int]:
-        return [w.consumer.generation for w in self.workers["coordinator"]]
+        return [
+            w.consumer.generation for r in ("server", "incremental", "coordinator") for w in self.workers[r]
+        ]
 
     def node_log(self) -> str:
         return "\n".join(self.nodes.nodes[1].output)
@@ -325,7 +329,7 @@ def test_every_component_comes_back_by_itself(own_zk_running, tmp_path, kind):
         events = sc.member.events.counters
         log = sc.node_log()
         if kind == "short":
-            assert sc.generations() == generations, "scheme three rebalanced during a short outage"
+            assert sc.generations() == generations, "a coordinator group rebalanced during a short outage"
             assert events["session_expired"] == 0
             assert "giving up" not in log
         elif kind == "long":
