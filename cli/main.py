@@ -94,7 +94,7 @@ def _verbosity(ctx: click.Context, param: click.Parameter, value: int) -> None:
 @click.group(cls=GroupshiftGroup)
 @click.version_option(package_name="groupshift")
 def main() -> None:
-    """groupshift: Kafka consumer-group rebalancing on real ZooKeeper (scheme one and scheme three)."""
+    """groupshift: Kafka consumer-group rebalancing on real ZooKeeper (schemes one, two and three)."""
 
 
 _add_verbose(main)

@@ -343,6 +343,22 @@ class Consumer:
                 raise
             self._note_committed(offsets)
 
+    def commit_planned(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], generation: int
+    ) -> None:
+        """Commit `offsets` as of `generation`, for a caller that reads the log itself (the Spark
+        consumer plans its batches from `assignment()`, `generation` and `committed()`): raises
+        `CommitFailed` when the group moved past `generation` (or, scheme one with
+        `fence_commits`, the partitions changed hands meanwhile)."""
+        with self._lock:
+            self._check_open()
+            self._commit(self._offsets_to_commit(offsets), generation)
+
+    @property
+    def log(self) -> Any:
+        """The topics' log this consumer reads."""
+        return self._log
+
     def commit_async(
         self,
         offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,

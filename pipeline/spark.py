@@ -1,0 +1,367 @@
+"""Spark consumers: a PySpark micro-batch loop that is a member of a consumer group under any scheme.
+
+The driver process holds the group membership — a `pipeline.Consumer` that never fetches (its
+partitions stay paused): it only runs the group protocol of the scheme it was given
+(`rebalancer="zk" | "server" | "coordinator"`) — and Spark is a stateless engine over explicit
+offset ranges. One batch:
+
+1. **the group**: the consumer's `poll(0)` runs pending rebalances and the listener callbacks,
+   between batches (scheme one's member changes hands on its own thread; a batch whose
+   partitions moved meanwhile is refused at commit and abandoned);
+2. **plan**: the generation G, the owned partitions, their committed offsets (or
+   `auto_offset_reset`) and log ends give half-open ranges `[start, end)`, together at most
+   `max_records_per_batch` records;
+3. **read**: the segment files overlapping each range, picked by name, through Spark's built-in
+   Parquet reader with `partition` and `offset` filters (partition pruning, row-group skipping);
+4. **transform and write**: the user's function (DataFrame → DataFrame) and one Parquet
+   directory per range, `<out>/<topic>/partition=<p>/offsets=<start:020d>-<end:020d>`. Outputs of
+   the partition that start at or after `start` are first removed: they are an abandoned batch's
+   (a crash, a fenced commit), so a replay overwrites instead of duplicating;
+5. **commit** `{tp: end}` fenced by G. `CommitFailed` (the group moved on): the batch's output is
+   removed and its records go to the partitions' new owner, which writes them again.
+
+So the output holds every record exactly once once every consumer is gone — whatever joins,
+leaves, crashes or rebalances happened — as long as a fenced member cannot publish after its
+successor (scheme one is run with `fence_commits`, and the batch time is kept well under the
+session timeout by `max_records_per_batch`).
+
+    spark = spark_session()
+    job = SparkConsumer(spark, "billing", ["clicks"], out="/data/out", rebalancer="coordinator",
+                        zk="127.0.0.1:2181", log_root="/data/groupshift", transform=my_fn)
+    job.run(until=lambda: stop.is_set())
+    job.close()
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import CommitFailed, GroupshiftError
+from core.types import TopicPartition
+from pipeline.consumer import Consumer
+from topics.segment import parse_segment_name
+
+log = logging.getLogger(__name__)
+
+MAX_RECORDS_PER_BATCH = 10_000_000
+OUTPUT_RE = re.compile(r"offsets=(\d{20})-(\d{20})")
+MARK = "_GROUPSHIFT_BATCH"  # which consumer and generation wrote an output (Spark skips "_" files)
+
+
+def spark_session(app: str = "groupshift", master: str = "local[2]", **conf: str):
+    """A SparkSession with the settings that keep a small driver fast (one per process; reused)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.memory": "512m",
+        "spark.driver.extraJavaOptions": " ".join(
+            ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=64m")
+        ),
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
+        **conf,
+    }
+    builder = SparkSession.builder.appName(app).master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def load_transform(spec: str | None) -> Callable[[Any], Any] | None:
+    """`module:function` → the function (DataFrame → DataFrame); None → no transformation."""
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise GroupshiftError(f"--transform must be MODULE:FUNCTION, not {spec!r}")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise GroupshiftError(f"cannot load transform {spec!r}: {exc}") from None
+    if not callable(fn):
+        raise GroupshiftError(f"transform {spec!r} is not a function")
+    return fn
+
+
+def with_value_length(df: Any) -> Any:
+    """An example transformation (`--transform pipeline.spark:with_value_length`): adds the length
+    of each record's value."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn("value_length", F.length("value"))
+
+
+@dataclass
+class Batch:
+    """One planned batch: the generation it was planned under and its ranges."""
+
+    generation: int
+    ranges: dict[TopicPartition, tuple[int, int]]
+    records: int = 0
+    seconds: float = 0.0
+    committed: bool = False
+    outputs: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class Progress:
+    batches: int = 0
+    records: int = 0
+    abandoned: int = 0
+    started: float = field(default_factory=time.monotonic)
+    assignment: frozenset[TopicPartition] = frozenset()
+    lag: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.records / max(time.monotonic() - self.started, 1e-9)
+
+
+class SparkConsumer:
+    """A group member that consumes with Spark (see the module docstring)."""
+
+    def __init__(
+        self,
+        spark: Any,
+        group_id: str,
+        topics: Sequence[str],
+        *,
+        out: str | os.PathLike,
+        transform: Callable[[Any], Any] | None = None,
+        max_records_per_batch: int = 100_000,
+        rebalancer: str = "zk",
+        incremental: bool = False,
+        zk: Any = None,
+        log: Any = None,
+        log_root: str | os.PathLike | None = None,
+        bootstrap: str | None = None,
+        auto_offset_reset: str = "earliest",
+        consumer_options: dict | None = None,
+    ):
+        if (
+            isinstance(max_records_per_batch, bool)
+            or not 0 < int(max_records_per_batch) <= MAX_RECORDS_PER_BATCH
+        ):
+            raise GroupshiftError(
+                f"max_records_per_batch must be between 1 and {MAX_RECORDS_PER_BATCH}, "
+                f"not {max_records_per_batch!r}"
+            )
+        self.spark = spark
+        self.out = Path(out)
+        self.transform = transform
+        self.max_records = int(max_records_per_batch)
+        self.auto_offset_reset = auto_offset_reset
+        options = dict(consumer_options or {})
+        if rebalancer == "zk":
+            # Scheme one's opt-in fix: a member that lost a partition cannot commit it any more, so
+            # an abandoned batch is never published over its successor's.
+            membership = dict(options.pop("membership_options", {}) or {})
+            membership.setdefault("fence_commits", True)
+            options["membership_options"] = membership
+        self.consumer = Consumer(
+            group_id,
+            topics,
+            rebalancer=rebalancer,
+            incremental=incremental,
+            zk=zk,
+            log=log,
+            log_root=log_root,
+            bootstrap=bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset=auto_offset_reset,
+            listener=_Pauser(self),
+            **options,
+        )
+        self.log = self.consumer.log
+        self._me = f"{os.getpid()}-{id(self):x}"  # marks this consumer's outputs
+        self.progress = Progress()
+        self.history: list[Batch] = []  # every batch run, in order (bounded by the caller's run)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def run(self, until: Callable[[], bool], idle_sleep: float = 0.05, on_batch=None) -> Progress:
+        """Run batches until `until()` is true; `on_batch(batch, progress)` after each."""
+        while not until():
+            batch = self.run_batch()
+            if batch is None:
+                time.sleep(idle_sleep)
+                continue
+            if on_batch is not None:
+                on_batch(batch, self.progress)
+        return self.progress
+
+    def run_batch(self) -> Batch | None:
+        """One batch: the group, plan, read, transform, write, commit. None when there was nothing
+        to read."""
+        self.consumer.poll(0)  # rebalances and their callbacks happen here, between batches
+        batch = self.plan()
+        if batch is None:
+            return None
+        t0 = time.monotonic()
+        self._write(batch)
+        try:
+            self.consumer.commit_planned({tp: end for tp, (_, end) in batch.ranges.items()}, batch.generation)
+            batch.committed = True
+            self.progress.records += batch.records
+            self.progress.batches += 1
+        except CommitFailed as exc:
+            log.info("group %s: batch abandoned: %s", self.consumer.group_id, exc)
+            mark = self._mark(batch)
+            for path in batch.outputs:
+                if _marked(path) == mark:  # never a successor's output of the same range
+                    shutil.rmtree(path, ignore_errors=True)
+            batch.outputs = []
+            self.progress.abandoned += 1
+        batch.seconds = time.monotonic() - t0
+        self.history.append(batch)
+        return batch
+
+    def plan(self) -> Batch | None:
+        generation = self.consumer.generation
+        owned = sorted(self.consumer.assignment())
+        self.progress.assignment = frozenset(owned)
+        if not owned:
+            self.progress.lag = 0
+            return None
+        committed = self.consumer.committed(owned)
+        ranges: dict[TopicPartition, tuple[int, int]] = {}
+        budget, lag = self.max_records, 0
+        for tp in owned:
+            end = self.log.latest(tp)
+            start = committed.get(tp)
+            if start is None:
+                start = self.log.earliest(tp) if self.auto_offset_reset == "earliest" else end
+            lag += max(end - start, 0)
+            take = min(end - start, budget)
+            if take > 0:
+                ranges[tp] = (start, start + take)
+                budget -= take
+        self.progress.lag = lag
+        if not ranges:
+            return None
+        return Batch(generation, ranges, records=sum(e - s for s, e in ranges.values()))
+
+    def _write(self, batch: Batch) -> None:
+        from functools import reduce
+
+        from pyspark.sql import functions as F
+
+        by_topic: dict[str, dict[int, tuple[int, int]]] = {}
+        for tp, r in batch.ranges.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = r
+        for topic, ranges in sorted(by_topic.items()):
+            base = self.log.root / topic
+            files = [str(f) for p, (s, e) in sorted(ranges.items()) for f in segment_files(base, p, s, e)]
+            df = self.spark.read.option("basePath", str(base)).parquet(*files)
+            cond = reduce(
+                lambda a, b: a | b,
+                [
+                    (F.col("partition") == p) & (F.col("offset") >= s) & (F.col("offset") < e)
+                    for p, (s, e) in sorted(ranges.items())
+                ],
+            )
+            df = df.where(cond)
+            if self.transform is not None:
+                df = self.transform(df)
+            for p, (s, e) in sorted(ranges.items()):
+                target = output_dir(self.out, topic, p, s, e)
+                remove_from(self.out / topic / f"partition={p}", s)  # an abandoned batch's output
+                part = df.where(F.col("partition") == p) if "partition" in df.columns else df
+                part.drop("partition").write.mode("overwrite").parquet(str(target))
+                (target / MARK).write_text(self._mark(batch))
+                batch.outputs.append(target)
+
+    def _mark(self, batch: Batch) -> str:
+        return f"{self._me} generation {batch.generation}"
+
+    def close(self) -> None:
+        self.consumer.close(autocommit=False)
+
+
+class _Pauser:
+    """The consumer's listener: newly assigned partitions are paused (Spark reads them)."""
+
+    def __init__(self, job: SparkConsumer):
+        self.job = job
+
+    def on_partitions_assigned(self, partitions):
+        self.job.consumer.pause(*partitions)
+
+    def on_partitions_revoked(self, partitions):
+        pass
+
+    def on_partitions_lost(self, partitions):
+        pass
+
+
+def segment_files(topic_dir: Path, partition: int, start: int, end: int) -> list[Path]:
+    """The segments of a partition that may hold offsets in `[start, end)`, chosen by file name."""
+    pdir = topic_dir / f"partition={partition}"
+    bases = sorted(
+        (b, f)
+        for f in pdir.iterdir()
+        if not f.name.startswith(".") and (b := parse_segment_name(f.name)) is not None
+    )
+    chosen = []
+    for i, (base, f) in enumerate(bases):
+        nxt = bases[i + 1][0] if i + 1 < len(bases) else None
+        if base < end and (nxt is None or nxt > start):
+            chosen.append(f)
+    return chosen
+
+
+def _marked(path: Path) -> str | None:
+    try:
+        return (path / MARK).read_text()
+    except OSError:
+        return None
+
+
+def output_dir(out: Path, topic: str, partition: int, start: int, end: int) -> Path:
+    return out / topic / f"partition={partition}" / f"offsets={start:020d}-{end:020d}"
+
+
+def remove_from(partition_dir: Path, start: int) -> None:
+    """Remove a partition's outputs that begin at or after `start` (never committed)."""
+    if not partition_dir.is_dir():
+        return
+    for d in partition_dir.iterdir():
+        m = OUTPUT_RE.fullmatch(d.name)
+        if m and int(m.group(1)) >= start:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def outputs(out: Path, topic: str) -> Iterable[tuple[int, int, int, Path]]:
+    """(partition, start, end, dir) of every output of `topic` under `out`."""
+    root = Path(out) / topic
+    if not root.is_dir():
+        return []
+    found = []
+    for pdir in sorted(root.iterdir()):
+        if not pdir.name.startswith("partition="):
+            continue
+        p = int(pdir.name.split("=", 1)[1])
+        for d in sorted(pdir.iterdir()):
+            m = OUTPUT_RE.fullmatch(d.name)
+            if m:
+                found.append((p, int(m.group(1)), int(m.group(2)), d))
+    return found

@@ -1,0 +1,275 @@
+"""Spark consumers on real ZooKeeper: group members under every scheme, exactly-once output.
+
+One SparkSession per test process (`local[2]`); consumers of one test share it from threads.
+Run as a script (`python tests/test_spark_consumer.py --worker SPEC`) this module is a Spark
+consumer process that the crash test kills between writing a batch and committing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+if __name__ == "__main__":  # the worker process: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime")
+
+
+def options(rebalancer: str, bootstrap: str | None) -> dict:
+    opts: dict = {
+        "consumer_options": {
+            "session_timeout_ms": 6000,
+            "heartbeat_interval_ms": 200,
+            "max_poll_interval_ms": 60_000,
+        }
+    }
+    if rebalancer == "incremental":
+        opts.update(rebalancer="server", incremental=True)
+    else:
+        opts["rebalancer"] = rebalancer
+    if rebalancer == "zk":
+        opts["consumer_options"]["membership_options"] = {
+            "rebalance_backoff_ms": 200,
+            "rebalance_max_retries": 50,
+        }
+    else:
+        opts["bootstrap"] = bootstrap
+        opts["consumer_options"]["membership_options"] = {"retry_backoff_ms": 50}
+    return opts
+
+
+def read_output(out: Path, topic: str) -> Counter:
+    """(partition, offset) -> how many times the output holds it."""
+    from pipeline.spark import outputs
+
+    seen: Counter = Counter()
+    for p, _, _, d in outputs(out, topic):
+        for f in d.glob("*.parquet"):
+            for off in pq.read_table(f, columns=["offset"]).column("offset").to_pylist():
+                seen[(p, off)] += 1
+    return seen
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pipeline.spark import spark_session
+
+    session = spark_session("groupshift-tests")
+    yield session
+
+
+def produce(log, topic: str, partitions: int, per_partition: int) -> None:
+    for p in range(partitions):
+        for start in range(0, per_partition, 50_000):
+            n = min(50_000, per_partition - start)
+            log.produce(topic, [(b"k", b"v" * 8)] * n, partition=p)
+
+
+@pytest.mark.parametrize("rebalancer", ["zk", "server", "incremental", "coordinator"])
+def test_two_spark_consumers_write_every_record_exactly_once(spark, zk, zk_connect, tmp_path, rebalancer):
+    from coordinator.node.process import CoordinatorNodes
+    from pipeline.spark import SparkConsumer
+    from topics.log import Log
+    from topics.registry import create_topic
+
+    create_topic(zk, "t", partitions=4)
+    log = Log(tmp_path / "log")
+    log.create("t", 4)
+    produce(log, "t", 4, 50_000)  # 200,000 records
+    out = tmp_path / "out"
+    nodes = CoordinatorNodes(zk_connect, count=1).start() if rebalancer != "zk" else None
+    try:
+        jobs = [
+            SparkConsumer(
+                spark,
+                "spark-g",
+                ["t"],
+                out=out,
+                log=log,
+                zk=zk_connect,
+                max_records_per_batch=40_000,
+                transform=lambda df: df.withColumn("length", df["value"].cast("string")),
+                **options(rebalancer, nodes.bootstrap if nodes else None),
+            )
+            for _ in range(2)
+        ]
+        done = threading.Event()
+        threads = [threading.Thread(target=j.run, args=(done.is_set,), daemon=True) for j in jobs]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            committed = jobs[0].consumer.committed([_tp(p) for p in range(4)])
+            if all(committed[_tp(p)] == 50_000 for p in range(4)):
+                break
+            time.sleep(0.2)
+        done.set()
+        for t in threads:
+            t.join(60)
+        shares = [sum(b.records for b in j.history if b.committed) for j in jobs]
+        for j in jobs:
+            j.close()
+    finally:
+        if nodes is not None:
+            nodes.close()
+    seen = read_output(out, "t")
+    assert not [k for k, n in seen.items() if n > 1], "a record written twice"
+    assert set(seen) == {(p, o) for p in range(4) for o in range(50_000)}
+    assert all(shares), f"one consumer did all the work: {shares}"
+
+
+def _tp(p: int):
+    from core.types import TopicPartition
+
+    return TopicPartition("t", p)
+
+
+def test_a_consumer_killed_between_writing_and_committing_is_replayed_exactly_once(
+    spark, zk, zk_connect, tmp_path
+):
+    from pipeline.spark import SparkConsumer, outputs
+    from topics.log import Log
+    from topics.registry import create_topic
+
+    create_topic(zk, "t", partitions=2)
+    log = Log(tmp_path / "log")
+    log.create("t", 2)
+    produce(log, "t", 2, 30_000)
+    out = tmp_path / "out"
+    spec = {"zk": zk_connect, "log": str(log.root), "out": str(out)}
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(spec)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 17, proc.stderr[-2000:]
+    written = list(outputs(out, "t"))
+    assert written, "the killed consumer wrote nothing before dying"
+    job = SparkConsumer(
+        spark,
+        "crash-g",
+        ["t"],
+        out=out,
+        log=log,
+        zk=zk_connect,
+        max_records_per_batch=25_000,
+        **options("zk", None),
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            job.run_batch()
+            if job.consumer.committed([_tp(0), _tp(1)]) == {_tp(0): 30_000, _tp(1): 30_000}:
+                break
+    finally:
+        job.close()
+    seen = read_output(out, "t")
+    assert not [k for k, n in seen.items() if n > 1], "a record written twice"
+    assert set(seen) == {(p, o) for p in range(2) for o in range(30_000)}
+
+
+def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connect, tmp_path):
+    from inspect_helpers import run
+
+    from coordinator.node.process import CoordinatorNodes
+    from topics.log import Log
+    from topics.registry import create_topic
+
+    create_topic(zk, "t", partitions=3)
+    log = Log(tmp_path / "log")
+    log.create("t", 3)
+    produce(log, "t", 3, 10_000)
+    out = tmp_path / "out"
+    bad = run(
+        "consume",
+        "--group",
+        "cli-g",
+        "--topic",
+        "t",
+        "--out",
+        str(out),
+        "--transform",
+        "no.such:fn",
+        zk=zk_connect,
+        data=log.root,
+    )
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "no.such:fn" in bad.stderr, bad.stderr
+    assert not out.exists()
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        r = run(
+            "consume",
+            "--group",
+            "cli-g",
+            "--topic",
+            "t",
+            "--out",
+            str(out),
+            "--rebalancer",
+            "coordinator",
+            "--bootstrap",
+            nodes.bootstrap,
+            "--max-records-per-batch",
+            "12000",
+            "--until-idle",
+            "1",
+            "--transform",
+            "pipeline.spark:with_value_length",
+            zk=zk_connect,
+            data=log.root,
+            timeout=180,
+        )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "consumed 30,000 records" in r.stdout, r.stdout
+    assert "lag" in r.stderr and "assignment 3 partitions" in r.stderr
+    seen = read_output(out, "t")
+    assert set(seen) == {(p, o) for p in range(3) for o in range(10_000)} and max(seen.values()) == 1
+    some = next(iter(out.glob("t/partition=0/offsets=*/*.parquet")))
+    assert pq.read_table(some).column("value_length").to_pylist()[0] == 8  # the transform ran
+
+
+def worker_main(spec: dict) -> None:
+    """A Spark consumer that dies (exit 17) after writing its first batch, before committing it."""
+    from pipeline.spark import SparkConsumer, spark_session
+    from topics.log import Log
+
+    spark = spark_session("groupshift-crash")
+    job = SparkConsumer(
+        spark,
+        "crash-g",
+        ["t"],
+        out=spec["out"],
+        log=Log(spec["log"]),
+        zk=spec["zk"],
+        max_records_per_batch=25_000,
+        **options("zk", None),
+    )
+
+    def die(*_):
+        os._exit(17)
+
+    job.consumer.commit_planned = die  # the crash: after the batch's output, before its commit
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job.run_batch()
+        time.sleep(0.1)
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        worker_main(json.loads(sys.argv[2]))
