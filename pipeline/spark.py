@@ -261,25 +261,13 @@ class SparkConsumer:
         return Batch(generation, ranges, records=sum(e - s for s, e in ranges.values()))
 
     def _write(self, batch: Batch) -> None:
-        from functools import reduce
-
         from pyspark.sql import functions as F
 
         by_topic: dict[str, dict[int, tuple[int, int]]] = {}
         for tp, r in batch.ranges.items():
             by_topic.setdefault(tp.topic, {})[tp.partition] = r
         for topic, ranges in sorted(by_topic.items()):
-            base = self.log.root / topic
-            files = [str(f) for p, (s, e) in sorted(ranges.items()) for f in segment_files(base, p, s, e)]
-            df = self.spark.read.option("basePath", str(base)).parquet(*files)
-            cond = reduce(
-                lambda a, b: a | b,
-                [
-                    (F.col("partition") == p) & (F.col("offset") >= s) & (F.col("offset") < e)
-                    for p, (s, e) in sorted(ranges.items())
-                ],
-            )
-            df = df.where(cond)
+            df = read_ranges(self.spark, self.log.root / topic, ranges)
             if self.transform is not None:
                 df = self.transform(df)
             for p, (s, e) in sorted(ranges.items()):
@@ -311,6 +299,25 @@ class _Pauser:
 
     def on_partitions_lost(self, partitions):
         pass
+
+
+def read_ranges(spark: Any, topic_dir: Path, ranges: dict[int, tuple[int, int]]) -> Any:
+    """The records of `ranges` ({partition: (start, end)}) of the topic in `topic_dir` as a
+    DataFrame: only the segments that may hold them, filtered on `partition` and `offset` so that
+    Spark prunes partitions and skips row groups by their offset statistics."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    files = [str(f) for p, (s, e) in sorted(ranges.items()) for f in segment_files(topic_dir, p, s, e)]
+    cond = reduce(
+        lambda a, b: a | b,
+        [
+            (F.col("partition") == p) & (F.col("offset") >= s) & (F.col("offset") < e)
+            for p, (s, e) in sorted(ranges.items())
+        ],
+    )
+    return spark.read.option("basePath", str(topic_dir)).parquet(*files).where(cond)
 
 
 def segment_files(topic_dir: Path, partition: int, start: int, end: int) -> list[Path]:

@@ -131,6 +131,30 @@ def test_two_spark_consumers_write_every_record_exactly_once(spark, zk, zk_conne
     assert all(shares), f"one consumer did all the work: {shares}"
 
 
+def test_a_range_reads_only_its_segments_partition_and_row_groups(spark, tmp_path):
+    from pipeline.spark import read_ranges
+    from topics.log import Log
+
+    log = Log(tmp_path / "log")
+    log.create("t", 2)
+    for p in range(2):
+        log.produce("t", [(b"k", b"v")] * 50_000, partition=p)  # a segment of two row groups
+        log.produce("t", [(b"k", b"v")] * 50_000, partition=p)  # and another segment
+    assert log.segments(_tp(0))[0].row_group_bases == (0, 25_000)
+    df = read_ranges(spark, log.root / "t", {0: (22_000, 24_000)})
+    offsets = df.select("offset")
+    rows = offsets.collect()
+    assert sorted(r.offset for r in rows) == list(range(22_000, 24_000))
+    plan = offsets._jdf.queryExecution().executedPlan()
+    text = plan.toString()
+    assert "PartitionFilters: [isnotnull(partition" in text and "= 0)]" in text  # partition pruning
+    assert "GreaterThanOrEqual(offset,22000)" in text  # pushed down to the Parquet reader
+    scan = plan.collectLeaves().apply(0)
+    metrics = {k: scan.metrics().get(k).get().value() for k in ("numFiles", "numOutputRows")}
+    # One file of the four (picked by name), one row group of its two (skipped by statistics).
+    assert metrics == {"numFiles": 1, "numOutputRows": 25_000}, metrics
+
+
 def _tp(p: int):
     from core.types import TopicPartition
 
