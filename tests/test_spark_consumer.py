@@ -266,6 +266,75 @@ def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connec
     assert pq.read_table(some).column("value_length").to_pylist()[0] == 8  # the transform ran
 
 
+def test_consume_processes_share_a_group_and_rebalance_on_join_and_leave(zk, zk_connect, tmp_path):
+    """Two `groupshift consume` processes (a Spark driver each) in one scheme-three group: the
+    second's join splits the partitions, the first's leave (SIGTERM) hands them all back."""
+    import signal
+
+    from coordinator.node.process import CoordinatorNodes
+    from topics.log import Log
+    from topics.registry import create_topic
+
+    create_topic(zk, "t", partitions=4)
+    log = Log(tmp_path / "log")
+    log.create("t", 4)
+    produce(log, "t", 4, 5_000)
+    out = tmp_path / "out"
+    stop = threading.Event()
+
+    def keep_producing():
+        while not stop.is_set():
+            produce(log, "t", 4, 200)
+            time.sleep(0.2)
+
+    producer = threading.Thread(target=keep_producing, daemon=True)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        cmd = [sys.executable, "-m", "cli", "consume", "--zk", zk_connect, "--data", str(log.root), "--group",
+               "procs", "--topic", "t", "--out", str(out), "--rebalancer", "coordinator", "--bootstrap",
+               nodes.bootstrap, "--max-records-per-batch", "2000", "--until-idle", "3"]  # fmt: skip
+
+        def start(name: str) -> tuple[subprocess.Popen, list[str]]:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            lines: list[str] = []
+            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+            return proc, lines
+
+        def assigned(lines: list[str]) -> int | None:
+            got = [ln for ln in lines if "assignment" in ln]
+            return int(got[-1].rsplit("assignment ", 1)[1].split()[0]) if got else None
+
+        def wait(cond, what: str, timeout: float = 90) -> None:
+            deadline = time.monotonic() + timeout
+            while not cond():
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                time.sleep(0.1)
+
+        producer.start()
+        a, a_lines = start("a")
+        try:
+            wait(lambda: assigned(a_lines) == 4, "the first process to hold all four partitions")
+            b, b_lines = start("b")
+            try:
+                wait(lambda: assigned(b_lines) == 2 and assigned(a_lines) == 2, "the join to split them 2/2")
+                a.send_signal(signal.SIGTERM)
+                a_out, _ = a.communicate(timeout=60)
+                wait(lambda: assigned(b_lines) == 4, "the second process to take all four back")
+                stop.set()
+                producer.join()
+                b_out, _ = b.communicate(timeout=120)
+            finally:
+                b.kill()
+        finally:
+            stop.set()
+            a.kill()
+    assert a.returncode == 0 and b.returncode == 0, (a_lines[-3:], b_lines[-3:])
+    assert "consumed" in a_out and "consumed" in b_out
+    ends = {p: log.latest(_tp(p)) for p in range(4)}
+    seen = read_output(out, "t")
+    assert not [k for k, n in seen.items() if n > 1], "a record written twice"
+    assert set(seen) == {(p, o) for p in range(4) for o in range(ends[p])}
+
+
 def worker_main(spec: dict) -> None:
     """A Spark consumer that dies (exit 17) after writing its first batch, before committing it."""
     from pipeline.spark import SparkConsumer, spark_session
