@@ -88,7 +88,9 @@ def consume(
         stop["now"] = True
 
     signal.signal(signal.SIGTERM, on_signal)
-    spark = spark_session(f"groupshift-consume-{group}")
+    from core.embedded import groupshift_home
+
+    spark = spark_session(f"groupshift-consume-{group}", jvm_log=groupshift_home() / "spark.log")
     job = SparkConsumer(
         spark,
         group,

@@ -296,7 +296,7 @@ def _run(
     ends = {TopicPartition(TOPIC, p): log.latest(TopicPartition(TOPIC, p)) for p in range(partitions)}
     results = []
     for rebalancer in rebalancers:
-        if rebalancer == "coordinator":
+        if rebalancer in ("coordinator", "server"):
             # Its node registers and leads shards inside the demo's chroot only; it listens on a
             # free port. An operator's nodes (any ids) live in other chroots and share nothing.
             with CoordinatorNodes(ns.zk_connect, count=1, group_initial_rebalance_delay_ms=0) as nodes:

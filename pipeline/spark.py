@@ -13,17 +13,18 @@ offset ranges. One batch:
    `max_records_per_batch` records;
 3. **read**: the segment files overlapping each range, picked by name, through Spark's built-in
    Parquet reader with `partition` and `offset` filters (partition pruning, row-group skipping);
-4. **transform and write**: the user's function (DataFrame → DataFrame) and one Parquet
-   directory per range, `<out>/<topic>/partition=<p>/offsets=<start:020d>-<end:020d>`. Outputs of
-   the partition that start at or after `start` are first removed: they are an abandoned batch's
-   (a crash, a fenced commit), so a replay overwrites instead of duplicating;
-5. **commit** `{tp: end}` fenced by G. `CommitFailed` (the group moved on): the batch's output is
-   removed and its records go to the partitions' new owner, which writes them again.
+4. **transform and write**: the user's function (DataFrame → DataFrame), each range to a staging
+   directory of its own, `<out>/<topic>/partition=<p>/_staging-offsets=<start>-<end>-<id>`;
+5. **commit** `{tp: end}` fenced by G, then **publish**: each staging directory is renamed to
+   `offsets=<start:020d>-<end:020d>`. `CommitFailed` (the group moved on) or a failed write: the
+   staging output is removed and the records go to the partitions' owner, which writes them again.
 
-So the output holds every record exactly once once every consumer is gone — whatever joins,
-leaves, crashes or rebalances happened — as long as a fenced member cannot publish after its
-successor (scheme one is run with `fence_commits`, and the batch time is kept well under the
-session timeout by `max_records_per_batch`).
+Only a member whose commit passed the fence publishes, so a zombie never publishes over its
+successor. A consumer that dies between its commit and its publish leaves a committed staging
+output: whoever plans the partition next publishes it (`recover`) and removes every other staging
+output of it (never committed). So once the consumers are gone the output holds every record
+exactly once, whatever joins, leaves, crashes and rebalances happened (scheme one runs with its
+`fence_commits` fix; keep a batch well under the session timeout with `max_records_per_batch`).
 
     spark = spark_session()
     job = SparkConsumer(spark, "billing", ["clicks"], out="/data/out", rebalancer="coordinator",
@@ -41,12 +42,13 @@ import re
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import CommitFailed, GroupshiftError
+from core.errors import GroupshiftError
 from core.types import TopicPartition
 from pipeline.consumer import Consumer
 from topics.segment import parse_segment_name
@@ -55,13 +57,19 @@ log = logging.getLogger(__name__)
 
 MAX_RECORDS_PER_BATCH = 10_000_000
 OUTPUT_RE = re.compile(r"offsets=(\d{20})-(\d{20})")
-MARK = "_GROUPSHIFT_BATCH"  # which consumer and generation wrote an output (Spark skips "_" files)
+STAGING_RE = re.compile(r"_staging-offsets=(\d{20})-(\d{20})-[0-9a-f]{12}")
 
 
-def spark_session(app: str = "groupshift", master: str = "local[2]", **conf: str):
-    """A SparkSession with the settings that keep a small driver fast (one per process; reused)."""
+def spark_session(
+    app: str = "groupshift", master: str = "local[2]", jvm_log: str | os.PathLike | None = None, **conf: str
+):
+    """A SparkSession with the settings that keep a small driver fast (one per process; reused).
+
+    `jvm_log`: a file that receives what the JVM writes to stderr (its start-up notices), so that
+    a command's own stderr stays one line per message."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     settings = {
@@ -81,7 +89,18 @@ def spark_session(app: str = "groupshift", master: str = "local[2]", **conf: str
     builder = SparkSession.builder.appName(app).master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if jvm_log is None:
+        spark = builder.getOrCreate()
+    else:
+        Path(jvm_log).parent.mkdir(parents=True, exist_ok=True)
+        saved = os.dup(2)
+        with open(jvm_log, "ab") as f:
+            os.dup2(f.fileno(), 2)  # the JVM started now inherits this as its stderr
+            try:
+                spark = builder.getOrCreate()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -192,7 +211,6 @@ class SparkConsumer:
             **options,
         )
         self.log = self.consumer.log
-        self._me = f"{os.getpid()}-{id(self):x}"  # marks this consumer's outputs
         self.progress = Progress()
         self.history: list[Batch] = []  # every batch run, in order (bounded by the caller's run)
 
@@ -210,27 +228,29 @@ class SparkConsumer:
         return self.progress
 
     def run_batch(self) -> Batch | None:
-        """One batch: the group, plan, read, transform, write, commit. None when there was nothing
-        to read."""
+        """One batch: the group, plan, read, transform, write, commit, publish. None when there was
+        nothing to read."""
         self.consumer.poll(0)  # rebalances and their callbacks happen here, between batches
         batch = self.plan()
         if batch is None:
             return None
         t0 = time.monotonic()
-        self._write(batch)
         try:
+            self._write(batch)
             self.consumer.commit_planned({tp: end for tp, (_, end) in batch.ranges.items()}, batch.generation)
-            batch.committed = True
-            self.progress.records += batch.records
-            self.progress.batches += 1
-        except CommitFailed as exc:
+        except Exception as exc:  # CommitFailed (the group moved on), or Spark failed to write
+            if not isinstance(exc, GroupshiftError) and not _is_spark_error(exc):
+                raise
             log.info("group %s: batch abandoned: %s", self.consumer.group_id, exc)
-            mark = self._mark(batch)
             for path in batch.outputs:
-                if _marked(path) == mark:  # never a successor's output of the same range
-                    shutil.rmtree(path, ignore_errors=True)
+                shutil.rmtree(path, ignore_errors=True)
             batch.outputs = []
             self.progress.abandoned += 1
+        else:
+            batch.committed = True
+            batch.outputs = [publish(path) for path in batch.outputs]
+            self.progress.records += batch.records
+            self.progress.batches += 1
         batch.seconds = time.monotonic() - t0
         self.history.append(batch)
         return batch
@@ -250,6 +270,8 @@ class SparkConsumer:
             start = committed.get(tp)
             if start is None:
                 start = self.log.earliest(tp) if self.auto_offset_reset == "earliest" else end
+            else:
+                recover(self.out / tp.topic / f"partition={tp.partition}", start)
             lag += max(end - start, 0)
             take = min(end - start, budget)
             if take > 0:
@@ -261,6 +283,7 @@ class SparkConsumer:
         return Batch(generation, ranges, records=sum(e - s for s, e in ranges.values()))
 
     def _write(self, batch: Batch) -> None:
+        """Write each range to a staging directory of its own (published once committed)."""
         from pyspark.sql import functions as F
 
         by_topic: dict[str, dict[int, tuple[int, int]]] = {}
@@ -271,15 +294,10 @@ class SparkConsumer:
             if self.transform is not None:
                 df = self.transform(df)
             for p, (s, e) in sorted(ranges.items()):
-                target = output_dir(self.out, topic, p, s, e)
-                remove_from(self.out / topic / f"partition={p}", s)  # an abandoned batch's output
+                staging = staging_dir(self.out, topic, p, s, e)
+                batch.outputs.append(staging)
                 part = df.where(F.col("partition") == p) if "partition" in df.columns else df
-                part.drop("partition").write.mode("overwrite").parquet(str(target))
-                (target / MARK).write_text(self._mark(batch))
-                batch.outputs.append(target)
-
-    def _mark(self, batch: Batch) -> str:
-        return f"{self._me} generation {batch.generation}"
+                part.drop("partition").write.parquet(str(staging))
 
     def close(self) -> None:
         self.consumer.close(autocommit=False)
@@ -336,24 +354,46 @@ def segment_files(topic_dir: Path, partition: int, start: int, end: int) -> list
     return chosen
 
 
-def _marked(path: Path) -> str | None:
-    try:
-        return (path / MARK).read_text()
-    except OSError:
-        return None
+def _is_spark_error(exc: BaseException) -> bool:
+    return type(exc).__module__.startswith(("py4j", "pyspark"))
 
 
 def output_dir(out: Path, topic: str, partition: int, start: int, end: int) -> Path:
     return out / topic / f"partition={partition}" / f"offsets={start:020d}-{end:020d}"
 
 
-def remove_from(partition_dir: Path, start: int) -> None:
-    """Remove a partition's outputs that begin at or after `start` (never committed)."""
+def staging_dir(out: Path, topic: str, partition: int, start: int, end: int) -> Path:
+    """Where a batch writes before its commit ("_" names are skipped by Spark and `outputs`)."""
+    name = f"_staging-offsets={start:020d}-{end:020d}-{uuid.uuid4().hex[:12]}"
+    return out / topic / f"partition={partition}" / name
+
+
+def publish(staging: Path) -> Path:
+    """Give a committed batch's staging directory its final name (a consumer recovering it may have
+    done so first: then it is only removed)."""
+    m = STAGING_RE.fullmatch(staging.name)
+    final = staging.parent / f"offsets={m.group(1)}-{m.group(2)}"
+    try:
+        staging.rename(final)
+    except OSError:  # published already, or removed as abandoned
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def recover(partition_dir: Path, committed: int) -> None:
+    """Before planning from the committed offset: publish the staging output of a batch that was
+    committed but not published (its consumer died in between), and remove every other staging
+    output (batches never committed: a crash, a fenced commit, a failed write)."""
     if not partition_dir.is_dir():
         return
-    for d in partition_dir.iterdir():
-        m = OUTPUT_RE.fullmatch(d.name)
-        if m and int(m.group(1)) >= start:
+    for d in sorted(partition_dir.iterdir()):
+        m = STAGING_RE.fullmatch(d.name)
+        if m is None:
+            continue
+        final = partition_dir / f"offsets={m.group(1)}-{m.group(2)}"
+        if int(m.group(2)) <= committed and not final.exists():
+            publish(d)
+        else:
             shutil.rmtree(d, ignore_errors=True)
 
 

@@ -1,4 +1,5 @@
-"""The demo job (`make demo`) on real ZooKeeper and real coordinator node processes.
+"""The main job (`make demo`) and the side-by-side comparison, on real ZooKeeper, real coordinator
+node processes and Spark.
 
 The demo works in a namespace of its own (a chroot and a log directory) and leaves nothing
 behind: these tests compare the whole ZooKeeper tree, from the server's root, before and after.
@@ -19,6 +20,7 @@ from snapshots import dir_tree, zk_tree
 
 from coordinator.node.process import CoordinatorNodes
 from experiments.demo import DemoNamespace, format_table, plot, run_demo
+from experiments.main_job import format_summary, run_main_job
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,6 +45,35 @@ def test_demo_consumes_exactly_once_under_both_rebalancers_and_leaves_nothing(
     assert dir_tree(data) == {}
     plot(results, tmp_path / "demo.png")
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_main_job_migrates_spark_consumers_live_exactly_once_and_leaves_nothing(
+    zk_server, zk, zk_connect, tmp_path
+):
+    zk.ensure_path("/")
+    before = zk_tree(zk_server.connect_string)
+    data = tmp_path / "data"
+    data.mkdir()
+    png = tmp_path / "timeline.png"
+    said: list[str] = []
+    result = run_main_job(
+        zk_connect, data, partitions=3, rate=3000, phase_s=1.5, timeline_png=png, out=tmp_path / "r.json",
+        say=said.append,
+    )  # fmt: skip
+    assert result.exactly_once, format_summary(result)
+    assert result.records_in > 0 and result.migration == "done"
+    names = [ph.name for ph in result.phases]
+    assert names[:2] == ["scheme one", "join"] and names[-2:] == ["scheme three", "drain"]
+    assert [ph.members for ph in result.phases] == [2, 3, 3, 3, 3, 3, 3]
+    assert all(ph.stable_after_s is not None for ph in result.phases)
+    assert sum(ph.records for ph in result.phases) == result.records_in  # every record committed once
+    members = {m for _, m, _ in result.timeline}
+    assert members == {"legacy-1", "legacy-2", "legacy-3", "coordinator-1", "coordinator-2", "coordinator-3"}
+    assert any("bridged" in line for line in said) and any("done" in line for line in said)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "r.json").read_text())["migration"] == "done"
+    assert zk_tree(zk_server.connect_string) == before
+    assert dir_tree(data) == {}
 
 
 def _wait(check, timeout: float, what: str) -> None:
@@ -106,8 +137,10 @@ def test_interrupted_demo_cleans_up(zk_server, zk, zk_connect, tmp_path):
             zk_connect,
             "--data",
             str(tmp_path),
-            "--records",
-            "2000",
+            "--partitions",
+            "2",
+            "--rate",
+            "1000",
         ],
         cwd=REPO,
         env=env,
@@ -132,6 +165,8 @@ def test_interrupted_demo_cleans_up(zk_server, zk, zk_connect, tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 1, err
-    assert "Traceback" not in err and err.strip().splitlines() == ["error: aborted"]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and lines[-1] == "error: aborted", err
+    assert all(line.startswith(("phase ", "migrate ")) for line in lines[:-1]), err  # progress only
     assert zk_tree(zk_server.connect_string) == before
     assert dir_tree(tmp_path) == {}

@@ -161,9 +161,12 @@ def _tp(p: int):
     return TopicPartition("t", p)
 
 
-def test_a_consumer_killed_between_writing_and_committing_is_replayed_exactly_once(
-    spark, zk, zk_connect, tmp_path
+@pytest.mark.parametrize("dies", ["before committing", "before publishing"])
+def test_a_consumer_killed_mid_batch_is_replayed_or_recovered_exactly_once(
+    spark, zk, zk_connect, tmp_path, dies
 ):
+    """Killed after staging its batch: before the commit the successor writes the ranges again;
+    after the commit (before publishing) the successor publishes the staged output."""
     from pipeline.spark import SparkConsumer, outputs
     from topics.log import Log
     from topics.registry import create_topic
@@ -173,7 +176,7 @@ def test_a_consumer_killed_between_writing_and_committing_is_replayed_exactly_on
     log.create("t", 2)
     produce(log, "t", 2, 30_000)
     out = tmp_path / "out"
-    spec = {"zk": zk_connect, "log": str(log.root), "out": str(out)}
+    spec = {"zk": zk_connect, "log": str(log.root), "out": str(out), "dies": dies}
     proc = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(spec)],
         cwd=REPO,
@@ -182,8 +185,10 @@ def test_a_consumer_killed_between_writing_and_committing_is_replayed_exactly_on
         timeout=180,
     )
     assert proc.returncode == 17, proc.stderr[-2000:]
-    written = list(outputs(out, "t"))
-    assert written, "the killed consumer wrote nothing before dying"
+    staged = list(out.glob("t/partition=*/_staging-*"))
+    assert staged and not list(outputs(out, "t")), "the killed consumer staged a batch and published nothing"
+    committed_by_the_dead = job_committed(zk_connect, log)
+    assert (sum(committed_by_the_dead.values()) > 0) == (dies == "before publishing")
     job = SparkConsumer(
         spark,
         "crash-g",
@@ -335,8 +340,29 @@ def test_consume_processes_share_a_group_and_rebalance_on_join_and_leave(zk, zk_
     assert set(seen) == {(p, o) for p in range(4) for o in range(ends[p])}
 
 
+def job_committed(zk_connect, log) -> dict:
+    from kazoo.client import KazooClient
+
+    from zk_rebalance.layout import offset_path
+
+    hosts, _, chroot = zk_connect.partition("/")
+    zk = KazooClient(hosts=hosts + "/" + chroot)
+    zk.start(10)
+    try:
+        out = {}
+        for p in range(2):
+            got = zk.exists(offset_path("crash-g", "t", p))
+            out[p] = int(zk.get(offset_path("crash-g", "t", p))[0]) if got else 0
+        return out
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def worker_main(spec: dict) -> None:
-    """A Spark consumer that dies (exit 17) after writing its first batch, before committing it."""
+    """A Spark consumer that dies (exit 17) in its first batch: after staging it, before committing
+    it, or after committing it, before publishing it."""
+    import pipeline.spark as spark_module
     from pipeline.spark import SparkConsumer, spark_session
     from topics.log import Log
 
@@ -355,7 +381,10 @@ def worker_main(spec: dict) -> None:
     def die(*_):
         os._exit(17)
 
-    job.consumer.commit_planned = die  # the crash: after the batch's output, before its commit
+    if spec["dies"] == "before committing":
+        job.consumer.commit_planned = die
+    else:
+        spark_module.publish = die
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         job.run_batch()
