@@ -322,7 +322,9 @@ class Consumer:
         `CommitFailed` and commits nothing: the group rebalanced (the member's generation is stale,
         or a partition those records came from was revoked in between). The records are then
         delivered again: partitions this consumer still holds are rewound to their last committed
-        offsets, the others are read by their new owners.
+        offsets, the others are read by their new owners. Any other error (a timeout, the
+        coordinator or ZooKeeper away) leaves the outcome unknown; the partitions are rewound all
+        the same, so the records are delivered again whether or not the commit took effect.
         """
         with self._lock:
             self._check_open()
@@ -338,7 +340,7 @@ class Consumer:
                         "delivered again — keep polling and process what poll() returns"
                     )
                 self._commit(offsets, self.generation)
-            except CommitFailed:
+            except Exception:  # refused, or its outcome unknown: deliver the records again
                 self._rewind(set(offsets) | set(delivered))
                 raise
             self._note_committed(offsets)

@@ -14,15 +14,12 @@ import pytest
 from core.errors import CommitFailed
 from core.types import TopicPartition
 from core.zk import connect
+from experiments.split_brain import split_brain
 from topics.registry import create_topic
 from zk_rebalance.events import read_events
 from zk_rebalance.member import ZkGroupMember
 from zk_rebalance.metrics import (
-    OwnershipSampler,
-    conflicts,
-    disagreement,
     offset_regressions,
-    unowned_partition_seconds,
     watch_notifications,
     zombie_lifetime,
 )
@@ -199,96 +196,9 @@ def test_zombie_overwrites_offsets_without_fencing_and_is_refused_with_it(ensemb
     assert fixed["zombie_lifetime"] < faithful["zombie_lifetime"]
 
 
-def _split_brain(ensemble, tmp_path, sync: bool) -> dict:
-    """a reads through a follower that is cut off from its peers (stale for ~syncLimit x tickTime =
-    5 s) in the middle of its rebalance, while b and c join through the leader."""
-    chroot = f"/t-split-{uuid.uuid4().hex[:8]}"
-    leader, follower = ensemble.leader(), ensemble.followers()[0]
-    admin = connect(leader.connect_string + chroot)
-    create_topic(admin, "t", 4)
-    ghost = connect(leader.connect_string + chroot)  # a hard-killed member's owner node, still live
-    ghost.create("/consumers/g/owners/t/3", b"g_ghost-0", ephemeral=True, makepath=True)
-    logs = tmp_path
-    sampler = OwnershipSampler(
-        leader.connect_string + chroot, "g", {"t": 4}, str(logs / "owners.jsonl")
-    ).start()
-    a = ZkGroupMember(
-        follower.connect_string + chroot,
-        "g",
-        ["t"],
-        consumer_id="a",
-        session_timeout_ms=30000,
-        rebalance_backoff_ms=3000,
-        rebalance_max_retries=10,
-        auto_commit=False,
-        sync_before_read=sync,
-        event_log=str(logs / "a.jsonl"),
-    )
-    others = [
-        ZkGroupMember(
-            leader.connect_string + chroot,
-            "g",
-            ["t"],
-            consumer_id=c,
-            rebalance_backoff_ms=200,
-            auto_commit=False,
-            sync_before_read=sync,
-            event_log=str(logs / f"{c}.jsonl"),
-        )
-        for c in ("b", "c")
-    ]
-    out: dict = {}
-    try:
-        a.start()
-        until(lambda: a.events.counters["attempt_end"] >= 1, 15, "a's first attempt to fail on the ghost")
-        out["t_partition"] = time.monotonic()
-        ensemble.partition(follower)
-        ghost.stop()
-        ghost.close()
-        for m in others:
-            m.start()
-        until(
-            lambda: (
-                [sorted(m.assignment()) for m in others]
-                == [[TopicPartition("t", 2)], [TopicPartition("t", 3)]]
-            ),
-            15,
-            "b and c balanced with a in view",
-        )
-        time.sleep(max(0.0, out["t_partition"] + 6.5 - time.monotonic()))  # past the stale window
-        out["t_heal"] = time.monotonic()
-        ensemble.heal(follower)
-        until(
-            lambda: (
-                all(m.is_stable() for m in [a, *others])
-                and sorted(a.assignment()) == [TopicPartition("t", 0), TopicPartition("t", 1)]
-            ),
-            60,
-            "the group converged",
-        )
-        time.sleep(0.3)
-    finally:
-        sampler.stop()
-        for m in [a, *others]:
-            m.close()
-        admin.stop()
-        admin.close()
-    events = read_events(logs.glob("*.jsonl"))
-    window = dict(since=out["t_partition"], until=out["t_heal"] + 30)
-    # a's conflicts after its first attempt (b and c starting together may race each other, as usual)
-    out["conflicts"] = [
-        e for e in events if e["ev"] == "conflict" and e["member"] == "g_a" and e["t"] >= out["t_partition"]
-    ]
-    out["s1"] = conflicts(events, **window)
-    out["s2"] = disagreement(events, since=out["t_partition"], until=out["t_heal"])
-    out["a_views"] = [e["consumers"] for e in events if e["ev"] == "decision" and e["member"] == "g_a"]
-    out["s3"] = unowned_partition_seconds(events, out["t_partition"], out["t_heal"])
-    return out
-
-
 @pytest.mark.ensemble
 def test_split_brain_from_a_stale_follower_and_sync_before_read_prevents_it(ensemble, tmp_path):
-    faithful = _split_brain(ensemble, tmp_path / "faithful", sync=False)
+    faithful = split_brain(ensemble, tmp_path / "faithful", sync=False)
     # a decided from a stale view (only itself) and claimed what b and c own: NodeExists, rollback (S1).
     assert ["g_a"] in faithful["a_views"][1:]
     assert {e["partition"] for e in faithful["conflicts"]} >= {"t-2", "t-3"}
@@ -297,7 +207,7 @@ def test_split_brain_from_a_stale_follower_and_sync_before_read_prevents_it(ense
     assert faithful["s2"]["views"] >= 2 and faithful["s2"]["double_claimed"] == ["t-2", "t-3"]
     assert faithful["s3"] > 0  # t-0 and t-1 had no owner while a was stuck (S3)
 
-    synced = _split_brain(ensemble, tmp_path / "synced", sync=True)
+    synced = split_brain(ensemble, tmp_path / "synced", sync=True)
     assert synced["conflicts"] == []
     assert all(v == ["g_a", "g_b", "g_c"] for v in synced["a_views"][1:])
     assert synced["s2"]["double_claimed"] == []

@@ -1,0 +1,140 @@
+"""`groupshift experiment list | run NAME|all | chaos`: the comparison experiments on real ZooKeeper
+in containers (built from the local image), with results.json, plots and REPORT.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from cli.main import main
+from core.errors import GroupshiftError
+
+SCHEME_NAMES = ("one", "two", "two-incremental", "three-eager", "three-cooperative")
+
+
+@main.group("experiment")
+def experiment() -> None:
+    """Compare the three rebalance schemes on real ZooKeeper (Docker containers from the local image)."""
+
+
+@experiment.command("list")
+def list_() -> None:
+    """The scenarios, one line each."""
+    from experiments.scenarios import SCENARIOS
+
+    width = max(len(n) for n in SCENARIOS)
+    for name, scenario in SCENARIOS.items():
+        click.echo(f"{name:<{width}}  {scenario.description.split('. ')[0].rstrip('.')}")
+    click.echo(f"{'chaos':<{width}}  random faults under load (`groupshift experiment chaos`)")
+
+
+def _schemes(value: str) -> list[str]:
+    names = [s.strip() for s in value.split(",") if s.strip()]
+    bad = [s for s in names if s not in SCHEME_NAMES]
+    if bad or not names:
+        raise click.BadParameter(f"{', '.join(bad) or value!r}: schemes are {', '.join(SCHEME_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def _out_dir(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise click.BadParameter(f"{path} exists and is not a directory", param_hint="--out")
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise click.BadParameter(f"{parent} does not exist", param_hint="--out")
+    return path
+
+
+_out = click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="Directory for results.json, REPORT.md, plots/ and logs/ (created; earlier results are replaced).",
+)
+_scheme = click.option(
+    "--scheme",
+    "schemes",
+    default=",".join(SCHEME_NAMES),
+    show_default=True,
+    help="Comma-separated schemes.",
+)
+
+
+@experiment.command("run")
+@click.argument("name")
+@_out
+@click.option(
+    "--quick", is_flag=True, help="Small groups and N up to 8: every scenario in about two minutes."
+)
+@_scheme
+def run(name: str, out: Path, quick: bool, schemes: str) -> None:
+    """Run scenario NAME (or `all`) for every scheme; writes results, plots and a report to --out."""
+    from experiments.scenarios import SCENARIOS
+
+    if name != "all" and name not in SCENARIOS:
+        raise GroupshiftError(f"no scenario {name!r}; `groupshift experiment list` shows them")
+    chosen = _schemes(schemes)
+    out = _out_dir(out)
+    from experiments.runner import run_experiments
+
+    names = list(SCENARIOS) if name == "all" else [name]
+    results = run_experiments(names, out, quick=quick, schemes=chosen)
+    click.echo(f"{'scenario':<20} wall s")
+    for scenario, body in results["scenarios"].items():
+        status = f"  error: {body['error']}" if "error" in body else ""
+        click.echo(f"{scenario:<20} {body.get('wall_s', '-'):>6}{status}")
+    click.echo(f"{'total':<20} {results['wall_s']:>6}")
+    click.echo(f"report: {out / 'REPORT.md'}")
+
+
+@experiment.command("chaos")
+@click.option("--scheme", "schemes", required=True, help="Comma-separated schemes, e.g. two,three-eager.")
+@click.option(
+    "--duration", default="5m", show_default=True, help="How long faults are injected: 90s, 5m, 1h."
+)
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=1, show_default=True)
+@_out
+def chaos(schemes: str, duration: str, seed: int, out: Path) -> None:
+    """Random joins, leaves, kills, pauses, coordinator and ZooKeeper restarts under load.
+
+    Exits 1 when a coordinator scheme lost a record, committed an output twice or let two owners
+    commit one partition; scheme one's duplicates and conflicts are reported, not judged.
+    """
+    from experiments.chaos import parse_duration
+
+    chosen = _schemes(schemes)
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--duration") from None
+    out = _out_dir(out)
+    from experiments.chaos import run_chaos
+    from experiments.harness import Lab, RunSettings
+    from experiments.runner import stderr_progress, versions
+
+    start = time.monotonic()
+    show = stderr_progress(start)
+    with Lab(out) as lab:
+        show(f"chaos: {', '.join(chosen)} for {seconds:g}s, seed {seed}, on a 3-node ensemble")
+        result = run_chaos(lab, chosen, seconds, seed, RunSettings(workers=3, partitions=6), progress=show)
+        result["versions"] = versions(lab)
+    result["wall_s"] = round(time.monotonic() - start, 1)
+    (out / "chaos.json").write_text(json.dumps(result, indent=1, default=str))
+    failed = False
+    click.echo(
+        f"{'scheme':<18} {'records':>8} {'lost':>5} {'dup. committed':>14} {'owners/commit':>13} {'fenced':>6}"
+    )
+    for scheme, f in result["schemes"].items():
+        click.echo(
+            f"{scheme:<18} {f['records']:>8} {f['lost']:>5} {f['duplicate_committed']:>14} "
+            f"{f['max_owners_at_commit']:>13} {f['fenced_commits']:>6}"
+            + (f"  FAILED: {'; '.join(f['verdict'])}" if f["verdict"] else "")
+        )
+        failed = failed or bool(f["verdict"])
+    click.echo(f"results: {out / 'chaos.json'}")
+    if failed:
+        sys.exit(1)

@@ -1,0 +1,407 @@
+"""The experiments' bench: one run's clusters and coordinator nodes (`Lab`), and one consumer group
+of worker processes with a producer and faults (`GroupRun`).
+
+    with Lab(out_dir) as lab:
+        run = GroupRun(lab, "hard-kill", "three-eager", workers=4, partitions=8)
+        run.start(); run.wait_settled()
+        run.kill("m3")                        # SIGKILL, logged in the driver's log
+        run.wait_settled(); run.finish()      # stop producing, drain, stop the workers
+        summary(run.events(), run.ends(), since=t_fault)
+
+Everything runs for real: ZooKeeper in containers (`experiments/cluster.py`), coordinator nodes as
+processes, each member a `python -m experiments.worker` process reading the Parquet log. The
+driver writes its faults (`killed`, `paused`/`resumed`, `cut`/`restored`, `fault`) to
+`driver.jsonl` beside the workers' logs, with the same monotonic clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from coordinator.node.process import CoordinatorNodes
+from core.zk import connect
+from experiments.cluster import ZkEnsemble, ZkServer
+from experiments.worker import ProcessingLog
+from topics.store import TopicStore
+from zk_rebalance.events import read_events
+
+REPO = Path(__file__).resolve().parent.parent
+CUT_GID = 64999  # the group id a member runs under when it may be cut off (iptables --gid-owner)
+NODE_OPTIONS = dict(
+    shards=1,  # one shard: every group has the same coordinator, so one kill hits all of them
+    group_min_session_timeout_ms=100,
+    group_initial_rebalance_delay_ms=0,
+    zk_session_timeout_ms=4000,
+    handoff_delay_ms=0,
+)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Sizes and timeouts of a fault scenario's group (the same for every scheme)."""
+
+    workers: int = 4
+    partitions: int = 8
+    session_ms: int = 3000
+    heartbeat_ms: int = 300
+    records_per_s: int = 200  # per partition
+    process_ms: float = 5.0
+    warmup_s: float = 1.5
+    settle_quiet_s: float = 1.0
+    settle_timeout_s: float = 45.0
+    drain_timeout_s: float = 45.0
+
+
+class Lab:
+    """One experiment run's shared infrastructure: ZooKeeper (one server, a 3-node ensemble on
+    demand), a chroot per run, coordinator nodes per cluster, a data directory, the output tree."""
+
+    def __init__(self, out: Path, zk: str | None = None):
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.external_zk = zk
+        self.tag = uuid.uuid4().hex[:6]
+        self.data = Path(tempfile.mkdtemp(prefix=f"groupshift-exp-{self.tag}-"))
+        self._single: ZkServer | None = None
+        self._ensemble: ZkEnsemble | None = None
+        self._nodes: dict[str, CoordinatorNodes] = {}
+        self._lock = threading.Lock()
+        self.closers: list = []
+
+    # -- clusters ------------------------------------------------------------------------------
+    def single(self) -> ZkServer | None:
+        with self._lock:
+            if self.external_zk is None and self._single is None:
+                self._single = ZkServer.start_single()
+            return self._single
+
+    def ensemble(self) -> ZkEnsemble:
+        with self._lock:
+            if self._ensemble is None:
+                self._ensemble = ZkEnsemble.start()
+            return self._ensemble
+
+    def zk_hosts(self, cluster: str = "single") -> str:
+        if cluster == "ensemble":
+            return self.ensemble().connect_string
+        return self.external_zk.partition("/")[0] if self.external_zk else self.single().connect_string
+
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.zk_hosts().split(",")[0].rpartition(":")
+        return host, int(port)
+
+    def chroot(self, cluster: str = "single") -> str:
+        return f"{self.zk_hosts(cluster)}/groupshift-exp-{self.tag}"
+
+    def nodes(self, cluster: str = "single", count: int = 2) -> CoordinatorNodes:
+        with self._lock:
+            nodes = self._nodes.get(cluster)
+        if nodes is None:
+            zk = connect(self.chroot(cluster))
+            zk.ensure_path("/")
+            zk.stop()
+            zk.close()
+            nodes = CoordinatorNodes(self.chroot(cluster), count=count, **NODE_OPTIONS).start()
+            with self._lock:
+                self._nodes[cluster] = nodes
+        return nodes
+
+    def coordinator_of(self, cluster: str = "single") -> int | None:
+        """The node id leading shard 0, which coordinates every group (`shards=1`)."""
+        zk = connect(self.chroot(cluster))
+        try:
+            data, _ = zk.get("/groupshift/shards/0/leader")
+            return int(json.loads(data)["node"])
+        except Exception:
+            return None
+        finally:
+            zk.stop()
+            zk.close()
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            try:
+                close()
+            except Exception:
+                pass
+        for nodes in self._nodes.values():
+            nodes.close()
+        if self._ensemble is not None:
+            self._ensemble.remove()
+        if self._single is not None:
+            self._single.remove()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Producer(threading.Thread):
+    """Appends `rate` records per second to every partition of a topic (new partitions included)."""
+
+    def __init__(self, store: TopicStore, topic: str, rate: int, tick: float = 0.05):
+        super().__init__(daemon=True, name=f"producer-{topic}")
+        self.store, self.topic, self.tick = store, topic, tick
+        self.per_tick = max(1, int(rate * tick))
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        table = pa.table({"value": pa.array([b"r"] * self.per_tick, pa.binary())})
+        try:
+            while not self.stopped.wait(self.tick):
+                for p in range(self.store.log.partitions(self.topic)):
+                    self.store.log.produce(self.topic, table, partition=p)
+        except BaseException as exc:  # reported by GroupRun.finish
+            self.error = exc
+
+
+class GroupRun:
+    """One scheme's group in one scenario: a topic, a producer, worker processes, their logs."""
+
+    def __init__(
+        self,
+        lab: Lab,
+        scenario: str,
+        scheme: str,
+        settings: RunSettings = RunSettings(),
+        cluster: str = "single",
+        zk_options: dict | None = None,
+        zk: str | None = None,
+        bootstrap: str | None = None,
+        cut_victim: bool = False,
+    ):
+        self.lab, self.scenario, self.scheme, self.settings = lab, scenario, scheme, settings
+        self.cluster = cluster
+        self.zk_options = zk_options or {}
+        name = f"{scenario}-{scheme}"
+        self.topic, self.group = name, f"g-{name}"
+        self.logdir = lab.out / "logs" / scenario / scheme
+        shutil.rmtree(self.logdir, ignore_errors=True)
+        self.logdir.mkdir(parents=True)
+        self.driver = ProcessingLog(str(self.logdir / "driver.jsonl"), "driver")
+        self.zk_connect = zk or lab.chroot(cluster)  # the members' connect string
+        self.cut_victim = cut_victim  # the first member runs under CUT_GID, to be cut off (iptables)
+        if scheme.startswith("one"):
+            self.bootstrap = None
+        else:
+            self.bootstrap = bootstrap or lab.nodes(cluster).bootstrap
+        self.admin = connect(self.zk_connect)
+        self.store = TopicStore(lab.data, self.admin)
+        self.store.create_topic(self.topic, partitions=settings.partitions)
+        self.producer = Producer(self.store, self.topic, settings.records_per_s)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.t0 = time.monotonic()
+        self._next = 0
+
+    # -- members ---------------------------------------------------------------------------------
+    def start(self, workers: int | None = None) -> None:
+        self.producer.start()
+        count = workers or self.settings.workers
+        if self.cut_victim:
+            self.spawn("cut", cut_gid=True)
+            count -= 1
+        for _ in range(count):
+            self.spawn()
+
+    def spawn(self, member: str | None = None, zk: str | None = None, cut_gid: bool = False) -> str:
+        if member is None:
+            member, self._next = f"m{self._next}", self._next + 1
+        log = self.logdir / f"{member}.jsonl"
+        cmd = [
+            sys.executable, "-m", "experiments.worker",
+            "--scheme", "one" if self.scheme.startswith("one") else self.scheme,
+            "--zk", zk or self.zk_connect, "--data", str(self.lab.data),
+            "--group", self.group, "--topic", self.topic, "--member", member, "--log", str(log),
+            "--session-ms", str(self.settings.session_ms),
+            "--heartbeat-ms", str(self.settings.heartbeat_ms),
+            "--process-ms", str(self.settings.process_ms),
+            "--zk-options", json.dumps(self.zk_options),
+        ]  # fmt: skip
+        if self.bootstrap:
+            cmd += ["--bootstrap", self.bootstrap]
+        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+        extra = {"group": CUT_GID} if cut_gid else {}
+        err = open(self.logdir / f"{member}.stderr", "ab")  # noqa: SIM115 - owned by the child
+        self.procs[member] = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, **extra
+        )
+        err.close()
+        self.driver.emit("spawned", victim=member, pid=self.procs[member].pid)
+        return member
+
+    def live(self) -> list[str]:
+        return [m for m, p in self.procs.items() if p.poll() is None]
+
+    def kill(self, member: str) -> None:
+        self.procs[member].kill()
+        self.driver.emit("killed", victim=member)
+        self.procs[member].wait()
+
+    def terminate(self, member: str, timeout: float = 30.0) -> None:
+        proc = self.procs[member]
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(member)
+
+    def pause(self, member: str) -> None:
+        self.procs[member].send_signal(signal.SIGSTOP)
+        self.driver.emit("paused", victim=member)
+
+    def resume(self, member: str) -> None:
+        self.procs[member].send_signal(signal.SIGCONT)
+        self.driver.emit("resumed", victim=member)
+
+    def mark(self, what: str, **fields) -> float:
+        t = time.monotonic()
+        self.driver.emit("fault", what=what, **fields)
+        return t
+
+    # -- observation -----------------------------------------------------------------------------
+    def events(self) -> list[dict]:
+        return read_events(p for p in self.logdir.glob("*.jsonl") if not p.name.endswith(".zk.jsonl"))
+
+    def zk_events(self) -> list[dict]:
+        return read_events(self.logdir.glob("*.zk.jsonl"))
+
+    def partitions(self) -> list[str]:
+        return [f"{self.topic}-{p}" for p in range(self.store.log.partitions(self.topic))]
+
+    def holders(self, events: list[dict]) -> dict[str, set[str]]:
+        """Who holds each partition now, counting only live, unpaused members."""
+        held: dict[str, set[str]] = defaultdict(set)
+        paused: set[str] = set()
+        gone = {m for m, p in self.procs.items() if p.poll() is not None}
+        for e in events:
+            ev, m = e["ev"], e["member"]
+            if ev == "assigned":
+                held[m].update(e["partitions"])
+            elif ev in ("revoked", "lost"):
+                held[m].difference_update(e["partitions"])
+            elif ev in ("stop", "killed"):
+                held.pop(e.get("victim", m), None)
+            elif ev == "paused":
+                paused.add(e["victim"])
+            elif ev == "resumed":
+                paused.discard(e["victim"])
+        owners: dict[str, set[str]] = defaultdict(set)
+        for m, tps in held.items():
+            if m not in gone and m not in paused:
+                for tp in tps:
+                    owners[tp].add(m)
+        return owners
+
+    def wait_settled(self, quiet_s: float | None = None, timeout: float | None = None) -> bool:
+        """Every partition held by exactly one live member, and no ownership change for `quiet_s`."""
+        quiet = self.settings.settle_quiet_s if quiet_s is None else quiet_s
+        deadline = time.monotonic() + (timeout or self.settings.settle_timeout_s)
+        while time.monotonic() < deadline:
+            events = self.events()
+            owners = self.holders(events)
+            last = max((e["t"] for e in events if e["ev"] in ("assigned", "revoked", "lost")), default=0.0)
+            if (
+                all(len(owners.get(tp, ())) == 1 for tp in self.partitions())
+                and self._all_joined(events)
+                and time.monotonic() - last >= quiet
+            ):
+                return True
+            time.sleep(0.2)
+        return False
+
+    def _all_joined(self, events: list[dict]) -> bool:
+        """Every live, unpaused member received an assignment (possibly empty) since it started."""
+        spawned, joined, paused = {}, set(), set()
+        for e in events:
+            if e["ev"] == "spawned":
+                spawned[e["victim"]] = e["t"]
+                joined.discard(e["victim"])
+            elif e["ev"] == "assigned":
+                joined.add(e["member"])
+            elif e["ev"] == "paused":
+                paused.add(e["victim"])
+            elif e["ev"] == "resumed":
+                paused.discard(e["victim"])
+        return all(m in joined or m in paused for m in self.live())
+
+    def ends(self) -> dict[str, int]:
+        log = self.store.log
+        return {
+            f"{self.topic}-{p}": log.latest(_tp(self.topic, p)) for p in range(log.partitions(self.topic))
+        }
+
+    def committed_ends(self, events: list[dict]) -> dict[str, int]:
+        best: dict[str, int] = {}
+        for e in events:
+            if e["ev"] == "commit" and e.get("ok"):
+                for tp, o in e["offsets"].items():
+                    best[tp] = max(best.get(tp, 0), o)
+        return best
+
+    def finish(self) -> dict:
+        """Stop producing, wait until every record is committed (or the drain timeout), stop the
+        workers (SIGTERM, SIGKILL after 30 s). Returns the log ends and whether it drained."""
+        self.producer.stopped.set()
+        self.producer.join()
+        ends = self.ends()
+        deadline = time.monotonic() + self.settings.drain_timeout_s
+        drained = False
+        while time.monotonic() < deadline:
+            got = self.committed_ends(self.events())
+            if all(got.get(tp, 0) >= end for tp, end in ends.items()):
+                drained = True
+                break
+            time.sleep(0.3)
+        self.stop_all()
+        if self.producer.error is not None:
+            raise self.producer.error
+        return {"ends": ends, "drained": drained}
+
+    def stop_all(self) -> None:
+        for m in self.live():
+            self.procs[m].send_signal(signal.SIGCONT)  # a paused member cannot act on SIGTERM
+            self.procs[m].send_signal(signal.SIGTERM)
+        for m in list(self.procs):
+            try:
+                self.procs[m].wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill(m)
+        self.admin.stop()
+        self.admin.close()
+        self.driver.close()
+
+    def close(self) -> None:
+        """Kill whatever still runs (after an error)."""
+        self.producer.stopped.set()
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+        try:
+            self.admin.stop()
+            self.admin.close()
+        except Exception:
+            pass
+
+
+def _tp(topic: str, p: int):
+    from core.types import TopicPartition
+
+    return TopicPartition(topic, p)
