@@ -125,9 +125,8 @@ def chaos(schemes: str, duration: str, seed: int, out: Path) -> None:
     result["wall_s"] = round(time.monotonic() - start, 1)
     (out / "chaos.json").write_text(json.dumps(result, indent=1, default=str))
     failed = False
-    click.echo(
-        f"{'scheme':<18} {'records':>8} {'lost':>5} {'dup. committed':>14} {'owners/commit':>13} {'fenced':>6}"
-    )
+    head = ("scheme", "records", "lost", "dup. committed", "owners/commit", "fenced")
+    click.echo("{:<18} {:>8} {:>5} {:>14} {:>13} {:>6}".format(*head))
     for scheme, f in result["schemes"].items():
         click.echo(
             f"{scheme:<18} {f['records']:>8} {f['lost']:>5} {f['duplicate_committed']:>14} "

@@ -40,7 +40,13 @@ class Context:
     def __post_init__(self) -> None:
         if self.quick:
             self.settings = replace(
-                self.settings, workers=3, partitions=6, session_ms=2000, heartbeat_ms=200, warmup_s=1.0
+                self.settings,
+                workers=2,
+                partitions=4,
+                session_ms=2000,
+                heartbeat_ms=200,
+                warmup_s=0.5,
+                settle_quiet_s=0.5,
             )
 
 

@@ -1,0 +1,151 @@
+"""The comparison experiments, small: every scenario once through `groupshift experiment run all
+--quick` (real ZooKeeper containers, coordinator nodes and worker processes), a 30-second chaos run,
+and the CLI's refusals. Each test asserts the direction of a result, not a timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+COORDINATOR = ("two", "two-incremental", "three-eager", "three-cooperative")
+
+pytestmark = pytest.mark.ensemble
+
+
+def groupshift(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("experiments") / "out"
+    proc = groupshift("experiment", "run", "all", "--out", str(out), "--quick")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, json.loads((out / "results.json").read_text()), proc
+
+
+def scheme(results: dict, scenario: str, name: str) -> dict:
+    figures = results["scenarios"][scenario]["schemes"][name]
+    assert "error" not in figures, f"{scenario}/{name}: {figures['error']}"
+    return figures
+
+
+def test_every_scenario_ran_and_the_report_stands_alone(quick_run):
+    out, results, proc = quick_run
+    from experiments.scenarios import SCENARIOS
+
+    assert set(results["scenarios"]) == set(SCENARIOS)
+    for name, body in results["scenarios"].items():
+        assert "error" not in body, f"{name}: {body['error']}"
+    report = (out / "REPORT.md").read_text()
+    for name in SCENARIOS:
+        assert name in report
+    for png in ("time_to_stable.png", "zk_requests.png", "watch_notifications.png", "join_pause.png"):
+        assert (out / "plots" / png).stat().st_size > 1000
+    assert "../" not in report and "shared/" not in report
+    assert "[" in proc.stderr and "scenario zombie" in proc.stderr  # the live progress display
+
+
+def test_scheme_one_watch_notifications_grow_with_n_and_the_coordinators_stay_constant(quick_run):
+    _, results, _ = quick_run
+    scale = results["scenarios"]["scale-up"]["schemes"]
+    one = {row["n"]: row for row in scale["one"]["one_by_one"]}
+    assert one[8]["watch_notifications"] > one[4]["watch_notifications"]
+    for name in COORDINATOR:
+        rows = scale[name]["one_by_one"]
+        notes = [row["watch_notifications"] for row in rows]
+        assert max(notes) - min(notes) <= 1, (name, notes)
+
+
+def test_the_zombie_commits_under_scheme_one_and_is_fenced_under_the_coordinators(quick_run):
+    _, results, _ = quick_run
+    one = scheme(results, "zombie", "one")
+    assert one["zombie"]["takeover"]
+    assert one["duplicate_committed"] + one["offset_regressions"] + one["double_owner_commits"] > 0
+    for name in COORDINATOR:
+        f = scheme(results, "zombie", name)
+        assert f["zombie"]["commits_accepted"] == 0, name
+        assert f["zombie"]["commits_refused"] >= 1 or f["zombie"]["records"] == 0, name
+        assert f["duplicate_committed"] == 0 and f["double_owner_commits"] == 0, name
+
+
+def test_a_partitioned_follower_gives_scheme_one_a_stale_decision_unless_it_syncs(quick_run):
+    _, results, _ = quick_run
+    faithful = scheme(results, "follower-partition", "one")
+    assert faithful["s1"]["conflicts"] > 0 or faithful["s2"]["double_claimed"]
+    assert faithful["stale_decisions"] >= 1
+    synced = scheme(results, "follower-partition", "one-sync")
+    assert synced["conflicts"] == 0 and synced["s2"]["double_claimed"] == []
+    assert synced["stale_decisions"] == 0
+    for name in COORDINATOR:
+        f = scheme(results, "follower-partition", name)
+        assert f["generation_conflicts"] == 0 and f["double_owner_commits"] == 0, name
+
+
+def test_the_coordinator_schemes_lose_nothing_in_any_fault_scenario(quick_run):
+    _, results, _ = quick_run
+    for scenario in results["scenarios"]:
+        if scenario == "scale-up":
+            continue
+        for name in COORDINATOR:
+            f = scheme(results, scenario, name)
+            if "skipped" in f:
+                continue
+            assert f["drained"], (scenario, name)
+            assert f["lost"] == 0 and f["duplicate_committed"] == 0, (scenario, name, f["lost"])
+            assert f["max_owners_at_commit"] <= 1, (scenario, name)
+
+
+def test_thirty_seconds_of_chaos_lose_nothing_under_schemes_two_and_three(tmp_path):
+    out = tmp_path / "chaos"
+    proc = groupshift(
+        "experiment",
+        "chaos",
+        "--scheme",
+        ",".join(COORDINATOR),
+        "--duration",
+        "30s",
+        "--seed",
+        "11",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    result = json.loads((out / "chaos.json").read_text())
+    assert len(result["actions"]) >= 5
+    for name in COORDINATOR:
+        f = result["schemes"][name]
+        assert f["verdict"] == [] and f["lost"] == 0 and f["duplicate_committed"] == 0, (name, f["verdict"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "nosuch"], "no scenario 'nosuch'"),
+        (["run", "zombie", "--scheme", "four"], "schemes are"),
+        (["chaos", "--scheme", "two", "--duration", "0s"], "between 1s and 1h"),
+        (["chaos", "--scheme", "two", "--duration", "soon"], "is not a number"),
+        (["chaos", "--scheme", "", "--duration", "5s"], "schemes are"),
+    ],
+)
+def test_bad_input_is_one_line_and_creates_nothing(tmp_path, args, message):
+    out = tmp_path / "never"
+    proc = groupshift("experiment", *args, "--out", str(out), timeout=60)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not out.exists()
