@@ -44,33 +44,13 @@ from pathlib import Path
 from coordinator.member.client import CoordinatorMember, MemberState
 from coordinator.member.incremental import IncrementalMember
 from coordinator.node.process import CoordinatorNodes
-from core.four_letter import mntr
 from core.types import TopicPartition
 from core.zk import connect
+from experiments.zkstats import delta, server_counts, watches
 from topics.registry import create_topic
 
 TARGET_RATIO = 20.0
 TARGET_MS = 300.0
-
-
-def server_counts(host: str, port: int) -> dict[str, int]:
-    m = mntr(host, port)
-    watches = sum(
-        int(m.get(f"zk_sum_node_{k}_watch_count", 0)) for k in ("created", "deleted", "changed", "children")
-    )
-    return {"requests": int(m.get("zk_packets_received", 0)), "watch_notifications": watches}
-
-
-def watches(host: str, port: int) -> dict[str, int]:
-    """Watches held by the group at rest: `mntr` zk_watch_count and the sessions `wchc` lists."""
-    from core.four_letter import four_letter
-
-    sessions = sum(1 for line in four_letter(host, port, "wchc").splitlines() if line.startswith("0x"))
-    return {"watches": int(mntr(host, port).get("zk_watch_count", 0)), "watching_sessions": sessions}
-
-
-def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
-    return {k: after[k] - before[k] for k in after}
 
 
 def wait(cond, timeout: float, step: float = 0.002) -> float | None:
