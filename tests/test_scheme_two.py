@@ -402,6 +402,43 @@ def test_every_server_strategy_serves_a_group(zk, zk_connect, tmp_path, strategy
                 c.close()
 
 
+def test_members_starting_at_once_rejoin_under_the_ids_the_coordinator_gave_them(zk, zk_connect):
+    """The coordinator answers a first ServerJoinGroup caught by another member's join with
+    REBALANCE_IN_PROGRESS and the consumer id it admitted; a member that rejoined without that id
+    would be a stranger, and the group would wait out the admitted one's session (30 s here)."""
+    from coordinator.member.client import CoordinatorMember, MemberState
+
+    create_topic(zk, "t", partitions=8)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        members = [
+            CoordinatorMember(
+                "g-at-once",
+                ["t"],
+                bootstrap=nodes.bootstrap,
+                server_assigned=True,
+                session_timeout_ms=30_000,
+                heartbeat_interval_ms=100,
+                retry_backoff_ms=20,
+            )
+            for _ in range(4)
+        ]
+        try:
+            for m in members:
+                m.start()
+            wait_for(
+                lambda: (
+                    all(m.state == MemberState.STABLE for m in members)
+                    and len({m.generation for m in members}) == 1
+                    and sorted(tp for m in members for tp in m.assignment()) == [TP("t", p) for p in range(8)]
+                ),
+                20,  # well inside the 30 s session a stranger's rejoin would make the group wait out
+                "four members started at once forming one generation",
+            )
+        finally:
+            for m in members:
+                m.close()
+
+
 # -- the incremental form: the core -------------------------------------------------------------
 
 

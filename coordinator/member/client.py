@@ -979,6 +979,13 @@ class CoordinatorMember:
         """Scheme two's one answer: consumer id, generation and partitions. False when the join loop
         must stop (look the coordinator up, fatal error)."""
         code = resp.error_code
+        if code == E.REBALANCE_IN_PROGRESS and resp.consumer_id:
+            # The coordinator admitted us (it took the MEMBER_ID_REQUIRED round trip for us) and
+            # started another rebalance before answering: rejoin under that id, or it waits for
+            # the member it admitted until the session timeout and we join as a stranger.
+            with self._cv:
+                if self._generation == in_flight.generation and not self._generation.member_id:
+                    self._generation = Generation(NO_GENERATION, resp.consumer_id, None)
         if code:
             return self._handle_join_error("ServerJoinGroup", code)
         assigned = partitions_of(resp.assignment)
