@@ -124,6 +124,14 @@ def chaos(schemes: str, duration: str, seed: int, out: Path) -> None:
         result["versions"] = versions(lab)
     result["wall_s"] = round(time.monotonic() - start, 1)
     (out / "chaos.json").write_text(json.dumps(result, indent=1, default=str))
+    from experiments.report import write_report
+
+    actions = [a for a in result["actions"] if a[2] != "skipped" and not a[2].startswith("skipped")]
+    chaos_view = {
+        s: {**f, "duration_s": seconds, "seed": seed, "actions": actions}
+        for s, f in result["schemes"].items()
+    }
+    write_report({"versions": result["versions"], "wall_s": result["wall_s"], "chaos": chaos_view}, out)
     failed = False
     head = ("scheme", "records", "lost", "dup. committed", "owners/commit", "fenced")
     click.echo("{:<18} {:>8} {:>5} {:>14} {:>13} {:>6}".format(*head))
@@ -134,6 +142,6 @@ def chaos(schemes: str, duration: str, seed: int, out: Path) -> None:
             + (f"  FAILED: {'; '.join(f['verdict'])}" if f["verdict"] else "")
         )
         failed = failed or bool(f["verdict"])
-    click.echo(f"results: {out / 'chaos.json'}")
+    click.echo(f"results: {out / 'chaos.json'}, report: {out / 'REPORT.md'}")
     if failed:
         sys.exit(1)

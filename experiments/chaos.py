@@ -63,12 +63,12 @@ class Chaos:
         self._down_server = None
 
     def apply(self, action: Action) -> None:
-        kind = action.kind
+        kind, target = action.kind, ""
         members = sorted(set.intersection(*(set(r.live()) for r in self.runs.values())))
         if kind == "join" and len(members) < self.settings.partitions:
-            name = f"c{len(self.done)}"
+            target = f"c{len(self.done)}"
             for run in self.runs.values():
-                run.spawn(name)
+                run.spawn(target)
         elif kind in ("leave", "kill", "pause") and len(members) > 2:
             victim = _pick(members, action.pick)
             for run in self.runs.values():
@@ -80,26 +80,26 @@ class Chaos:
                     run.pause(victim)
             if kind == "pause":
                 self._later(self.settings.session_ms / 1000 + 1.0, self._resume, victim)
-            kind = f"{kind} {victim}"
+            target = victim
         elif kind == "coordinator-restart" and self.nodes is not None:
             alive = [n for n, p in self.nodes.nodes.items() if p.alive]
             if len(alive) == len(self.nodes.nodes):
                 node = _pick(sorted(alive), action.pick)
                 self.nodes.kill(node)
                 self._later(2.0, self.nodes.start_node, node)
-                kind = f"{kind} {node}"
+                target = f"node {node}"
             else:
-                kind = f"{kind} (skipped: a node is still restarting)"
+                target = "skipped: a node is still restarting"
         elif kind == "zookeeper-restart" and self._down_server is None:
             server = _pick(sorted(self.ensemble.servers), action.pick)
             self._down_server = self.ensemble.servers[server]
             self._down_server.stop()
             self._later(3.0, self._restart_server)
-            kind = f"{kind} zk{server}"
+            target = f"zk{server}"
         else:
-            kind = f"{kind} (skipped)"
-        self.done.append([round(action.at_s, 2), kind])
-        self.progress(f"chaos t={action.at_s:5.1f}s {kind}")
+            target = "skipped"
+        self.done.append([round(action.at_s, 2), kind, target])
+        self.progress(f"chaos t={action.at_s:5.1f}s {kind} {target}")
 
     def _later(self, delay: float, fn, *args) -> None:
         timer = threading.Timer(delay, fn, args)

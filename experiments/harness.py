@@ -58,6 +58,7 @@ class RunSettings:
     partitions: int = 8
     session_ms: int = 3000
     heartbeat_ms: int = 300
+    zk_backoff_ms: int = 2000  # scheme one's rebalance.backoff.ms (Kafka 0.8's default)
     records_per_s: int = 200  # per partition
     process_ms: float = 5.0
     warmup_s: float = 1.5
@@ -99,6 +100,14 @@ class Lab:
         if cluster == "ensemble":
             return self.ensemble().connect_string
         return self.external_zk.partition("/")[0] if self.external_zk else self.single().connect_string
+
+    def addresses(self, cluster: str = "single") -> list[tuple[str, int]]:
+        """(host, port) of every server of the cluster, for the four-letter words."""
+        out = []
+        for hp in self.zk_hosts(cluster).split(","):
+            host, _, port = hp.rpartition(":")
+            out.append((host, int(port)))
+        return out
 
     def host_port(self) -> tuple[str, int]:
         host, _, port = self.zk_hosts().split(",")[0].rpartition(":")
@@ -225,6 +234,7 @@ class GroupRun:
         if member is None:
             member, self._next = f"m{self._next}", self._next + 1
         log = self.logdir / f"{member}.jsonl"
+        zk_options = {"rebalance_backoff_ms": self.settings.zk_backoff_ms} | self.zk_options
         cmd = [
             sys.executable, "-m", "experiments.worker",
             "--scheme", "one" if self.scheme.startswith("one") else self.scheme,
@@ -233,7 +243,7 @@ class GroupRun:
             "--session-ms", str(self.settings.session_ms),
             "--heartbeat-ms", str(self.settings.heartbeat_ms),
             "--process-ms", str(self.settings.process_ms),
-            "--zk-options", json.dumps(self.zk_options),
+            "--zk-options", json.dumps(zk_options),
         ]  # fmt: skip
         if self.bootstrap:
             cmd += ["--bootstrap", self.bootstrap]

@@ -36,8 +36,8 @@ DASH = "–"
 
 GLOSSARY = f"""\
 **How to read this.** Every scenario runs the same consumer group under each rebalancing scheme on a real
-ZooKeeper. Scale-up grows a group to N members one join at a time (*one by one*) and starts N members
-together (*all at once*); a fault scenario injects one fault into a consuming, committing group and counts
+ZooKeeper. Scale-up measures one member joining a stable group of N − 1 (*one by one*, how a group
+grows) and N members starting together (*all at once*); a fault scenario injects one fault into a consuming, committing group and counts
 what it cost from the members' own processing logs.
 
 * **H1 rebalance fan-out**: members that had to take part in one member's join (N = the whole group).
@@ -57,9 +57,11 @@ what it cost from the members' own processing logs.
 * **S6 zombie lifetime**: how long a replaced member went on believing it held a partition after another
   took it over, and the records it processed meanwhile.
 * **duplicate committed**: duplicates whose output was committed (visible downstream); **lost**: records
-  with no committed output; **double-owner commits**: commits while another member also held the
-  partition; **fenced commits**: commits refused as the member no longer owned the partition (the
-  protection working, not a failure). Times: ms without decimals, s with two; {DASH}: not measured.
+  with no committed output; **double-owner commits**: successful commits of a partition after another
+  member had also committed it successfully while the committer believed it held it (*max owners at a
+  commit* above 1: two owners acted on one partition); **fenced commits**: commits refused as the member
+  no longer owned the partition, or whose outcome is unknown (a timeout) — the consumer delivers those
+  records again (the protection working, not a failure). Times: ms without decimals, s with two; {DASH}: not measured.
 """
 
 Column = tuple[str, tuple[str, ...], str]  # header, path into an entry, kind: s, ms, raw, else a count
@@ -75,13 +77,16 @@ def _columns(spec: str) -> list[Column]:
 FAULT_TABLES = {
     "Correctness": _columns("""records: records; processed: processed; duplicates (S4): duplicates;
         duplicate committed: duplicate_committed; lost: lost; double-owner commits: double_owner_commits;
+        max owners at a commit: max_owners_at_commit;
         offset regressions (S5): offset_regressions; commits: commits; fenced commits: fenced_commits"""),
     "Availability and coordination": _columns("""time to stable (H5), s: time_to_stable_s;
         unowned partition-s (S3): unowned_partition_s; double ownership, s (S4): double_ownership_s;
         zombie lifetime, s (S6): zombie.lifetime_s;
-        zombie records after takeover: zombie.records_after_takeover; S1 conflicts: s1.conflicts;
+        zombie records: zombie.records; zombie commits accepted: zombie.commits_accepted;
+        zombie commits refused: zombie.commits_refused; S1 conflicts: s1.conflicts;
         S1 failed attempts: s1.failed_attempts; S2 views: s2.views; S2 double-claimed: s2.double_claimed;
-        S2 unclaimed: s2.unclaimed; ZK requests: zk.requests;
+        S2 unclaimed: s2.unclaimed; stale decisions: stale_decisions;
+        S2 (one generation, two owners): generation_conflicts; ZK requests: zk.requests;
         ZK watch notifications: zk.watch_notifications"""),
 }
 CHAOS_COLUMNS = _columns("""duration, s: duration_s; seed: seed; lost: lost;
@@ -410,6 +415,18 @@ def _chaos_section(chaos: Any) -> list[str]:
     return [intro, *_schemes_section(entries, {"What they cost": CHAOS_COLUMNS})]
 
 
+def _zk_server_line(zk: dict) -> str:
+    """ZooKeeper's own counters around the scenario, every scheme's groups together."""
+    forming, fault = _dict(zk.get("forming")), _dict(zk.get("fault_to_drained"))
+    return (
+        "ZooKeeper server side, every group of the scenario together (`mntr`, `wchc`): forming the groups "
+        f"took {forming.get('requests', '-')} requests and {forming.get('watch_notifications', '-')} watch "
+        f"notifications; from the fault until drained, {fault.get('requests', '-')} requests and "
+        f"{fault.get('watch_notifications', '-')} watch notifications; {zk.get('watches_before_fault', '-')} "
+        f"watches on {zk.get('watching_sessions_before_fault', '-')} sessions were held before the fault."
+    )
+
+
 def render_markdown(results: dict, plots: list[Path], out: Path) -> str:
     """REPORT.md's text for `out/REPORT.md`: run facts, glossary, a section per scenario, the chaos run.
     It links the `plots` drawn (plot_files) as `plots/<name>.png`, relative to `out`."""
@@ -435,6 +452,8 @@ def render_markdown(results: dict, plots: list[Path], out: Path) -> str:
             md += _scale_section(sc, plots)
             continue
         md += _schemes_section(_dict(sc.get("schemes")), FAULT_TABLES)
+        if zk := _dict(sc.get("zk_server")):
+            md.append(_zk_server_line(zk))
         md.append(_image(plots, f"timeline-{_slug(name)}.png", f"{name}: partition ownership over time"))
     if "chaos" in results:
         md += ["## chaos", *_chaos_section(results["chaos"])]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from experiments import analysis
+from experiments import analysis, zkstats
 from experiments.harness import CUT_GID, NODE_OPTIONS, GroupRun, Lab, RunSettings
 from experiments.worker import SCHEMES
 from zk_rebalance import metrics as zk_metrics
@@ -36,6 +36,8 @@ class Context:
     schemes: tuple[str, ...] = SCHEMES
     progress: Callable[[str], None] = lambda line: None
     settings: RunSettings = field(default_factory=RunSettings)
+    #: per scenario, ZooKeeper's server-side counters around its steps (all schemes together)
+    zk_server: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.quick:
@@ -47,6 +49,7 @@ class Context:
                 heartbeat_ms=200,
                 warmup_s=0.5,
                 settle_quiet_s=0.5,
+                zk_backoff_ms=500,
             )
 
 
@@ -152,9 +155,16 @@ def fault_scenario(
         results[scheme] = measure(run, faults[scheme], finished, victims.get(scheme), settle_by=drain)
         results[scheme]["settled"] = settled
 
+    cluster = (run_options(chosen[0]) if run_options and chosen else {}).get("cluster", "single")
+
+    def counts() -> dict[str, int]:
+        return zkstats.cluster_counts(ctx.lab.addresses(cluster))
+
+    before = counts()
     ctx.progress(f"{name}: forming {len(chosen)} groups of {ctx.settings.workers}")
     failed = _parallel(form, chosen)
     time.sleep(ctx.settings.warmup_s)
+    at_fault = counts()
     live = [s for s in chosen if s not in failed]
     ctx.progress(f"{name}: fault")
     if shared is not None:
@@ -172,6 +182,13 @@ def fault_scenario(
     live = [s for s in live if s not in failed]
     ctx.progress(f"{name}: settling and draining")
     failed.update(_parallel(settle, live))
+    after = counts()
+    ctx.zk_server[name] = {
+        "forming": zkstats.delta(at_fault, before),
+        "fault_to_drained": zkstats.delta(after, at_fault),
+        "watches_before_fault": at_fault.get("watches"),
+        "watching_sessions_before_fault": at_fault.get("watching_sessions"),
+    }
     for scheme, exc in failed.items():
         results[scheme] = {"error": f"{type(exc).__name__}: {exc}"}
         if scheme in runs:
@@ -399,6 +416,8 @@ def run_scenario(ctx: Context, name: str) -> dict:
         }
     else:
         body = {"schemes": schemes, "settings": settings_of(ctx)}
+        if name in ctx.zk_server:
+            body["zk_server"] = ctx.zk_server.pop(name)
     return {"description": scenario.description, "wall_s": round(time.monotonic() - t, 1), **body}
 
 

@@ -8,6 +8,8 @@ watches(host, port)                    # {"watches": .., "watching_sessions": ..
 
 from __future__ import annotations
 
+from collections import Counter
+
 from core.four_letter import four_letter, mntr
 
 
@@ -29,3 +31,15 @@ def watches(host: str, port: int) -> dict[str, int]:
 def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     """`after - before`, key by key (the keys of `after`)."""
     return {k: after[k] - before[k] for k in after}
+
+
+def cluster_counts(addresses: list[tuple[str, int]]) -> dict[str, int]:
+    """`server_counts` and `watches` summed over the servers of a cluster (unreachable ones skipped)."""
+    total: Counter[str] = Counter()
+    for host, port in addresses:
+        try:
+            total.update(server_counts(host, port))
+            total.update(watches(host, port))
+        except OSError:
+            continue
+    return dict(total)
