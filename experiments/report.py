@@ -37,8 +37,8 @@ DASH = "–"
 GLOSSARY = f"""\
 **How to read this.** Every scenario runs the same consumer group under each rebalancing scheme on a real
 ZooKeeper. Scale-up measures one member joining a stable group of N − 1 (*one by one*, how a group
-grows) and N members starting together (*all at once*); a fault scenario injects one fault into a consuming, committing group and counts
-what it cost from the members' own processing logs.
+grows) and N members starting together (*all at once*); a fault scenario injects one fault into a
+consuming, committing group and counts what it cost from the members' own processing logs.
 
 * **H1 rebalance fan-out**: members that had to take part in one member's join (N = the whole group).
 * **H2 watch notifications per event**, **H3 ZooKeeper requests per round**: what the ZooKeeper server
@@ -61,7 +61,8 @@ what it cost from the members' own processing logs.
   member had also committed it successfully while the committer believed it held it (*max owners at a
   commit* above 1: two owners acted on one partition); **fenced commits**: commits refused as the member
   no longer owned the partition, or whose outcome is unknown (a timeout) — the consumer delivers those
-  records again (the protection working, not a failure). Times: ms without decimals, s with two; {DASH}: not measured.
+  records again (the protection working, not a failure). Times: ms without decimals, s with two;
+  {DASH}: not measured.
 """
 
 Column = tuple[str, tuple[str, ...], str]  # header, path into an entry, kind: s, ms, raw, else a count
