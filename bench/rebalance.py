@@ -46,21 +46,12 @@ from coordinator.member.incremental import IncrementalMember
 from coordinator.node.process import CoordinatorNodes
 from core.types import TopicPartition
 from core.zk import connect
+from experiments.scale import Timeline, wait
 from experiments.zkstats import delta, server_counts, watches
 from topics.registry import create_topic
 
 TARGET_RATIO = 20.0
 TARGET_MS = 300.0
-
-
-def wait(cond, timeout: float, step: float = 0.002) -> float | None:
-    """Poll `cond` until true; returns the monotonic time it first held, or None on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return time.monotonic()
-        time.sleep(step)
-    return None
 
 
 def covers(assignments: list[set[TopicPartition]], partitions: int) -> bool:
@@ -127,37 +118,6 @@ def scheme_one(zk_connect: str, n: int, partitions: int, args, logdir: Path) -> 
 
 
 # --- schemes two and three --------------------------------------------------------------------
-
-
-class Timeline:
-    """A listener recording when each partition was revoked and assigned (monotonic seconds)."""
-
-    def __init__(self):
-        self.events: list[tuple[float, str, frozenset[TopicPartition]]] = []
-
-    def on_partitions_revoked(self, tps):
-        self.events.append((time.monotonic(), "revoked", frozenset(tps)))
-
-    def on_partitions_lost(self, tps):
-        self.events.append((time.monotonic(), "revoked", frozenset(tps)))
-
-    def on_partitions_assigned(self, tps):
-        self.events.append((time.monotonic(), "assigned", frozenset(tps)))
-
-    def kept_pause(self, since: float, kept: set[TopicPartition], until: float) -> float:
-        """The longest time one of `kept` was not held after `since`."""
-        worst, gone = 0.0, {}
-        for t, kind, tps in self.events:
-            if t < since:
-                continue
-            for tp in tps & kept:
-                if kind == "revoked":
-                    gone.setdefault(tp, t)
-                elif tp in gone:
-                    worst = max(worst, t - gone.pop(tp))
-        for t0 in gone.values():
-            worst = max(worst, until - t0)
-        return worst
 
 
 def kept_partitions_pause(members, timelines, before, t_join: float, done: float) -> float:

@@ -90,7 +90,7 @@ class Timeline:
         return worst
 
 
-def _wait(cond: Callable[[], bool], timeout: float, step: float = 0.002) -> float | None:
+def wait(cond: Callable[[], bool], timeout: float, step: float = 0.002) -> float | None:
     """Poll `cond` until true; the monotonic time it first held, or None on timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -205,10 +205,10 @@ def _join_one(run: _Run, scheme: str, n: int) -> dict:
         for batch, group_so_far in ((members[:1], members[:1]), (members[1:], members)):
             for m in batch:
                 m.start()
-            if batch and _wait(lambda g=group_so_far: run.stable(scheme, g), timeout, 0.01) is None:
+            if batch and wait(lambda g=group_so_far: run.stable(scheme, g), timeout, 0.01) is None:
                 return {"n": n, "error": f"group of {n - 1} not stable within {timeout}s"}
         time.sleep(run.s.settle_s)
-        if members and _wait(lambda: run.stable(scheme, members), timeout, 0.01) is None:
+        if members and wait(lambda: run.stable(scheme, members), timeout, 0.01) is None:
             return {"n": n, "error": f"group of {n - 1} not stable again in {timeout}s"}
         held = [m.assignment() for m in members]
         counts = [_client_counts(scheme, m) for m in members]
@@ -219,7 +219,7 @@ def _join_one(run: _Run, scheme: str, n: int) -> dict:
         joiner = run.member(scheme, group, n - 1, timelines[-1])
         members.append(joiner)
         joiner.start()
-        done = _wait(
+        done = wait(
             lambda: (
                 run.stable(scheme, members)
                 and bool(joiner.assignment())
@@ -278,7 +278,7 @@ def _all_at_once(run: _Run, scheme: str, n: int) -> dict:
         t0 = time.monotonic()
         for m in members:
             m.start()
-        done = _wait(
+        done = wait(
             lambda: (
                 run.stable(scheme, members) and (n > run.partitions or all(m.assignment() for m in members))
             ),

@@ -14,7 +14,7 @@ import pytest
 from core.errors import CommitFailed
 from core.types import TopicPartition
 from core.zk import connect
-from experiments.split_brain import split_brain
+from experiments.split_brain import split_brain, until
 from topics.registry import create_topic
 from zk_rebalance.events import read_events
 from zk_rebalance.member import ZkGroupMember
@@ -42,15 +42,6 @@ def dump_inside(server) -> str:
     )
     assert out.returncode == 0, f"dump from inside the container failed: {out.stderr}"
     return out.stdout
-
-
-def until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_paused_server_past_session_timeout_re_registers_and_rejoins(zk_server, zk_connect, tmp_path):
