@@ -275,7 +275,11 @@ def test_a_failing_listener_is_reported_by_the_next_poll_and_the_member_carries_
     m = member(zk, nodes, listener=Broken())
     m.start()
     try:
-        wait_for(lambda: len(m.assignment()) == 2, what="assigned despite the listener")
+        # The group thread calls the listener after the assignment is visible: wait until it failed.
+        wait_for(
+            lambda: len(m.assignment()) == 2 and m._listener_error is not None,
+            what="assigned despite the listener",
+        )
         with pytest.raises(ValueError, match="listener bug"):
             m.record_poll()
         m.record_poll()  # reported once
