@@ -167,10 +167,12 @@ def test_admin_client_agrees_with_groups_describe(node):
         assert len(_consume(c, 10)) == 10
         c.commit()
         listed = admin.list_groups()
-        assert group in {g[0] if isinstance(g, tuple) else g.group_id for g in listed}
-        described = admin.describe_groups([group])[0]
-        assert described.state == "Stable" and len(described.members) == 1
-        offsets = admin.list_group_offsets(group)
+        assert group in {g["group_id"] for g in listed}
+        described = admin.describe_groups([group])[group]
+        assert described["group_state"] == "Stable" and len(described["members"]) == 1
+        member = described["members"][0]
+        assert member["member_assignment"]["assigned_partitions"] == [{"topic": topic, "partitions": [0, 1]}]
+        offsets = admin.list_group_offsets(group)[group]
         kafka_view = {tp.partition: om.offset for tp, om in offsets.items() if tp.topic == topic}
     finally:
         c.close()
