@@ -182,7 +182,7 @@ class CoordinatorNode:
                 ) from None
             self.metrics_port = self._metrics_server.sockets[0].getsockname()[1]
         if cfg.kafka_port is not None:
-            from coordinator.kafka_wire.listener import KafkaListener
+            from coordinator.node.kafka_listener import KafkaListener
 
             try:
                 self._kafka_server = await KafkaListener(self).start(cfg.kafka_host, cfg.kafka_port)

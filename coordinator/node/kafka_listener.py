@@ -21,8 +21,8 @@ from typing import Any
 
 from coordinator.kafka_wire import codec as K
 from coordinator.kafka_wire import messages as M
-from coordinator.kafka_wire.data import DataPlane
 from coordinator.node.connection import Connection, Pending, error_of
+from coordinator.node.kafka_data import DataPlane
 from coordinator.wire.schema import API_VERSIONS, Message
 
 log = logging.getLogger("coordinator.node.server")
