@@ -22,13 +22,13 @@ def coordinator_group() -> None:
     """Scheme three: the group coordinator service."""
 
 
-def _listen(value: str) -> tuple[str, int]:
+def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     host, colon, port = value.rpartition(":")
     if not colon or not host or not port.isdigit() or len(port) > 5 or not 0 <= int(port) < 65536:
         raise click.BadParameter(
-            f"{value!r}; expected HOST:PORT (PORT 0 picks a free port)", param_hint="'--listen'"
+            f"{value!r}; expected HOST:PORT (PORT 0 picks a free port)", param_hint=f"'{option}'"
         )
-    return _host(host.strip("[]"), "--listen"), int(port)
+    return _host(host.strip("[]"), option), int(port)
 
 
 def _host(value: str, param) -> str:
@@ -159,15 +159,30 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
     callback=lambda ctx, param, v: _host(v, param),
 )
 @click.option(
+    "--kafka-listen",
+    "kafka_listen",
+    default=None,
+    help="HOST:PORT of a Kafka-protocol listener for Kafka clients (docs/kafka-listener.md); off by default.",
+)
+@click.option(
+    "--data",
+    "data",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Log root the Kafka listener serves topics from "
+    "(default: $GROUPSHIFT_DATA, else $GROUPSHIFT_HOME/data).",
+)
+@click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
 )
-def serve(zk, listen, node_id, advertised_host, log_level, **settings) -> None:
+def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **settings) -> None:
     """Run a coordinator node until SIGTERM/SIGINT (then its shards are released, exit code 0).
 
     Settings are checked (and the ports probed) before the node connects to ZooKeeper: bad input
     exits with one line and changes nothing.
 
-    Prints `listening on HOST:PORT` once it accepts connections; logs are JSON lines on stderr.
+    Prints `listening on HOST:PORT` once it accepts connections (then `kafka listening on
+    HOST:PORT` with --kafka-listen); logs are JSON lines on stderr.
     """
     from coordinator.node.config import NodeConfig
     from coordinator.node.server import CoordinatorNode
@@ -180,6 +195,11 @@ def serve(zk, listen, node_id, advertised_host, log_level, **settings) -> None:
         )
     metrics_port = settings.get("metrics_port")
     _check_free(host, port, "--listen")
+    if kafka_listen is not None:
+        settings["kafka_host"], settings["kafka_port"] = _listen(kafka_listen, "--kafka-listen")
+        if settings["kafka_port"] and (settings["kafka_host"], settings["kafka_port"]) == (host, port):
+            raise click.UsageError(f"--kafka-listen {kafka_listen} is the --listen address; pick another")
+        _check_free(settings["kafka_host"], settings["kafka_port"], "--kafka-listen")
     if metrics_port:
         if (settings["metrics_host"], metrics_port) == (host, port):
             raise click.UsageError(f"--metrics-port {metrics_port} is the --listen port; pick another")
@@ -206,6 +226,8 @@ async def _run(node, metrics_port) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.request_stop)
     click.echo(f"listening on {host}:{port}")
+    if node.kafka_endpoint is not None:
+        click.echo(f"kafka listening on {node.kafka_endpoint[0]}:{node.kafka_endpoint[1]}")
     sys.stdout.flush()
     log = logging.getLogger(__name__)
     if metrics_port is not None:

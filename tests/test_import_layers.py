@@ -186,8 +186,11 @@ ROOMS_MAY_IMPORT = {
         "coordinator.assignors",
         "coordinator.member",
     },
+    # Kafka's binary protocol (the Kafka listener's codec and record batches), pure
+    "coordinator.kafka_wire": {"coordinator.wire"},
     "coordinator.node": {
         "coordinator.wire",
+        "coordinator.kafka_wire",
         "coordinator.group",
         "coordinator.member",
         "coordinator.server_side",

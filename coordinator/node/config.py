@@ -39,6 +39,10 @@ class NodeConfig:
     handoff_delay_ms: int = 3_000
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    # The Kafka-protocol listener (docs/kafka-listener.md): off unless kafka_port is set (0: any free port).
+    kafka_host: str = "127.0.0.1"
+    kafka_port: int | None = None
+    data: str | None = None  # the log root it serves topics from (None: topics.log.default_root())
 
     def core_config(self) -> CoordinatorConfig:
         names = {f.name for f in fields(CoordinatorConfig)} & {f.name for f in fields(self)}

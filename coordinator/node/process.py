@@ -35,6 +35,7 @@ from core.errors import GroupshiftError
 
 REPO = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
+KAFKA_LISTENING = re.compile(r"^kafka listening on (\S+):(\d+)")
 # Broker settings that make small test groups fast: short sessions allowed, no initial delay.
 TEST_DEFAULTS: dict[str, Any] = {
     "group_min_session_timeout_ms": 100,
@@ -69,6 +70,9 @@ class NodeProcess:
         self.log_path = log_path
         self.host = ""
         self.port = 0
+        self.kafka_host = ""
+        self.kafka_port = 0  # with --kafka-listen: from its `kafka listening on` line
+        self._wants_kafka = "--kafka-listen" in proc.args if isinstance(proc.args, list) else False
         self.output: deque[str] = deque(maxlen=400)
         self._log = open(log_path, "a") if log_path else None  # noqa: SIM115 - closed by the pump
         threading.Thread(target=self._pump, daemon=True, name=f"coordinator-{node_id}-out").start()
@@ -122,7 +126,10 @@ class NodeProcess:
                 if self._log is not None:
                     self._log.write(line)
                     self._log.flush()
-                if not self.port:
+                k = KAFKA_LISTENING.search(line)
+                if k:
+                    self.kafka_host, self.kafka_port = k.group(1), int(k.group(2))
+                elif not self.port:
                     m = LISTENING.search(line)
                     if m:
                         self.host, self.port = m.group(1), int(m.group(2))
@@ -134,7 +141,7 @@ class NodeProcess:
 
     def wait_listening(self, timeout: float = 30.0) -> NodeProcess:
         deadline = time.monotonic() + timeout
-        while not self.port:
+        while not self.port or (self._wants_kafka and not self.kafka_port):
             if not self.alive or time.monotonic() > deadline:
                 code = self.proc.poll()
                 self.kill()
@@ -153,6 +160,11 @@ class NodeProcess:
     @property
     def bootstrap(self) -> str:
         return self.address
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """`host:port` of the Kafka listener (started with `kafka_listen="127.0.0.1:0"`)."""
+        return f"{self.kafka_host}:{self.kafka_port}"
 
     @property
     def alive(self) -> bool:

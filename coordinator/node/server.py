@@ -137,6 +137,8 @@ class CoordinatorNode:
         self.host = config.host
         self.port = config.port
         self.metrics_port: int | None = None
+        self.kafka_endpoint: tuple[str, int] | None = None  # the Kafka listener's advertised host, port
+        self._kafka_server: asyncio.AbstractServer | None = None
         self._server: asyncio.AbstractServer | None = None
         self._metrics_server: asyncio.AbstractServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -179,7 +181,16 @@ class CoordinatorNode:
                     cfg.metrics_host, cfg.metrics_port, "--metrics-port", exc
                 ) from None
             self.metrics_port = self._metrics_server.sockets[0].getsockname()[1]
-        await self.store.register(self.host, self.port)
+        if cfg.kafka_port is not None:
+            from coordinator.node.kafka_listener import KafkaListener
+
+            try:
+                self._kafka_server = await KafkaListener(self).start(cfg.kafka_host, cfg.kafka_port)
+            except OSError as exc:
+                raise await self._bind_failed(cfg.kafka_host, cfg.kafka_port, "--kafka-listen", exc) from None
+            kafka_port = self._kafka_server.sockets[0].getsockname()[1]
+            self.kafka_endpoint = (cfg.advertised_host or cfg.kafka_host, kafka_port)
+        await self.store.register(self.host, self.port, kafka=self.kafka_endpoint)
         self._session = self.store.session_id
         self.zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, state))
         self.store.add_listener(self._wake.set)
@@ -202,8 +213,9 @@ class CoordinatorNode:
 
     async def _bind_failed(self, host: str, port: int, option: str, exc: OSError) -> GroupshiftError:
         # A port taken between the CLI's probe and here: one line for the user, the session closed.
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._kafka_server):
+            if server is not None:
+                server.close()
         await asyncio.to_thread(self._close_zk)
         what = (
             "is already in use"
@@ -238,6 +250,8 @@ class CoordinatorNode:
             conn.close()
         if self._metrics_server is not None:
             self._metrics_server.close()
+        if self._kafka_server is not None:
+            self._kafka_server.close()
         if self._timer is not None:
             self._timer.cancel()
         current = asyncio.current_task()
@@ -284,42 +298,49 @@ class CoordinatorNode:
             log.exception("closing connection from %s: undecodable frame", conn.peer_host)
             conn.close()
             return
-        api = req.api
+        pending = Pending(conn, req.id, req.api, t0)
+        body = self.handle(pending, req.api, req.body, req.client_id)
+        if body is not None:
+            conn.send(req.id, body)
+            self.metrics.observe(req.name, time.perf_counter() - t0, error_of(body))
+
+    def handle(
+        self, pending: Pending, api: int, body: Any, client_id: str, kafka: bool = False
+    ) -> Message | None:
+        """Serve one decoded request of `pending.conn` (either listener): the answer when it is
+        immediate, or None when the core took it (it answers through `pending`, now or later).
+        `kafka`: the request came from the Kafka listener, so FindCoordinator names Kafka endpoints."""
+        conn = pending.conn
         if api == P.API_VERSIONS:
-            body = P.api_versions_body()
-        elif api == P.FIND_COORDINATOR:
-            body = self._find_coordinator(req.body)
-        elif not self.serving or self._stopping:
+            return P.api_versions_body()
+        if api == P.FIND_COORDINATOR:
+            return self._find_coordinator(body, kafka)
+        if not self.serving or self._stopping:
             # ZooKeeper is away: answer without the core, so that nothing in it moves (no timer
             # fires, no parked request completes) until the node knows it still leads its shards.
-            body = _unavailable_body(api, req.body)
-        else:
-            pending = Pending(conn, req.id, api, t0)
-            conn.busy = pending
-            try:
-                outputs = self.core.handle(
-                    api,
-                    req.body,
-                    _now_ms(),
-                    client_id=req.client_id,
-                    client_host=conn.peer_host,
-                    request_token=pending,
-                    group_check=self.leadership.group_error,
-                )
-            except Exception:
-                log.exception("the core failed on %s from %s", req.name, conn.peer_host)
-                conn.busy = None
-                conn.send(req.id, ErrorResponse(error_code=-1, error_message="internal error"))
-                return
-            self._apply(outputs)
-            # A heartbeat only moves deadlines later; while a timer is armed it will re-arm itself.
-            if api != P.HEARTBEAT or self._timer is None:
-                self._schedule_timer()
-            return
-        conn.send(req.id, body)
-        self.metrics.observe(req.name, time.perf_counter() - t0, error_of(body))
+            return _unavailable_body(api, body)
+        conn.busy = pending
+        try:
+            outputs = self.core.handle(
+                api,
+                body,
+                _now_ms(),
+                client_id=client_id,
+                client_host=conn.peer_host,
+                request_token=pending,
+                group_check=self.leadership.group_error,
+            )
+        except Exception:
+            log.exception("the core failed on api %d from %s", api, conn.peer_host)
+            conn.busy = None
+            return ErrorResponse(error_code=-1, error_message="internal error")
+        self._apply(outputs)
+        # A heartbeat only moves deadlines later; while a timer is armed it will re-arm itself.
+        if api != P.HEARTBEAT or self._timer is None:
+            self._schedule_timer()
+        return None
 
-    def _find_coordinator(self, body: FindCoordinatorRequest) -> Message:
+    def _find_coordinator(self, body: FindCoordinatorRequest, kafka: bool = False) -> Message:
         if body.key_type != 0:
             return P.precheck_error_body(
                 P.FIND_COORDINATOR,
@@ -337,6 +358,17 @@ class CoordinatorNode:
             # No leader, or our own leadership from before a session loss not yet reclaimed.
             return P.precheck_error_body(
                 P.FIND_COORDINATOR, body, COORDINATOR_NOT_AVAILABLE, f"shard {shard} has no leader"
+            )
+        if kafka:
+            if not leader.kafka_host:  # the leader has no Kafka listener
+                return P.precheck_error_body(
+                    P.FIND_COORDINATOR,
+                    body,
+                    COORDINATOR_NOT_AVAILABLE,
+                    f"node {leader.node} has no Kafka listener",
+                )
+            return FindCoordinatorResponse(
+                error_code=0, node_id=leader.node, host=leader.kafka_host, port=leader.kafka_port
             )
         return FindCoordinatorResponse(error_code=0, node_id=leader.node, host=leader.host, port=leader.port)
 

@@ -149,7 +149,7 @@ class ShardLeadership:
         cfg = self.config
         store = self.node.store
         if self.node._need_register:
-            await store.register(self.node.host, self.node.port)
+            await store.register(self.node.host, self.node.port, kafka=self.node.kafka_endpoint)
             self.node._need_register = False
         now = time.monotonic()
         live_set = set(store.coordinators) | {cfg.node_id}
@@ -198,7 +198,9 @@ class ShardLeadership:
 
     async def _take(self, shard: int) -> None:
         session = self.node._session
-        epoch = await self.node.store.claim_shard(shard, self.node.host, self.node.port)
+        epoch = await self.node.store.claim_shard(
+            shard, self.node.host, self.node.port, self.node.kafka_endpoint
+        )
         if epoch is None or self.node._stopping or session != self.node._session or not self.node.serving:
             # (the session was lost, or ZooKeeper went away, while the claim was under way)
             if epoch is not None:

@@ -7,7 +7,10 @@ Layout (documented in `docs/coordinator.md`; every payload is UTF-8 JSON):
     /groupshift/shards/<s>/leader                  ephemeral  {"version":1,"node","epoch","host","port"}
     /groupshift/groups/<g>                         persistent group metadata (GroupRecord), or empty
     /groupshift/groups/<g>/offsets/<t>/<p>         persistent {"offset","metadata","generation","commit_ts"}
-    /brokers/ids/<node>                            ephemeral  Kafka 0.8 broker JSON
+    /brokers/ids/<node>                            ephemeral  Kafka 0.8 broker JSON (v4 with a Kafka listener)
+
+Both records also carry `kafka_host`/`kafka_port`, present only on nodes with a Kafka-protocol listener
+(docs/kafka-listener.md); `host`/`port` are always the native listener's.
 
 A node becomes leader of shard `s` with one transaction that creates the ephemeral `leader` znode
 and bumps `epoch` (expected version = the version it read), so the new epoch is the version after
@@ -54,6 +57,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from msgspec import UNSET, UnsetType
 
 from coordinator.group.messages import GroupRecord, GroupSnapshot, OffsetRecord
 from core.errors import GroupshiftError
@@ -162,6 +166,8 @@ class LeaderRecord(msgspec.Struct, frozen=True):
     host: str = ""
     port: int = -1
     version: int = 1
+    kafka_host: str | UnsetType = UNSET  # the leader's Kafka listener, if it has one
+    kafka_port: int | UnsetType = UNSET
 
 
 class CoordinatorRecord(msgspec.Struct, frozen=True):
@@ -169,6 +175,15 @@ class CoordinatorRecord(msgspec.Struct, frozen=True):
     port: int
     started: int
     version: int = 1
+    kafka_host: str | UnsetType = UNSET
+    kafka_port: int | UnsetType = UNSET
+
+
+KafkaEndpoint = tuple[str, int]
+
+
+def _kafka_fields(kafka: KafkaEndpoint | None) -> dict:
+    return {} if kafka is None else {"kafka_host": kafka[0], "kafka_port": kafka[1]}
 
 
 _json = msgspec.json.Encoder()
@@ -200,8 +215,18 @@ def decode_offset(topic: str, partition: int, data: bytes) -> OffsetRecord:
     return OffsetRecord(topic, partition, z.offset, z.metadata or "", z.commit_ts, z.expire_ts)
 
 
-def broker_json(host: str, port: int, timestamp_ms: int) -> bytes:
-    """Kafka 0.8's `/brokers/ids/<id>` registration (version 1), in Kafka's key order."""
+def broker_json(host: str, port: int, timestamp_ms: int, kafka: KafkaEndpoint | None = None) -> bytes:
+    """Kafka 0.8's `/brokers/ids/<id>` registration (version 1), in Kafka's key order.
+
+    A node with a Kafka listener registers that endpoint instead, as Kafka 0.10 does (version 4:
+    `endpoints` and the listener map; `host`/`port` kept for 0.8 readers)."""
+    if kafka is not None:
+        khost, kport = kafka
+        return (
+            b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":["PLAINTEXT://%s:%d"],'
+            b'"jmx_port":-1,"host":%s,"timestamp":"%d","port":%d,"version":4}'
+            % (khost.encode(), kport, _json.encode(khost), timestamp_ms, kport)
+        )
     return b'{"version":1,"host":%s,"port":%d,"jmx_port":-1,"timestamp":"%d"}' % (
         _json.encode(host),
         port,
@@ -299,17 +324,19 @@ class CoordinatorStore:
 
     # -- registration and watches ------------------------------------------------------------
 
-    async def register(self, host: str, port: int, wait_s: float = 30.0) -> None:
+    async def register(
+        self, host: str, port: int, wait_s: float = 30.0, kafka: KafkaEndpoint | None = None
+    ) -> None:
         """Register this node under `/groupshift/coordinators/ids` and `/brokers/ids` (ephemeral).
 
         A znode left by a previous process with the same id (killed, session not yet expired) is
         waited for up to `wait_s`; a live one raises `NodeIdInUse`.
         """
         now = int(time.time() * 1000)
-        mine = _json.encode(CoordinatorRecord(host, port, now))
+        mine = _json.encode(CoordinatorRecord(host, port, now, **_kafka_fields(kafka)))
         for path, data in (
             (f"{COORDINATORS}/{self.node_id}", mine),
-            (f"{BROKERS}/{self.node_id}", broker_json(host, port, now)),
+            (f"{BROKERS}/{self.node_id}", broker_json(host, port, now, kafka)),
         ):
             deadline = time.monotonic() + wait_s
             while True:
@@ -367,7 +394,9 @@ class CoordinatorStore:
 
     # -- shard leadership --------------------------------------------------------------------
 
-    async def claim_shard(self, shard: int, host: str, port: int) -> int | None:
+    async def claim_shard(
+        self, shard: int, host: str, port: int, kafka: KafkaEndpoint | None = None
+    ) -> int | None:
         """Become leader of `shard`; return the new epoch, or None when another node leads it.
 
         A leader znode of this node created in the current session (left from before the node
@@ -385,7 +414,8 @@ class CoordinatorStore:
         if stale is False:
             return None
         epoch = stat.version + 1
-        leader = _json.encode(LeaderRecord(self.node_id, epoch, host, port))
+        record = LeaderRecord(self.node_id, epoch, host, port, **_kafka_fields(kafka))
+        leader = _json.encode(record)
         txn = self.zk.transaction()
         if stale is not None:
             txn.delete(leader_path, version=stale.version)
@@ -394,7 +424,7 @@ class CoordinatorStore:
         results = await self._aio(txn.commit_async())
         if any(isinstance(r, Exception) for r in results):
             return None
-        self.leaders[shard] = LeaderRecord(self.node_id, epoch, host, port)
+        self.leaders[shard] = record
         return epoch
 
     async def _own_leader_stat(self, shard: int):

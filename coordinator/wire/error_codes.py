@@ -43,6 +43,14 @@ FENCED_MEMBER_EPOCH = 110
 UNSUPPORTED_ASSIGNOR = 112
 STALE_MEMBER_EPOCH = 113
 INVALID_FETCH_SIZE = 4
+# The data plane's codes (the Kafka listener's Fetch and Produce, docs/kafka-listener.md).
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+INVALID_REQUIRED_ACKS = 21
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+INVALID_PRODUCER_ID_MAPPING = 49
+UNKNOWN_PRODUCER_ID = 59
+INVALID_RECORD = 87
 # groupshift's own codes (from 1000, outside Kafka's numbering).
 UNKNOWN_PARTITIONING_STRATEGY = 1000  # scheme two: the coordinator has no assignor of that name
 # NOT_LEADER_OR_FOLLOWER shares code 6 with the old NOT_LEADER_FOR_PARTITION.

@@ -1,0 +1,272 @@
+"""Kafka's binary protocol onto the node's structs: the one module that imports kafka-python's classes.
+
+A request frame (the 4-byte size already stripped) is decoded with kafka-python 3.0.12's
+generated request class for its api key and version, then turned into the project's struct:
+`coordinator/wire/schema.py` for the group APIs (the same structs the native codec produces, so
+the same core serves both listeners), `messages` for the data plane. A response struct goes the
+other way: its fields are renamed where Kafka's names differ, the fields the answered version
+lacks are dropped, and the result is encoded with the matching response class and header.
+
+    req = decode_request(frame)            # raises Unsupported / BadRequest: close the connection
+    req.api_key, req.api_version, req.correlation_id, req.client_id, req.body
+    out = encode_response(req.api_key, req.api_version, req.correlation_id, body, req.body)
+
+Only non-flexible versions are served (`VERSIONS`). ApiVersions above v2 is answered the KIP-511
+way: a v0 body with UNSUPPORTED_VERSION and the supported ranges (`api_versions_fallback`), which
+every client reads and retries at our maximum. Any other api or version closes the connection,
+as Kafka does.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from kafka.protocol.admin.groups import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+
+from coordinator.kafka_wire import messages as M
+from coordinator.wire import codec as P
+from coordinator.wire import error_codes as E
+from coordinator.wire import schema as S
+
+# (min, max) served per api: non-flexible versions only. JoinGroup starts at v4 because a new
+# member is always answered MEMBER_ID_REQUIRED (KIP-394); Produce is advertised from v3 because
+# librdkafka fetches only from brokers that have it; ListOffsets and Metadata keep v0 for
+# 0.8-era tools; the other minima are Kafka 4.0's.
+VERSIONS: dict[int, tuple[int, int]] = {
+    M.PRODUCE: (3, 8),
+    M.FETCH: (4, 11),
+    M.LIST_OFFSETS: (0, 5),
+    M.METADATA: (0, 5),
+    S.OFFSET_COMMIT: (2, 7),
+    S.OFFSET_FETCH: (1, 5),
+    S.FIND_COORDINATOR: (0, 2),
+    S.JOIN_GROUP: (4, 5),
+    S.HEARTBEAT: (0, 3),
+    S.LEAVE_GROUP: (0, 3),
+    S.SYNC_GROUP: (0, 3),
+    S.DESCRIBE_GROUPS: (0, 4),
+    S.LIST_GROUPS: (0, 2),
+    S.API_VERSIONS: (0, 2),
+    S.DELETE_GROUPS: (0, 1),
+}
+
+# api key -> (request class, response class, project request struct)
+_CLASSES: dict[int, tuple[Any, Any, type[S.Message]]] = {
+    M.PRODUCE: (ProduceRequest, ProduceResponse, M.ProduceRequest),
+    M.FETCH: (FetchRequest, FetchResponse, M.FetchRequest),
+    M.LIST_OFFSETS: (ListOffsetsRequest, ListOffsetsResponse, M.ListOffsetsRequest),
+    M.METADATA: (MetadataRequest, MetadataResponse, M.MetadataRequest),
+    S.OFFSET_COMMIT: (OffsetCommitRequest, OffsetCommitResponse, S.OffsetCommitRequest),
+    S.OFFSET_FETCH: (OffsetFetchRequest, OffsetFetchResponse, S.OffsetFetchRequest),
+    S.FIND_COORDINATOR: (FindCoordinatorRequest, FindCoordinatorResponse, S.FindCoordinatorRequest),
+    S.JOIN_GROUP: (JoinGroupRequest, JoinGroupResponse, S.JoinGroupRequest),
+    S.HEARTBEAT: (HeartbeatRequest, HeartbeatResponse, S.HeartbeatRequest),
+    S.LEAVE_GROUP: (LeaveGroupRequest, LeaveGroupResponse, S.LeaveGroupRequest),
+    S.SYNC_GROUP: (SyncGroupRequest, SyncGroupResponse, S.SyncGroupRequest),
+    S.DESCRIBE_GROUPS: (DescribeGroupsRequest, DescribeGroupsResponse, S.DescribeGroupsRequest),
+    S.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse, S.ListGroupsRequest),
+    S.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse, S.ApiVersionsRequest),
+    S.DELETE_GROUPS: (DeleteGroupsRequest, DeleteGroupsResponse, S.DeleteGroupsRequest),
+}
+
+NAMES: dict[int, str] = {
+    M.PRODUCE: "Produce",
+    M.FETCH: "Fetch",
+    M.LIST_OFFSETS: "ListOffsets",
+    M.METADATA: "Metadata",
+    **{k: S.API_NAMES[k] for k in VERSIONS if k in S.API_NAMES},
+}
+
+_PEEK = struct.Struct(">hhi")
+
+
+class BadRequest(Exception):
+    """A frame that cannot be answered: the connection is closed (Kafka's rule)."""
+
+
+class Unsupported(BadRequest):
+    """An api or version this listener does not serve (other than ApiVersions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str
+    body: Any  # the project struct; None for an ApiVersions version answered with the fallback
+
+    @property
+    def name(self) -> str:
+        return NAMES.get(self.api_key, str(self.api_key))
+
+
+def decode_request(frame: bytes) -> KafkaRequest:
+    """Decode one request frame (header and body); raises `BadRequest` or `Unsupported`."""
+    if len(frame) < _PEEK.size:
+        raise BadRequest(f"request of {len(frame)} bytes has no header")
+    api, version, correlation_id = _PEEK.unpack_from(frame)
+    served = VERSIONS.get(api)
+    if api == S.API_VERSIONS and version > served[1]:
+        return KafkaRequest(api, version, correlation_id, "", None)
+    if served is None or not served[0] <= version <= served[1]:
+        raise Unsupported(f"api {api} version {version} is not served")
+    request_class, _, struct_type = _CLASSES[api]
+    try:
+        msg = request_class.decode(frame, version=version, header=True)
+        values = msg.to_dict(json=False)
+    except Exception as exc:  # kafka-python raises whatever its decoder hits on bad bytes
+        raise BadRequest(f"undecodable {NAMES[api]} v{version}: {type(exc).__name__}: {exc}") from None
+    client_id = msg.header.client_id or ""
+    _fix_request(api, version, values)
+    try:
+        body = msgspec.convert(values, struct_type)
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise BadRequest(f"invalid {NAMES[api]} v{version}: {exc}") from None
+    return KafkaRequest(api, version, correlation_id, client_id, body)
+
+
+def _fix_request(api: int, version: int, d: dict[str, Any]) -> None:
+    """Kafka's request fields -> the project struct's, where they differ."""
+    if api == M.METADATA:
+        topics = d.get("topics")
+        names = None if topics is None else [t["name"] for t in topics]
+        d["topics"] = None if (version == 0 and not names) else names  # v0: empty means all
+    elif api == S.OFFSET_COMMIT:
+        d["generation_id"] = d.pop("generation_id_or_member_epoch", -1)
+    elif api == S.LEAVE_GROUP and version < 3:
+        d["members"] = [{"member_id": d.pop("member_id", "")}]
+    elif api == S.FIND_COORDINATOR:
+        d.setdefault("key_type", 0)
+    elif api == M.LIST_OFFSETS:
+        for t in d.get("topics") or []:
+            for p in t["partitions"]:
+                p.setdefault("timestamp", M.LATEST_TIMESTAMP)
+    elif api == M.PRODUCE:
+        for t in d.get("topic_data") or []:
+            for p in t["partition_data"]:
+                if p.get("records") is not None:
+                    p["records"] = bytes(p["records"])
+
+
+# ------------------------------------------------------------------------------ responses
+
+
+def api_versions_body(error_code: int = 0) -> S.ApiVersionsResponse:
+    return S.ApiVersionsResponse(
+        error_code=error_code,
+        api_keys=[
+            S.ApiVersionsKey(api_key=api, min_version=lo, max_version=hi)
+            for api, (lo, hi) in sorted(VERSIONS.items())
+        ],
+    )
+
+
+def api_versions_fallback(correlation_id: int) -> bytes:
+    """The answer to ApiVersions above our maximum: a v0 body with UNSUPPORTED_VERSION (KIP-511)."""
+    return encode_response(S.API_VERSIONS, 0, correlation_id, api_versions_body(E.UNSUPPORTED_VERSION), None)
+
+
+def error_body(api: int, request: Any, code: int, message: str | None = None) -> S.Message:
+    """`api`'s response carrying `code` (for an `ErrorResponse` of the core, or an unavailable node)."""
+    if api == S.DESCRIBE_GROUPS:
+        return S.DescribeGroupsResponse(groups=[P.described_error(g, code) for g in request.groups])
+    if api == S.LIST_GROUPS:
+        return S.ListGroupsResponse(error_code=code)
+    if api == S.DELETE_GROUPS:
+        return S.DeleteGroupsResponse(
+            results=[S.DeleteGroupsResult(group_id=g, error_code=code) for g in request.groups_names]
+        )
+    if api == S.API_VERSIONS:
+        return api_versions_body(code)
+    return P.precheck_error_body(api, request, code, message)
+
+
+def encode_response(api: int, version: int, correlation_id: int, body: S.Message, request: Any) -> bytes:
+    """The framed Kafka response (size, header, body) of `body` to `api` at `version`."""
+    if isinstance(body, S.ErrorResponse):
+        body = error_body(api, request, body.error_code, body.error_message)
+    values = msgspec.to_builtins(body, builtin_types=(bytes, bytearray, memoryview))
+    _fix_response(api, version, values, request)
+    response_class = _CLASSES[api][1]
+    msg = _build(response_class, values, version)
+    msg.with_header(correlation_id)
+    return bytes(msg.encode(header=True, framed=True))
+
+
+def _fix_response(api: int, version: int, d: dict[str, Any], request: Any) -> None:
+    """The project struct's response fields -> Kafka's, per version."""
+    if api == S.JOIN_GROUP:
+        if d.get("protocol_name") is None:
+            d["protocol_name"] = ""
+    elif api == S.LEAVE_GROUP and version < 3:
+        for m in d.get("members", []):
+            if not d["error_code"] and m["error_code"]:
+                d["error_code"] = m["error_code"]
+    elif api == S.OFFSET_FETCH and version < 2 and d.get("error_code"):
+        # v1 has no top-level error: the group's error goes to every requested partition.
+        d["topics"] = [
+            {
+                "name": t.name,
+                "partitions": [
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "metadata": "",
+                        "error_code": d["error_code"],
+                    }
+                    for p in t.partition_indexes
+                ],
+            }
+            for t in (request.topics or [])
+        ]
+    elif api == M.LIST_OFFSETS and version == 0:
+        for t in d["topics"]:
+            for p in t["partitions"]:
+                p["old_style_offsets"] = [p["offset"]] if p["offset"] >= 0 else []
+
+
+def _build(container: Any, values: dict[str, Any], version: int | None) -> Any:
+    """A kafka-python data container from a dict: unknown keys dropped, nested structs built."""
+    fields = container._struct.fields
+    kwargs = {}
+    for name, value in values.items():
+        field = fields.get(name)
+        if field is None:
+            continue
+        if value is not None and field.is_struct_array():
+            value = [_build(field.data_class, v, None) for v in value]
+        elif value is not None and field.is_struct():
+            value = _build(field.data_class, value, None)
+        kwargs[name] = value
+    return container(version=version, **kwargs)

@@ -1,0 +1,137 @@
+"""The node's Kafka-protocol listener: a second TCP server whose clients speak Kafka's binary protocol.
+
+Each connection is a `coordinator.node.connection.Connection` (the same framing, in-order
+answering, back-pressure and idle sweep as the native listener) whose frames are decoded by
+`codec`. Group requests go to the node's `handle`, so the same core and the same ZooKeeper store
+serve both listeners; the answer comes back through a `KafkaPending` token that remembers the
+api, version and correlation id it must be encoded for. Metadata, ListOffsets, Fetch and Produce
+are served by `data.DataPlane` in a task of their own (the connection waits for the answer, as
+Kafka's do). A frame that cannot be decoded, or an api or version not served, closes only that
+connection.
+
+    server = await KafkaListener(node).start("127.0.0.1", 0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from coordinator.kafka_wire import codec as K
+from coordinator.kafka_wire import messages as M
+from coordinator.node.connection import Connection, Pending, error_of
+from coordinator.node.kafka_data import DataPlane
+from coordinator.wire.schema import API_VERSIONS, Message
+
+log = logging.getLogger("coordinator.node.server")
+
+# Kafka's socket.request.max.bytes: a Produce request may be larger than a native frame.
+MAX_REQUEST_BYTES = 100 << 20
+_DATA_APIS = frozenset({M.METADATA, M.LIST_OFFSETS, M.FETCH, M.PRODUCE})
+
+
+class KafkaPending(Pending):
+    """A request token that also knows how to encode its answer."""
+
+    __slots__ = ("version", "request")
+
+    def __init__(self, conn: Connection, id: int, api: int, t0: float, version: int, request: Any):
+        super().__init__(conn, id, api, t0)
+        self.version = version
+        self.request = request
+
+
+class KafkaConnection(Connection):
+    """A connection of the Kafka listener: answers are Kafka responses of the request's version."""
+
+    def __init__(self, owner: KafkaListener):
+        super().__init__(owner)
+        self.decoder.max_frame_bytes = max(self.decoder.max_frame_bytes, MAX_REQUEST_BYTES)
+
+    def answer(self, pending: Pending, body: Message | None) -> None:
+        """Answer `pending` (None: no answer, as for Produce with acks=0)."""
+        if pending is not self.busy:
+            return
+        self.busy = None
+        if body is not None and not self.closed:
+            assert isinstance(pending, KafkaPending)
+            try:
+                data = K.encode_response(pending.api, pending.version, pending.id, body, pending.request)
+            except Exception:
+                log.exception("cannot encode the answer to api %d v%d", pending.api, pending.version)
+                self.close()
+                return
+            self.send_bytes(data)
+            self.node.metrics.observe(
+                "kafka_" + K.NAMES.get(pending.api, "?"), time.perf_counter() - pending.t0, error_of(body)
+            )
+        if not self.processing and self.queue and not self.closed:
+            asyncio.get_running_loop().call_soon(self.process)
+
+    def send_bytes(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._out.append(data)
+        if not self.processing:
+            self.flush()
+
+
+class KafkaListener:
+    """The `ConnectionOwner` of Kafka connections: the node's settings, metrics and connection set."""
+
+    def __init__(self, node: Any):
+        self.node = node
+        self.config = node.config
+        self.metrics = node.metrics
+        self.connections = node.connections
+        self.data = DataPlane(node)
+
+    @property
+    def accepting(self) -> bool:
+        return self.node.accepting
+
+    async def start(self, host: str, port: int) -> asyncio.AbstractServer:
+        loop = asyncio.get_running_loop()
+        return await loop.create_server(lambda: KafkaConnection(self), host, port, backlog=1024)
+
+    def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None:
+        """Handle one frame of `conn` (in order; never raises for anything a client sends)."""
+        assert isinstance(conn, KafkaConnection)
+        try:
+            req = K.decode_request(payload)
+        except K.BadRequest as exc:
+            self.metrics.inc("frames_refused")
+            log.info("closing Kafka connection from %s: %s", conn.peer_host, exc)
+            conn.close()
+            return
+        except Exception:  # never let a frame hurt the node: drop only this connection
+            self.metrics.inc("frames_refused")
+            log.exception("closing Kafka connection from %s: undecodable frame", conn.peer_host)
+            conn.close()
+            return
+        if req.body is None:  # ApiVersions above our maximum
+            conn.send_bytes(K.api_versions_fallback(req.correlation_id))
+            return
+        pending = KafkaPending(conn, req.correlation_id, req.api_key, t0, req.api_version, req.body)
+        conn.busy = pending
+        if req.api_key in _DATA_APIS:
+            self.node._spawn(self._serve_data(pending, req))
+            return
+        if req.api_key == API_VERSIONS:
+            conn.answer(pending, K.api_versions_body())
+            return
+        body = self.node.handle(pending, req.api_key, req.body, req.client_id, kafka=True)
+        if body is not None:
+            conn.busy = pending  # `handle` leaves it unset for an immediate answer
+            conn.answer(pending, body)
+
+    async def _serve_data(self, pending: KafkaPending, req: K.KafkaRequest) -> None:
+        try:
+            body = await self.data.serve(req.api_key, req.api_version, req.body)
+        except Exception:
+            log.exception("the data plane failed on %s from %s", req.name, pending.conn.peer_host)
+            pending.conn.close()
+            return
+        pending.conn.answer(pending, body)
