@@ -1,0 +1,292 @@
+"""Unmodified third-party Kafka clients against a node's Kafka listener (docs/kafka-listener.md).
+
+confluent-kafka (librdkafka bundled in its wheel), kcat (Debian, its own librdkafka) and Burrow
+(Debian; sarama with kafka-version 0.8) against one node process per test, on a fresh ZooKeeper
+chroot (`zk_connect`) and a private log root. kafka-python is the listener's own first client
+(tests/test_kafka_listener.py); here it also shares a group with confluent-kafka and joins with
+an old JoinGroup version. kcat and Burrow tests are skipped where the binaries are missing
+(`scripts/setup.sh` installs them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+from coordinator.node.process import NodeProcess
+from core.zk import connect
+from topics.store import TopicStore
+
+REPO = Path(__file__).resolve().parent.parent
+KCAT = shutil.which("kcat")
+BURROW = shutil.which("Burrow") or shutil.which("burrow")
+
+# librdkafka: CRCs checked (its default is off), short sessions (the node allows >= 100 ms).
+CK = {
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 300,
+    "max.poll.interval.ms": 30000,
+    "fetch.wait.max.ms": 200,
+    "check.crcs": True,
+}
+KP = dict(
+    auto_offset_reset="earliest",
+    enable_auto_commit=False,
+    session_timeout_ms=6000,
+    heartbeat_interval_ms=300,
+    max_poll_interval_ms=30000,
+    request_timeout_ms=20000,
+    fetch_max_wait_ms=200,
+)
+
+
+@pytest.fixture
+def node(zk_connect, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    proc = NodeProcess.start(
+        zk_connect,
+        1,
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--data",
+        str(data),
+        "--group-initial-rebalance-delay-ms",
+        "0",
+        "--group-min-session-timeout-ms",
+        "100",
+        log_path=tmp_path / "node-1.log",
+    )
+    proc.zk = zk_connect
+    proc.data = data
+    client = connect(zk_connect, session_timeout=6.0)
+    proc.zk_client = client
+    proc.store = TopicStore(data, client)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        client.stop()
+        client.close()
+
+
+def _topic(node, partitions: int) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    node.store.create_topic(name, partitions)
+    return name
+
+
+def _produce(node, topic: str, n: int, start: int = 0, partitions: int = 2) -> set[bytes]:
+    """`n` records v-<i>, spread round-robin over the partitions, written with the project's Log."""
+    values = [f"v-{i}".encode() for i in range(start, start + n)]
+    for p in range(partitions):
+        node.store.log.produce(topic, [(b"k", v) for v in values[p::partitions]], partition=p)
+    return set(values)
+
+
+def _cli(node, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def _describe(node, group: str, *extra: str) -> list[dict]:
+    out = _cli(
+        node, "groups", "describe", group, "--zk", node.zk, "--data", str(node.data), "-o", "json", *extra
+    )
+    return json.loads(out.stdout)
+
+
+def _committed(node, group: str, topic: str, *extra: str) -> dict[int, int]:
+    rows = [r for view in _describe(node, group, *extra) for r in view.get("partitions", [])]
+    return {r["partition"]: r["committed"] for r in rows if r["topic"] == topic}
+
+
+def _ck_consumer(node, group: str, topic: str, **conf) -> Consumer:
+    c = Consumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": group, **CK, **conf})
+    c.subscribe([topic])
+    return c
+
+
+def _ck_poll(c: Consumer, timeout: float = 0.1) -> list[bytes]:
+    out = []
+    for msg in c.consume(num_messages=500, timeout=timeout):
+        if msg.error():
+            raise KafkaException(msg.error())
+        out.append(msg.value())
+    return out
+
+
+def _ck_consume(c: Consumer, count: int, timeout: float = 40.0) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(_ck_poll(c, 0.2))
+    return got
+
+
+def _ck_assigned(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+# ------------------------------------------------------------------------------ confluent-kafka
+
+
+def test_confluent_consumer_reads_once_commits_and_resumes(node):
+    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    first = _produce(node, topic, 200)
+    c = _ck_consumer(node, group, topic)
+    try:
+        got = _ck_consume(c, 200)
+        assert len(got) == 200 and set(got) == first  # every record, none twice
+        assert _ck_consume(c, 1, timeout=1.5) == []  # nothing past the end
+        c.commit(asynchronous=False)
+        committed = c.committed([CKTopicPartition(topic, p) for p in (0, 1)], timeout=20)
+        assert {tp.partition: tp.offset for tp in committed} == {0: 100, 1: 100}
+    finally:
+        c.close()
+    assert _committed(node, group, topic) == {0: 100, 1: 100}
+    second = _produce(node, topic, 30, start=200)
+    c = _ck_consumer(node, group, topic)
+    try:
+        got = _ck_consume(c, 30)
+        assert sorted(got) == sorted(second)  # resumed from the commit
+        assert _ck_consume(c, 1, timeout=1.5) == []
+    finally:
+        c.close()
+
+
+def _wait_split(consumers: list, assigned, partitions: set[int], polls, timeout: float = 40.0) -> None:
+    """Poll every consumer until their assignments are non-empty, disjoint and cover `partitions`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for poll in polls:
+            poll()
+        views = [assigned(c) for c in consumers]
+        if all(views) and sum(len(v) for v in views) == len(partitions) and set().union(*views) == partitions:
+            return
+    raise AssertionError(f"no split of {sorted(partitions)}: {[sorted(assigned(c)) for c in consumers]}")
+
+
+def test_confluent_consumers_share_partitions_and_rebalance(node):
+    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    c1 = _ck_consumer(node, group, topic)
+    c2 = None
+    try:
+        _wait_split([c1], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1)])
+        c2 = _ck_consumer(node, group, topic)
+        _wait_split([c1, c2], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1), lambda: _ck_poll(c2)])
+        assert len(_ck_assigned(c1)) == 2 and len(_ck_assigned(c2)) == 2
+        c2.close()
+        c2 = None
+        _wait_split([c1], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1)])  # the leave rebalanced
+    finally:
+        c1.close()
+        if c2 is not None:
+            c2.close()
+
+
+@pytest.mark.parametrize(
+    "kp_assignor, ck_strategy",
+    [(RangePartitionAssignor, "range"), (CooperativeStickyAssignor, "cooperative-sticky")],
+)
+def test_kafka_python_and_confluent_share_a_group(node, kp_assignor, ck_strategy):
+    """Both clients speak Kafka's binary ConsumerProtocol; the coordinator passes it through."""
+    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    kp = KafkaConsumer(
+        topic,
+        group_id=group,
+        bootstrap_servers=node.kafka_bootstrap,
+        partition_assignment_strategy=(kp_assignor,),
+        **KP,
+    )
+    ck = _ck_consumer(node, group, topic, **{"partition.assignment.strategy": ck_strategy})
+    got_kp: list[bytes] = []
+    got_ck: list[bytes] = []
+
+    def poll_kp():
+        for records in kp.poll(timeout_ms=100).values():
+            got_kp.extend(r.value for r in records)
+
+    def poll_ck():
+        got_ck.extend(_ck_poll(ck))
+
+    def kp_assigned(c):
+        return {tp.partition for tp in c.assignment()}
+
+    def assigned(c):
+        return kp_assigned(c) if c is kp else _ck_assigned(c)
+
+    try:
+        _wait_split([kp, ck], assigned, {0, 1, 2, 3}, [poll_kp, poll_ck])
+        assert len(assigned(kp)) == 2 and len(assigned(ck)) == 2
+        values = _produce(node, topic, 400, partitions=4)
+        deadline = time.monotonic() + 40
+        while len(got_kp) + len(got_ck) < 400 and time.monotonic() < deadline:
+            poll_kp()
+            poll_ck()
+        for _ in range(5):  # nothing more arrives
+            poll_kp()
+            poll_ck()
+        assert len(got_kp) + len(got_ck) == 400 and set(got_kp) | set(got_ck) == values
+        assert got_kp and got_ck
+        kp.commit()
+        ck.commit(asynchronous=False)
+        assert _committed(node, group, topic) == {p: 100 for p in range(4)}
+        members = [v for v in _describe(node, group, "--members")]
+        assert members  # the CLI describes a group of Kafka-protocol members
+    finally:
+        kp.close()
+        ck.close()
+
+
+def test_confluent_admin_agrees_with_groups_describe(node):
+    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    _produce(node, topic, 10)
+    c = _ck_consumer(node, group, topic)
+    admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
+    try:
+        assert len(_ck_consume(c, 10)) == 10
+        c.commit(asynchronous=False)
+        listed = admin.list_consumer_groups(request_timeout=20).result()
+        assert group in {g.group_id for g in listed.valid}
+        described = admin.describe_consumer_groups([group], request_timeout=20)[group].result()
+        assert described.state.name == "STABLE" and len(described.members) == 1
+        member = described.members[0]
+        assert {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions} == {
+            (topic, 0),
+            (topic, 1),
+        }
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        request = [ConsumerGroupTopicPartitions(group)]
+        offsets = admin.list_consumer_group_offsets(request, request_timeout=20)[group].result()
+        kafka_view = {tp.partition: tp.offset for tp in offsets.topic_partitions if tp.topic == topic}
+    finally:
+        c.close()
+    assert kafka_view == {0: 5, 1: 5}
+    assert _committed(node, group, topic) == kafka_view
