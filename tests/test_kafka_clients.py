@@ -28,6 +28,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 from coordinator.node.process import NodeProcess
+from core.types import TopicPartition
 from core.zk import connect
 from topics.store import TopicStore
 
@@ -290,3 +291,56 @@ def test_confluent_admin_agrees_with_groups_describe(node):
         c.close()
     assert kafka_view == {0: 5, 1: 5}
     assert _committed(node, group, topic) == kafka_view
+
+
+# ------------------------------------------------------------------------------ kcat
+
+needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (scripts/setup.sh installs it)")
+
+
+def _kcat(node, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [KCAT, "-b", node.kafka_bootstrap, *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+@needs_kcat
+def test_kcat_lists_reads_consumes_as_a_group_and_produces(node):
+    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    values = _produce(node, topic, 50)
+    meta = json.loads(_kcat(node, "-L", "-J").stdout)
+    [listed] = [t for t in meta["topics"] if t["topic"] == topic]
+    assert sorted(p["partition"] for p in listed["partitions"]) == [0, 1]
+    assert [b["id"] for b in meta["brokers"]] == [1]
+
+    read = _kcat(node, "-C", "-t", topic, "-e", "-f", "%s\\n", "-X", "check.crcs=true").stdout.split()
+    assert len(read) == 50 and {v.encode() for v in read} == values
+
+    # A balanced consumer: -e exits once every assigned partition is at its end, committing on close.
+    read = _kcat(
+        node,
+        "-G",
+        group,
+        topic,
+        "-e",
+        "-f",
+        "%s\\n",
+        "-X",
+        "check.crcs=true",
+        "-X",
+        "auto.offset.reset=earliest",
+        "-X",
+        "session.timeout.ms=6000",
+    ).stdout.split()
+    assert len(read) == 50 and {v.encode() for v in read} == values
+    assert _committed(node, group, topic) == {0: 25, 1: 25}
+
+    _kcat(node, "-P", "-t", topic, "-p", "1", input="".join(f"kc-{i}\n" for i in range(10)))
+    read = node.store.log.read(TopicPartition(topic, 1), 25, 100)
+    assert read.batch.column("value").to_pylist() == [f"kc-{i}".encode() for i in range(10)]
