@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -31,6 +34,7 @@ from coordinator.node.process import NodeProcess
 from core.types import TopicPartition
 from core.zk import connect
 from topics.store import TopicStore
+from zk_rebalance.member import ZkGroupMember
 
 REPO = Path(__file__).resolve().parent.parent
 KCAT = shutil.which("kcat")
@@ -344,3 +348,133 @@ def test_kcat_lists_reads_consumes_as_a_group_and_produces(node):
     _kcat(node, "-P", "-t", topic, "-p", "1", input="".join(f"kc-{i}\n" for i in range(10)))
     read = node.store.log.read(TopicPartition(topic, 1), 25, 100)
     assert read.batch.column("value").to_pylist() == [f"kc-{i}".encode() for i in range(10)]
+
+
+# ------------------------------------------------------------------------------ Burrow
+
+needs_burrow = pytest.mark.skipif(
+    BURROW is None, reason="Burrow is not installed (scripts/setup.sh installs it)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _burrow_config(node, tmp: Path, http_port: int) -> Path:
+    """Burrow 1.2.1 with its defaults' kafka-version 0.8 (Metadata v0, ListOffsets v0, no ApiVersions):
+    a kafka cluster module on the Kafka listener, a kafka_zk consumer module on the chroot's
+    /consumers, coordination under a private root path of the same ZooKeeper."""
+    servers, _, chroot = node.zk.partition("/")
+    zk_servers = ", ".join(f'"{s}"' for s in servers.split(","))
+    config = tmp / "burrow.toml"
+    config.write_text(
+        f"""
+[general]
+pidfile="{tmp}/burrow.pid"
+
+[logging]
+level="debug"
+
+[zookeeper]
+servers=[{zk_servers}]
+timeout=6
+root-path="/burrow-{uuid.uuid4().hex[:8]}"
+
+[cluster.gs]
+class-name="kafka"
+servers=["{node.kafka_bootstrap}"]
+topic-refresh=1
+offset-refresh=1
+
+[consumer.gszk]
+class-name="kafka_zk"
+cluster="gs"
+servers=[{zk_servers}]
+zookeeper-path="/{chroot}"
+zookeeper-timeout=6
+
+[httpserver.default]
+address="127.0.0.1:{http_port}"
+
+[storage.default]
+class-name="inmemory"
+intervals=10
+min-distance=1
+
+[evaluator.default]
+class-name="caching"
+expire-cache=1
+"""
+    )
+    return config
+
+
+def _http_json(url: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:  # Burrow answers 404 with a JSON error body
+        try:
+            return json.loads(exc.read())
+        except ValueError:
+            return None
+    except (OSError, ValueError):
+        return None
+
+
+@needs_burrow
+def test_burrow_lag_of_a_scheme_one_group_agrees_with_groups_describe(node, tmp_path):
+    topic, group = _topic(node, 2), f"legacy-{uuid.uuid4().hex[:8]}"
+    _produce(node, topic, 100)  # log end 50 on each partition
+    # kafka_zk lists /consumers once at start and gives up if it is missing (a 0.8 cluster has it).
+    node.zk_client.ensure_path("/consumers")
+    http_port = _free_port()
+    config = _burrow_config(node, tmp_path, http_port)
+    log = open(tmp_path / "burrow.out", "w")  # noqa: SIM115 - closed below
+    burrow = subprocess.Popen(
+        [BURROW, "--config-dir", str(config.parent)], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
+    )
+    member = ZkGroupMember(node.zk, group, {topic: 1}, rebalance_backoff_ms=200, auto_commit=False)
+    base = f"http://127.0.0.1:{http_port}/v3/kafka/gs"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # Burrow drops consumer offsets until it has the broker's
+            topics = _http_json(f"{base}/topic") or {}
+            if topic in topics.get("topics", []):
+                break
+            assert burrow.poll() is None, (tmp_path / "burrow.out").read_text()[-3000:]
+            time.sleep(0.2)
+        else:
+            raise AssertionError(
+                "Burrow never listed the topic: " + (tmp_path / "burrow.out").read_text()[-3000:]
+            )
+        member.start()
+        assert member.wait_for_stable(30)
+        member.commit({TopicPartition(topic, 0): 40, TopicPartition(topic, 1): 45}, member.generation)
+        lag = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            lag = _http_json(f"{base}/consumer/{group}/lag")
+            if lag and not lag.get("error") and len(lag["status"]["partitions"]) == 2:
+                break
+            time.sleep(0.3)
+        assert lag and not lag.get("error"), lag
+        burrow_view = {p["partition"]: p["current_lag"] for p in lag["status"]["partitions"]}
+        assert burrow_view == {0: 10, 1: 5}
+        assert lag["status"]["totallag"] == 15
+        [ours] = _describe(node, group, "--scheme", "zk")
+        assert ours["summary"]["total_lag"] == lag["status"]["totallag"]
+        assert {p["partition"]: p["lag"] for p in ours["partitions"] if p["topic"] == topic} == burrow_view
+        assert {p["partition"]: p["end"]["offset"] for p in lag["status"]["partitions"]} == {0: 40, 1: 45}
+    finally:
+        member.close()
+        burrow.terminate()
+        try:
+            burrow.wait(10)
+        except subprocess.TimeoutExpired:
+            burrow.kill()
+            burrow.wait()
+        log.close()
