@@ -29,6 +29,8 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
 from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from coordinator.node.process import NodeProcess
 from core.types import TopicPartition
@@ -103,6 +105,17 @@ def _produce(node, topic: str, n: int, start: int = 0, partitions: int = 2) -> s
     for p in range(partitions):
         node.store.log.produce(topic, [(b"k", v) for v in values[p::partitions]], partition=p)
     return set(values)
+
+
+def _read_values(log, tp: TopicPartition, start: int) -> list[bytes]:
+    """Every value from `start` to the log end (`Log.read` stops at row-group boundaries)."""
+    out: list[bytes] = []
+    while True:
+        read = log.read(tp, start, 1000)
+        if read.batch.num_rows == 0:
+            return out
+        out.extend(read.batch.column("value").to_pylist())
+        start = read.next_offset
 
 
 def _cli(node, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -346,8 +359,9 @@ def test_kcat_lists_reads_consumes_as_a_group_and_produces(node):
     assert _committed(node, group, topic) == {0: 25, 1: 25}
 
     _kcat(node, "-P", "-t", topic, "-p", "1", input="".join(f"kc-{i}\n" for i in range(10)))
-    read = node.store.log.read(TopicPartition(topic, 1), 25, 100)
-    assert read.batch.column("value").to_pylist() == [f"kc-{i}".encode() for i in range(10)]
+    assert _read_values(node.store.log, TopicPartition(topic, 1), 25) == [
+        f"kc-{i}".encode() for i in range(10)
+    ]
 
 
 # ------------------------------------------------------------------------------ Burrow
@@ -478,3 +492,85 @@ def test_burrow_lag_of_a_scheme_one_group_agrees_with_groups_describe(node, tmp_
             burrow.kill()
             burrow.wait()
         log.close()
+
+
+# ------------------------------------------------------------------------------ JoinGroup v2
+
+
+def test_old_join_group_version_is_admitted_without_member_id_required(node):
+    """kafka-python told the broker is Kafka 1.0 joins with JoinGroup v2 (before KIP-394): the
+    listener takes the MEMBER_ID_REQUIRED round trip for it, and it shares a group with a v5 member."""
+    assert BROKER_API_VERSIONS[(1, 0)][11] == (0, 2)  # JoinGroup v2 at most
+    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    old = KafkaConsumer(
+        topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, api_version=(1, 0), **KP
+    )
+    new = None
+    got: list[bytes] = []
+
+    def poll(c):
+        def run():
+            for records in c.poll(timeout_ms=100).values():
+                got.extend(r.value for r in records)
+
+        return run
+
+    def assigned(c):
+        return {tp.partition for tp in c.assignment()}
+
+    try:
+        _wait_split([old], assigned, {0, 1, 2, 3}, [poll(old)])
+        new = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **KP)
+        _wait_split([old, new], assigned, {0, 1, 2, 3}, [poll(old), poll(new)])
+        values = _produce(node, topic, 100, partitions=4)
+        deadline = time.monotonic() + 40
+        while len(got) < 100 and time.monotonic() < deadline:
+            poll(old)()
+            poll(new)()
+        assert len(got) == 100 and set(got) == values
+        [view] = _describe(node, group, "--members")
+        assert view["summary"]["members"] == 2
+    finally:
+        old.close()
+        if new is not None:
+            new.close()
+
+
+def _round_trip(port: int, request, version: int, response_class):
+    request.with_header(correlation_id=7, client_id="raw")
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(bytes(request.encode(header=True, framed=True)))
+        size = int.from_bytes(_recv(s, 4), "big")
+        frame = _recv(s, size)
+    return response_class.decode(frame, version=version, header=True)
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_join_group_v2_v3_answer_a_new_member_with_its_generation(node, version):
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    request = JoinGroupRequest(
+        version=version,
+        group_id=group,
+        session_timeout_ms=6000,
+        rebalance_timeout_ms=6000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00")],
+    )
+    answer = _round_trip(node.kafka_port, request, version, JoinGroupResponse)
+    assert answer.header.correlation_id == 7
+    if version >= 4:  # KIP-394: the id round trip is the member's
+        assert answer.error_code == 79 and answer.member_id
+    else:  # admitted at once, as Kafka does below v4
+        assert answer.error_code == 0 and answer.member_id and answer.generation_id == 1
+        assert answer.leader == answer.member_id and len(answer.members) == 1
