@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -228,6 +229,45 @@ def test_confluent_consumers_share_partitions_and_rebalance(node):
             c2.close()
 
 
+class _Polling(threading.Thread):
+    """Polls one consumer in a thread of its own (neither client is thread-safe, and a long poll of
+    one must not starve the other's rebalance): values read, the current assignment, and a commit
+    when stopped."""
+
+    def __init__(self, poll, assigned, commit):
+        super().__init__(daemon=True)
+        self.poll, self.assigned_of, self.commit = poll, assigned, commit
+        self.got: list[bytes] = []
+        self.assigned: set[int] = set()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.got.extend(self.poll())
+                self.assigned = self.assigned_of()
+            self.commit()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(30)
+        assert not self.is_alive() and self.error is None, self.error
+
+
+def _kp_values(c: KafkaConsumer, timeout_ms: int = 500) -> list[bytes]:
+    return [r.value for records in c.poll(timeout_ms=timeout_ms).values() for r in records]
+
+
+def _wait_for(what: str, condition, timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize(
     "kp_assignor, ck_strategy",
     [(RangePartitionAssignor, "range"), (CooperativeStickyAssignor, "cooperative-sticky")],
@@ -243,41 +283,34 @@ def test_kafka_python_and_confluent_share_a_group(node, kp_assignor, ck_strategy
         **KP,
     )
     ck = _ck_consumer(node, group, topic, **{"partition.assignment.strategy": ck_strategy})
-    got_kp: list[bytes] = []
-    got_ck: list[bytes] = []
-
-    def poll_kp():
-        for records in kp.poll(timeout_ms=100).values():
-            got_kp.extend(r.value for r in records)
-
-    def poll_ck():
-        got_ck.extend(_ck_poll(ck))
-
-    def kp_assigned(c):
-        return {tp.partition for tp in c.assignment()}
-
-    def assigned(c):
-        return kp_assigned(c) if c is kp else _ck_assigned(c)
-
+    threads = [
+        _Polling(lambda: _kp_values(kp), lambda: {tp.partition for tp in kp.assignment()}, kp.commit),
+        _Polling(lambda: _ck_poll(ck, 0.5), lambda: _ck_assigned(ck), lambda: ck.commit(asynchronous=False)),
+    ]
     try:
-        _wait_split([kp, ck], assigned, {0, 1, 2, 3}, [poll_kp, poll_ck])
-        assert len(assigned(kp)) == 2 and len(assigned(ck)) == 2
+        for t in threads:
+            t.start()
+
+        def split() -> bool:
+            a, b = (t.assigned for t in threads)
+            return len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}
+
+        _wait_for(f"a 2/2 split: {[sorted(t.assigned) for t in threads]}", split)
         values = _produce(node, topic, 400, partitions=4)
-        deadline = time.monotonic() + 40
-        while len(got_kp) + len(got_ck) < 400 and time.monotonic() < deadline:
-            poll_kp()
-            poll_ck()
-        for _ in range(5):  # nothing more arrives
-            poll_kp()
-            poll_ck()
+        _wait_for("400 records read", lambda: sum(len(t.got) for t in threads) >= 400)
+        time.sleep(1.0)  # nothing more arrives
+        for t in threads:
+            t.finish()  # and commits
+        got_kp, got_ck = (t.got for t in threads)
         assert len(got_kp) + len(got_ck) == 400 and set(got_kp) | set(got_ck) == values
-        assert got_kp and got_ck
-        kp.commit()
-        ck.commit(asynchronous=False)
+        assert len(got_kp) == len(got_ck) == 200
         assert _committed(node, group, topic) == {p: 100 for p in range(4)}
-        members = [v for v in _describe(node, group, "--members")]
-        assert members  # the CLI describes a group of Kafka-protocol members
+        [view] = _describe(node, group, "--members")
+        assert view["summary"]["members"] == 2
     finally:
+        for t in threads:
+            t.stop.set()
+            t.join(30)
         kp.close()
         ck.close()
 
@@ -507,35 +540,35 @@ def test_old_join_group_version_is_admitted_without_member_id_required(node):
     old = KafkaConsumer(
         topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, api_version=(1, 0), **KP
     )
-    new = None
-    got: list[bytes] = []
-
-    def poll(c):
-        def run():
-            for records in c.poll(timeout_ms=100).values():
-                got.extend(r.value for r in records)
-
-        return run
-
-    def assigned(c):
-        return {tp.partition for tp in c.assignment()}
-
+    new = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **KP)
+    threads = [
+        _Polling(lambda c=c: _kp_values(c), lambda c=c: {tp.partition for tp in c.assignment()}, lambda: None)
+        for c in (old, new)
+    ]
     try:
-        _wait_split([old], assigned, {0, 1, 2, 3}, [poll(old)])
-        new = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **KP)
-        _wait_split([old, new], assigned, {0, 1, 2, 3}, [poll(old), poll(new)])
+        for t in threads:
+            t.start()
+
+        def split() -> bool:
+            a, b = (t.assigned for t in threads)
+            return len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}
+
+        _wait_for(f"a 2/2 split: {[sorted(t.assigned) for t in threads]}", split)
         values = _produce(node, topic, 100, partitions=4)
-        deadline = time.monotonic() + 40
-        while len(got) < 100 and time.monotonic() < deadline:
-            poll(old)()
-            poll(new)()
+        _wait_for("100 records read", lambda: sum(len(t.got) for t in threads) >= 100)
+        time.sleep(1.0)
+        for t in threads:
+            t.finish()
+        got = threads[0].got + threads[1].got
         assert len(got) == 100 and set(got) == values
         [view] = _describe(node, group, "--members")
         assert view["summary"]["members"] == 2
     finally:
+        for t in threads:
+            t.stop.set()
+            t.join(30)
         old.close()
-        if new is not None:
-            new.close()
+        new.close()
 
 
 def _round_trip(port: int, request, version: int, response_class):
