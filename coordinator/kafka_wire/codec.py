@@ -58,10 +58,10 @@ from coordinator.wire import codec as P
 from coordinator.wire import error_codes as E
 from coordinator.wire import schema as S
 
-# (min, max) served per api: non-flexible versions only. JoinGroup starts at v4 because a new
-# member is always answered MEMBER_ID_REQUIRED (KIP-394); Produce is advertised from v3 because
+# (min, max) served per api: non-flexible versions only. Produce is advertised from v3 because
 # librdkafka fetches only from brokers that have it; ListOffsets and Metadata keep v0 for
-# 0.8-era tools; the other minima are Kafka 4.0's.
+# 0.8-era tools (Burrow); the other minima are Kafka 4.0's. JoinGroup below v4 predates
+# MEMBER_ID_REQUIRED (KIP-394): the listener takes that round trip for the member.
 VERSIONS: dict[int, tuple[int, int]] = {
     M.PRODUCE: (3, 8),
     M.FETCH: (4, 11),
@@ -70,7 +70,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     S.OFFSET_COMMIT: (2, 7),
     S.OFFSET_FETCH: (1, 5),
     S.FIND_COORDINATOR: (0, 2),
-    S.JOIN_GROUP: (4, 5),
+    S.JOIN_GROUP: (2, 5),
     S.HEARTBEAT: (0, 3),
     S.LEAVE_GROUP: (0, 3),
     S.SYNC_GROUP: (0, 3),

@@ -19,11 +19,14 @@ import logging
 import time
 from typing import Any
 
+import msgspec
+
 from coordinator.kafka_wire import codec as K
 from coordinator.kafka_wire import messages as M
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.node.kafka_data import DataPlane
-from coordinator.wire.schema import API_VERSIONS, Message
+from coordinator.wire import error_codes as E
+from coordinator.wire.schema import API_VERSIONS, JOIN_GROUP, JoinGroupResponse, Message
 
 log = logging.getLogger("coordinator.node.server")
 
@@ -35,12 +38,32 @@ _DATA_APIS = frozenset({M.METADATA, M.LIST_OFFSETS, M.FETCH, M.PRODUCE})
 class KafkaPending(Pending):
     """A request token that also knows how to encode its answer."""
 
-    __slots__ = ("version", "request")
+    __slots__ = ("version", "request", "client_id")
 
-    def __init__(self, conn: Connection, id: int, api: int, t0: float, version: int, request: Any):
+    def __init__(
+        self, conn: Connection, id: int, api: int, t0: float, version: int, request: Any, client_id: str = ""
+    ):
         super().__init__(conn, id, api, t0)
         self.version = version
         self.request = request
+        self.client_id = client_id
+
+
+def _member_id_round_trip(pending: Pending, body: Message | None) -> str | None:
+    """The member id to rejoin with when `body` answers a new member's JoinGroup below v4 with
+    MEMBER_ID_REQUIRED: those versions predate KIP-394, so Kafka admits such a member at once.
+    The listener takes the round trip for it (as `server_side/assigned.py` does for scheme two)."""
+    if (
+        pending.api == JOIN_GROUP
+        and isinstance(pending, KafkaPending)
+        and pending.version < 4
+        and type(body) is JoinGroupResponse
+        and body.error_code == E.MEMBER_ID_REQUIRED
+        and body.member_id
+        and not pending.request.member_id
+    ):
+        return body.member_id
+    return None
 
 
 class KafkaConnection(Connection):
@@ -53,6 +76,13 @@ class KafkaConnection(Connection):
     def answer(self, pending: Pending, body: Message | None) -> None:
         """Answer `pending` (None: no answer, as for Produce with acks=0)."""
         if pending is not self.busy:
+            return
+        member_id = _member_id_round_trip(pending, body)
+        if member_id is not None and not self.closed:
+            assert isinstance(pending, KafkaPending)
+            # Still busy with this request: later ones wait for the real answer.
+            pending.request = msgspec.structs.replace(pending.request, member_id=member_id)
+            asyncio.get_running_loop().call_soon(self.node.rejoin, pending)
             return
         self.busy = None
         if body is not None and not self.closed:
@@ -114,7 +144,9 @@ class KafkaListener:
         if req.body is None:  # ApiVersions above our maximum
             conn.send_bytes(K.api_versions_fallback(req.correlation_id))
             return
-        pending = KafkaPending(conn, req.correlation_id, req.api_key, t0, req.api_version, req.body)
+        pending = KafkaPending(
+            conn, req.correlation_id, req.api_key, t0, req.api_version, req.body, req.client_id
+        )
         conn.busy = pending
         if req.api_key in _DATA_APIS:
             self.node._spawn(self._serve_data(pending, req))
@@ -125,6 +157,16 @@ class KafkaListener:
         body = self.node.handle(pending, req.api_key, req.body, req.client_id, kafka=True)
         if body is not None:
             conn.busy = pending  # `handle` leaves it unset for an immediate answer
+            conn.answer(pending, body)
+
+    def rejoin(self, pending: KafkaPending) -> None:
+        """JoinGroup below v4: join again with the member id the core handed out (`answer`)."""
+        conn = pending.conn
+        if conn.closed or conn.busy is not pending:
+            return
+        body = self.node.handle(pending, JOIN_GROUP, pending.request, pending.client_id, kafka=True)
+        if body is not None:
+            conn.busy = pending
             conn.answer(pending, body)
 
     async def _serve_data(self, pending: KafkaPending, req: K.KafkaRequest) -> None:

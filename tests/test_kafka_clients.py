@@ -1,0 +1,611 @@
+"""Unmodified third-party Kafka clients against a node's Kafka listener (docs/kafka-listener.md).
+
+confluent-kafka (librdkafka bundled in its wheel), kcat (Debian, its own librdkafka) and Burrow
+(Debian; sarama with kafka-version 0.8) against one node process per test, on a fresh ZooKeeper
+chroot (`zk_connect`) and a private log root. kafka-python is the listener's own first client
+(tests/test_kafka_listener.py); here it also shares a group with confluent-kafka and joins with
+an old JoinGroup version. kcat and Burrow tests are skipped where the binaries are missing
+(`scripts/setup.sh` installs them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
+
+from coordinator.node.process import NodeProcess
+from core.types import TopicPartition
+from core.zk import connect
+from topics.store import TopicStore
+from zk_rebalance.member import ZkGroupMember
+
+REPO = Path(__file__).resolve().parent.parent
+KCAT = shutil.which("kcat")
+BURROW = shutil.which("Burrow") or shutil.which("burrow")
+
+# librdkafka: CRCs checked (its default is off), short sessions (the node allows >= 100 ms).
+CK = {
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 300,
+    "max.poll.interval.ms": 30000,
+    "fetch.wait.max.ms": 200,
+    "check.crcs": True,
+}
+KP = dict(
+    auto_offset_reset="earliest",
+    enable_auto_commit=False,
+    session_timeout_ms=6000,
+    heartbeat_interval_ms=300,
+    max_poll_interval_ms=30000,
+    request_timeout_ms=20000,
+    fetch_max_wait_ms=200,
+)
+
+
+@pytest.fixture
+def node(zk_connect, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    proc = NodeProcess.start(
+        zk_connect,
+        1,
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--data",
+        str(data),
+        "--group-initial-rebalance-delay-ms",
+        "0",
+        "--group-min-session-timeout-ms",
+        "100",
+        log_path=tmp_path / "node-1.log",
+    )
+    proc.zk = zk_connect
+    proc.data = data
+    client = connect(zk_connect, session_timeout=6.0)
+    proc.zk_client = client
+    proc.store = TopicStore(data, client)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        client.stop()
+        client.close()
+
+
+def _topic(node, partitions: int) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    node.store.create_topic(name, partitions)
+    return name
+
+
+def _produce(node, topic: str, n: int, start: int = 0, partitions: int = 2) -> set[bytes]:
+    """`n` records v-<i>, spread round-robin over the partitions, written with the project's Log."""
+    values = [f"v-{i}".encode() for i in range(start, start + n)]
+    for p in range(partitions):
+        node.store.log.produce(topic, [(b"k", v) for v in values[p::partitions]], partition=p)
+    return set(values)
+
+
+def _read_values(log, tp: TopicPartition, start: int) -> list[bytes]:
+    """Every value from `start` to the log end (`Log.read` stops at row-group boundaries)."""
+    out: list[bytes] = []
+    while True:
+        read = log.read(tp, start, 1000)
+        if read.batch.num_rows == 0:
+            return out
+        out.extend(read.batch.column("value").to_pylist())
+        start = read.next_offset
+
+
+def _cli(node, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [sys.executable, "-m", "cli", *args],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def _describe(node, group: str, *extra: str) -> list[dict]:
+    out = _cli(
+        node, "groups", "describe", group, "--zk", node.zk, "--data", str(node.data), "-o", "json", *extra
+    )
+    return json.loads(out.stdout)
+
+
+def _committed(node, group: str, topic: str, *extra: str) -> dict[int, int]:
+    rows = [r for view in _describe(node, group, *extra) for r in view.get("partitions", [])]
+    return {r["partition"]: r["committed"] for r in rows if r["topic"] == topic}
+
+
+def _ck_consumer(node, group: str, topic: str, **conf) -> Consumer:
+    c = Consumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": group, **CK, **conf})
+    c.subscribe([topic])
+    return c
+
+
+def _ck_poll(c: Consumer, timeout: float = 0.1) -> list[bytes]:
+    out = []
+    for msg in c.consume(num_messages=500, timeout=timeout):
+        if msg.error():
+            raise KafkaException(msg.error())
+        out.append(msg.value())
+    return out
+
+
+def _ck_consume(c: Consumer, count: int, timeout: float = 40.0) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(_ck_poll(c, 0.2))
+    return got
+
+
+def _ck_assigned(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+# ------------------------------------------------------------------------------ confluent-kafka
+
+
+def test_confluent_consumer_reads_once_commits_and_resumes(node):
+    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    first = _produce(node, topic, 200)
+    c = _ck_consumer(node, group, topic)
+    try:
+        got = _ck_consume(c, 200)
+        assert len(got) == 200 and set(got) == first  # every record, none twice
+        assert _ck_consume(c, 1, timeout=1.5) == []  # nothing past the end
+        c.commit(asynchronous=False)
+        committed = c.committed([CKTopicPartition(topic, p) for p in (0, 1)], timeout=20)
+        assert {tp.partition: tp.offset for tp in committed} == {0: 100, 1: 100}
+    finally:
+        c.close()
+    assert _committed(node, group, topic) == {0: 100, 1: 100}
+    second = _produce(node, topic, 30, start=200)
+    c = _ck_consumer(node, group, topic)
+    try:
+        got = _ck_consume(c, 30)
+        assert sorted(got) == sorted(second)  # resumed from the commit
+        assert _ck_consume(c, 1, timeout=1.5) == []
+    finally:
+        c.close()
+
+
+def _wait_split(consumers: list, assigned, partitions: set[int], polls, timeout: float = 40.0) -> None:
+    """Poll every consumer until their assignments are non-empty, disjoint and cover `partitions`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for poll in polls:
+            poll()
+        views = [assigned(c) for c in consumers]
+        if all(views) and sum(len(v) for v in views) == len(partitions) and set().union(*views) == partitions:
+            return
+    raise AssertionError(f"no split of {sorted(partitions)}: {[sorted(assigned(c)) for c in consumers]}")
+
+
+def test_confluent_consumers_share_partitions_and_rebalance(node):
+    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    c1 = _ck_consumer(node, group, topic)
+    c2 = None
+    try:
+        _wait_split([c1], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1)])
+        c2 = _ck_consumer(node, group, topic)
+        _wait_split([c1, c2], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1), lambda: _ck_poll(c2)])
+        assert len(_ck_assigned(c1)) == 2 and len(_ck_assigned(c2)) == 2
+        c2.close()
+        c2 = None
+        _wait_split([c1], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1)])  # the leave rebalanced
+    finally:
+        c1.close()
+        if c2 is not None:
+            c2.close()
+
+
+class _Polling(threading.Thread):
+    """Polls one consumer in a thread of its own (neither client is thread-safe, and a long poll of
+    one must not starve the other's rebalance): values read, the current assignment, and a commit
+    when stopped."""
+
+    def __init__(self, poll, assigned, commit):
+        super().__init__(daemon=True)
+        self.poll, self.assigned_of, self.commit = poll, assigned, commit
+        self.got: list[bytes] = []
+        self.assigned: set[int] = set()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.got.extend(self.poll())
+                self.assigned = self.assigned_of()
+            self.commit()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(30)
+        assert not self.is_alive() and self.error is None, self.error
+
+
+def _kp_values(c: KafkaConsumer, timeout_ms: int = 500) -> list[bytes]:
+    return [r.value for records in c.poll(timeout_ms=timeout_ms).values() for r in records]
+
+
+def _wait_for(what: str, condition, timeout: float = 40.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "kp_assignor, ck_strategy",
+    [(RangePartitionAssignor, "range"), (CooperativeStickyAssignor, "cooperative-sticky")],
+)
+def test_kafka_python_and_confluent_share_a_group(node, kp_assignor, ck_strategy):
+    """Both clients speak Kafka's binary ConsumerProtocol; the coordinator passes it through."""
+    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    kp = KafkaConsumer(
+        topic,
+        group_id=group,
+        bootstrap_servers=node.kafka_bootstrap,
+        partition_assignment_strategy=(kp_assignor,),
+        **KP,
+    )
+    ck = _ck_consumer(node, group, topic, **{"partition.assignment.strategy": ck_strategy})
+    threads = [
+        _Polling(lambda: _kp_values(kp), lambda: {tp.partition for tp in kp.assignment()}, kp.commit),
+        _Polling(lambda: _ck_poll(ck, 0.5), lambda: _ck_assigned(ck), lambda: ck.commit(asynchronous=False)),
+    ]
+    try:
+        for t in threads:
+            t.start()
+
+        def split() -> bool:
+            a, b = (t.assigned for t in threads)
+            return len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}
+
+        _wait_for(f"a 2/2 split: {[sorted(t.assigned) for t in threads]}", split)
+        values = _produce(node, topic, 400, partitions=4)
+        _wait_for("400 records read", lambda: sum(len(t.got) for t in threads) >= 400)
+        time.sleep(1.0)  # nothing more arrives
+        for t in threads:
+            t.finish()  # and commits
+        got_kp, got_ck = (t.got for t in threads)
+        assert len(got_kp) + len(got_ck) == 400 and set(got_kp) | set(got_ck) == values
+        assert len(got_kp) == len(got_ck) == 200
+        assert _committed(node, group, topic) == {p: 100 for p in range(4)}
+        [view] = _describe(node, group, "--members")
+        assert view["summary"]["members"] == 2
+    finally:
+        for t in threads:
+            t.stop.set()
+            t.join(30)
+        kp.close()
+        ck.close()
+
+
+def test_confluent_admin_agrees_with_groups_describe(node):
+    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    _produce(node, topic, 10)
+    c = _ck_consumer(node, group, topic)
+    admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
+    try:
+        assert len(_ck_consume(c, 10)) == 10
+        c.commit(asynchronous=False)
+        listed = admin.list_consumer_groups(request_timeout=20).result()
+        assert group in {g.group_id for g in listed.valid}
+        described = admin.describe_consumer_groups([group], request_timeout=20)[group].result()
+        assert described.state.name == "STABLE" and len(described.members) == 1
+        member = described.members[0]
+        assert {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions} == {
+            (topic, 0),
+            (topic, 1),
+        }
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        request = [ConsumerGroupTopicPartitions(group)]
+        offsets = admin.list_consumer_group_offsets(request, request_timeout=20)[group].result()
+        kafka_view = {tp.partition: tp.offset for tp in offsets.topic_partitions if tp.topic == topic}
+    finally:
+        c.close()
+    assert kafka_view == {0: 5, 1: 5}
+    assert _committed(node, group, topic) == kafka_view
+
+
+# ------------------------------------------------------------------------------ kcat
+
+needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (scripts/setup.sh installs it)")
+
+
+def _kcat(node, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [KCAT, "-b", node.kafka_bootstrap, *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+@needs_kcat
+def test_kcat_lists_reads_consumes_as_a_group_and_produces(node):
+    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    values = _produce(node, topic, 50)
+    meta = json.loads(_kcat(node, "-L", "-J").stdout)
+    [listed] = [t for t in meta["topics"] if t["topic"] == topic]
+    assert sorted(p["partition"] for p in listed["partitions"]) == [0, 1]
+    assert [b["id"] for b in meta["brokers"]] == [1]
+
+    read = _kcat(node, "-C", "-t", topic, "-e", "-f", "%s\\n", "-X", "check.crcs=true").stdout.split()
+    assert len(read) == 50 and {v.encode() for v in read} == values
+
+    # A balanced consumer: -e exits once every assigned partition is at its end, committing on close.
+    read = _kcat(
+        node,
+        "-G",
+        group,
+        topic,
+        "-e",
+        "-f",
+        "%s\\n",
+        "-X",
+        "check.crcs=true",
+        "-X",
+        "auto.offset.reset=earliest",
+        "-X",
+        "session.timeout.ms=6000",
+    ).stdout.split()
+    assert len(read) == 50 and {v.encode() for v in read} == values
+    assert _committed(node, group, topic) == {0: 25, 1: 25}
+
+    _kcat(node, "-P", "-t", topic, "-p", "1", input="".join(f"kc-{i}\n" for i in range(10)))
+    assert _read_values(node.store.log, TopicPartition(topic, 1), 25) == [
+        f"kc-{i}".encode() for i in range(10)
+    ]
+
+
+# ------------------------------------------------------------------------------ Burrow
+
+needs_burrow = pytest.mark.skipif(
+    BURROW is None, reason="Burrow is not installed (scripts/setup.sh installs it)"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _burrow_config(node, tmp: Path, http_port: int) -> Path:
+    """Burrow 1.2.1 with its defaults' kafka-version 0.8 (Metadata v0, ListOffsets v0, no ApiVersions):
+    a kafka cluster module on the Kafka listener, a kafka_zk consumer module on the chroot's
+    /consumers, coordination under a private root path of the same ZooKeeper."""
+    servers, _, chroot = node.zk.partition("/")
+    zk_servers = ", ".join(f'"{s}"' for s in servers.split(","))
+    config = tmp / "burrow.toml"
+    config.write_text(
+        f"""
+[general]
+pidfile="{tmp}/burrow.pid"
+
+[logging]
+level="debug"
+
+[zookeeper]
+servers=[{zk_servers}]
+timeout=6
+root-path="/burrow-{uuid.uuid4().hex[:8]}"
+
+[cluster.gs]
+class-name="kafka"
+servers=["{node.kafka_bootstrap}"]
+topic-refresh=1
+offset-refresh=1
+
+[consumer.gszk]
+class-name="kafka_zk"
+cluster="gs"
+servers=[{zk_servers}]
+zookeeper-path="/{chroot}"
+zookeeper-timeout=6
+
+[httpserver.default]
+address="127.0.0.1:{http_port}"
+
+[storage.default]
+class-name="inmemory"
+intervals=10
+min-distance=1
+
+[evaluator.default]
+class-name="caching"
+expire-cache=1
+"""
+    )
+    return config
+
+
+def _http_json(url: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:  # Burrow answers 404 with a JSON error body
+        try:
+            return json.loads(exc.read())
+        except ValueError:
+            return None
+    except (OSError, ValueError):
+        return None
+
+
+@needs_burrow
+def test_burrow_lag_of_a_scheme_one_group_agrees_with_groups_describe(node, tmp_path):
+    topic, group = _topic(node, 2), f"legacy-{uuid.uuid4().hex[:8]}"
+    _produce(node, topic, 100)  # log end 50 on each partition
+    # kafka_zk lists /consumers once at start and gives up if it is missing (a 0.8 cluster has it).
+    node.zk_client.ensure_path("/consumers")
+    http_port = _free_port()
+    config = _burrow_config(node, tmp_path, http_port)
+    log = open(tmp_path / "burrow.out", "w")  # noqa: SIM115 - closed below
+    burrow = subprocess.Popen(
+        [BURROW, "--config-dir", str(config.parent)], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
+    )
+    member = ZkGroupMember(node.zk, group, {topic: 1}, rebalance_backoff_ms=200, auto_commit=False)
+    base = f"http://127.0.0.1:{http_port}/v3/kafka/gs"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # Burrow drops consumer offsets until it has the broker's
+            topics = _http_json(f"{base}/topic") or {}
+            if topic in topics.get("topics", []):
+                break
+            assert burrow.poll() is None, (tmp_path / "burrow.out").read_text()[-3000:]
+            time.sleep(0.2)
+        else:
+            raise AssertionError(
+                "Burrow never listed the topic: " + (tmp_path / "burrow.out").read_text()[-3000:]
+            )
+        member.start()
+        assert member.wait_for_stable(30)
+        member.commit({TopicPartition(topic, 0): 40, TopicPartition(topic, 1): 45}, member.generation)
+        lag = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            lag = _http_json(f"{base}/consumer/{group}/lag")
+            # Burrow lists every partition of the topic at once; wait until each has an offset.
+            parts = (lag or {}).get("status", {}).get("partitions") or []
+            if len(parts) == 2 and all((p.get("end") or {}).get("offset") for p in parts):
+                break
+            time.sleep(0.3)
+        assert lag and not lag.get("error"), lag
+        burrow_view = {p["partition"]: p["current_lag"] for p in lag["status"]["partitions"]}
+        assert burrow_view == {0: 10, 1: 5}
+        assert lag["status"]["totallag"] == 15
+        [ours] = _describe(node, group, "--scheme", "zk")
+        assert ours["summary"]["total_lag"] == lag["status"]["totallag"]
+        assert {p["partition"]: p["lag"] for p in ours["partitions"] if p["topic"] == topic} == burrow_view
+        assert {p["partition"]: p["end"]["offset"] for p in lag["status"]["partitions"]} == {0: 40, 1: 45}
+    finally:
+        member.close()
+        burrow.terminate()
+        try:
+            burrow.wait(10)
+        except subprocess.TimeoutExpired:
+            burrow.kill()
+            burrow.wait()
+        log.close()
+
+
+# ------------------------------------------------------------------------------ JoinGroup v2
+
+
+def test_old_join_group_version_is_admitted_without_member_id_required(node):
+    """kafka-python told the broker is Kafka 1.0 joins with JoinGroup v2 (before KIP-394): the
+    listener takes the MEMBER_ID_REQUIRED round trip for it, and it shares a group with a v5 member."""
+    assert BROKER_API_VERSIONS[(1, 0)][11] == (0, 2)  # JoinGroup v2 at most
+    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    old = KafkaConsumer(
+        topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, api_version=(1, 0), **KP
+    )
+    new = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **KP)
+    threads = [
+        _Polling(lambda c=c: _kp_values(c), lambda c=c: {tp.partition for tp in c.assignment()}, lambda: None)
+        for c in (old, new)
+    ]
+    try:
+        for t in threads:
+            t.start()
+
+        def split() -> bool:
+            a, b = (t.assigned for t in threads)
+            return len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}
+
+        _wait_for(f"a 2/2 split: {[sorted(t.assigned) for t in threads]}", split)
+        values = _produce(node, topic, 100, partitions=4)
+        _wait_for("100 records read", lambda: sum(len(t.got) for t in threads) >= 100)
+        time.sleep(1.0)
+        for t in threads:
+            t.finish()
+        got = threads[0].got + threads[1].got
+        assert len(got) == 100 and set(got) == values
+        [view] = _describe(node, group, "--members")
+        assert view["summary"]["members"] == 2
+    finally:
+        for t in threads:
+            t.stop.set()
+            t.join(30)
+        old.close()
+        new.close()
+
+
+def _round_trip(port: int, request, version: int, response_class):
+    request.with_header(correlation_id=7, client_id="raw")
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(bytes(request.encode(header=True, framed=True)))
+        size = int.from_bytes(_recv(s, 4), "big")
+        frame = _recv(s, size)
+    return response_class.decode(frame, version=version, header=True)
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_join_group_v2_v3_answer_a_new_member_with_its_generation(node, version):
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    request = JoinGroupRequest(
+        version=version,
+        group_id=group,
+        session_timeout_ms=6000,
+        rebalance_timeout_ms=6000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00")],
+    )
+    answer = _round_trip(node.kafka_port, request, version, JoinGroupResponse)
+    assert answer.header.correlation_id == 7
+    if version >= 4:  # KIP-394: the id round trip is the member's
+        assert answer.error_code == 79 and answer.member_id
+    else:  # admitted at once, as Kafka does below v4
+        assert answer.error_code == 0 and answer.member_id and answer.generation_id == 1
+        assert answer.leader == answer.member_id and len(answer.members) == 1
