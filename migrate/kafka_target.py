@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+import struct
 
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
@@ -34,6 +36,8 @@ _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group has no offset for t
 # What a broker answers an admin commit into a group that has members (Kafka: UNKNOWN_MEMBER_ID;
 # also seen: ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS).
 _ACTIVE_ERRORS = ("UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
+
+DESCRIBE_GROUPS, DELETE_GROUPS = 15, 42  # Kafka's api keys
 
 _quiet = logging.getLogger("groupshift.librdkafka")
 _quiet.addHandler(logging.NullHandler())
@@ -76,6 +80,7 @@ class KafkaTarget:
         self.bootstrap = check_bootstrap(bootstrap)
         self.timeout = timeout
         self._admin = None
+        self._apis: set[int] | None = None
 
     def __enter__(self) -> KafkaTarget:
         return self.open()
@@ -99,6 +104,16 @@ class KafkaTarget:
         return self
 
     # -- reads -------------------------------------------------------------------------------------
+
+    def serves(self, api_key: int) -> bool:
+        """Whether the first bootstrap broker advertises `api_key` (ApiVersions v0, asked once).
+
+        Asked before DeleteGroups: librdkafka 2.16 aborts the process (a queue refcount assertion)
+        some time after a DeleteGroups that the broker does not serve, so it is never sent there.
+        """
+        if self._apis is None:
+            self._apis = _api_keys(self.bootstrap.split(",")[0], self.timeout)
+        return self._apis is None or api_key in self._apis
 
     def _metadata(self, topic: str | None = None):
         from confluent_kafka import KafkaException
@@ -180,6 +195,8 @@ class KafkaTarget:
         """Who is in the group (`client_id (member_id)`); None when the broker serves no DescribeGroups."""
         from confluent_kafka import KafkaException
 
+        if not self.serves(DESCRIBE_GROUPS):
+            return None
         futures = self._admin.describe_consumer_groups([group], request_timeout=self.timeout)
         try:
             d = futures[group].result(timeout=self.timeout + 5)
@@ -256,6 +273,8 @@ class KafkaTarget:
         """Delete the group and its offsets (DeleteGroups); False when the broker does not serve it."""
         from confluent_kafka import KafkaException
 
+        if not self.serves(DELETE_GROUPS):
+            return False
         futures = self._admin.delete_consumer_groups([group], request_timeout=self.timeout)
         try:
             futures[group].result(timeout=self.timeout + 5)
@@ -303,6 +322,33 @@ class KafkaTarget:
                 lo, hi = out.get(tp, (0, 0))
                 out[tp] = (r.offset, hi) if i == 0 else (lo, r.offset)
         return out
+
+
+def _api_keys(hostport: str, timeout: float) -> set[int] | None:
+    """The api keys a broker advertises (ApiVersions v0); None if it could not be asked."""
+    host, _, port = hostport.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
+            header = struct.pack(">hhih", 18, 0, 1, len(b"groupshift")) + b"groupshift"
+            s.sendall(struct.pack(">i", len(header)) + header)
+            size = struct.unpack(">i", _recv(s, 4))[0]
+            body = _recv(s, size)
+        _, error, n = struct.unpack_from(">ihi", body)
+        if error:
+            return None
+        return {struct.unpack_from(">h", body, 10 + 6 * i)[0] for i in range(n)}
+    except (OSError, struct.error, ValueError):
+        return None
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
 
 
 def no_group(group: str, bootstrap: str) -> UnknownGroup:

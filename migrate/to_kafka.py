@@ -170,12 +170,12 @@ def run(
             R.check_bound(len(src), f"group {group!r} under {source}")
             t.check_partitions(list(src))
             dst = t.offsets(group, list(src))
+            t.check_idle(group, dst)
             if dst and not overwrite:
                 raise GroupshiftError(
                     f"group {group!r} already has {len(dst)} committed offset(s) on {bootstrap}; "
                     "pass --overwrite to replace them (a rollback restores them)"
                 )
-            t.check_idle(group, dst)
         st = offline._Run(zk, group, say)
         st.lock()
         try:
