@@ -11,11 +11,13 @@ from cli.main import main, zk_option
 from core.errors import GroupshiftError
 
 SCHEMES = click.Choice(["zk", "coordinator"])
+DESTS = click.Choice(["zk", "coordinator", "kafka"])
 
 
 @main.group("migrate")
 def migrate_group() -> None:
-    """Move a consumer group and its offsets between scheme one (zk) and the coordinator, and back."""
+    """Move a consumer group and its offsets between scheme one (zk) and the coordinator, and back,
+    or into a group on any Kafka-protocol broker (--to kafka --bootstrap HOST:PORT)."""
 
 
 def _output(f):
@@ -39,8 +41,35 @@ def _direction(f):
         show_default=True,
         help="live: the legacy consumers' partition.assignment.strategy (the bridge assigns the same).",
     )(f)
-    f = click.option("--to", "dest", type=SCHEMES, required=True, help="The scheme to move to.")(f)
+    f = click.option(
+        "--to", "dest", type=DESTS, required=True, help="The scheme to move to (kafka: needs --bootstrap)."
+    )(f)
+    f = _bootstrap(f)
     return click.option("--from", "source", type=SCHEMES, required=True, help="The scheme it is in.")(f)
+
+
+def _bootstrap(f):
+    return click.option(
+        "--bootstrap",
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="--to kafka: a Kafka-protocol broker (any: Kafka, groupshift's --kafka-listen, ...).",
+    )(f)
+
+
+def _kafka(dest: str, bootstrap: str | None, mode: str) -> bool:
+    """Whether this is a migration into a Kafka-protocol group; refuses inconsistent options."""
+    if dest != "kafka":
+        if bootstrap is not None:
+            raise GroupshiftError("--bootstrap is for --to kafka; drop it or migrate --to kafka")
+        return False
+    if not bootstrap:
+        raise GroupshiftError("--to kafka needs --bootstrap HOST:PORT (a broker speaking Kafka's protocol)")
+    if mode != "offline":
+        raise GroupshiftError(
+            "a migration to kafka is offline; drop --mode live (the bridge is zk -> coordinator)"
+        )
+    return True
 
 
 def _say(line: str) -> None:
@@ -52,15 +81,19 @@ def _say(line: str) -> None:
 @_direction
 @_output
 @zk_option
-def plan_cmd(group, source, dest, mode, legacy_assignor, output, zk) -> None:
+def plan_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) -> None:
     """Print what `run` would do (partitions, offsets, members, checks); writes nothing."""
-    from migrate import live
+    from migrate import live, to_kafka
     from migrate.offline import check_args, plan
     from migrate.render import render
 
-    check_args(source, dest, mode)
+    kafka = _kafka(dest, bootstrap, mode)
+    if not kafka:
+        check_args(source, dest, mode)
     with zk_session(zk) as client:
-        if mode == "live":
+        if kafka:
+            p = to_kafka.plan(client, group, source, bootstrap)
+        elif mode == "live":
             p = live.plan(client, group, legacy_assignor)
         else:
             p = plan(client, group, source, dest, mode)
@@ -69,7 +102,7 @@ def plan_cmd(group, source, dest, mode, legacy_assignor, output, zk) -> None:
         click.echo(json.dumps(p))
     else:
         click.echo(
-            f"migrate {group} from {source} to {dest} ({mode}): {p['partitions']} partitions, "
+            f"migrate {group} from {source} to {_dest(p)} ({mode}): {p['partitions']} partitions, "
             f"{p['to_copy']} to copy; steps: {' -> '.join(p['steps']) or 'none'}"
         )
         for c in p["checks"]:
@@ -101,20 +134,37 @@ def plan_cmd(group, source, dest, mode, legacy_assignor, output, zk) -> None:
 )
 @_output
 @zk_option
-def run_cmd(group, source, dest, mode, legacy_assignor, overwrite, batch, wait_s, output, zk) -> None:
+def run_cmd(
+    group, source, dest, bootstrap, mode, legacy_assignor, overwrite, batch, wait_s, output, zk
+) -> None:
     """Start, or resume after a crash, the migration of GROUP (planned -> ... -> done).
 
     Live mode bridges the group and returns; run it again once the legacy consumers are replaced
     (or pass --wait) to finish.
     """
-    from migrate import live
+    from migrate import live, to_kafka
     from migrate.offline import check_args, run, status
     from migrate.render import Progress
 
-    check_args(source, dest, mode)
+    kafka = _kafka(dest, bootstrap, mode)
+    if not kafka:
+        check_args(source, dest, mode)
     if mode == "live" and overwrite:
         raise GroupshiftError("--overwrite is for --mode offline; a live migration starts from no offsets")
     with zk_session(zk) as client:
+        if kafka:
+            to_kafka.run(
+                client,
+                group,
+                source,
+                bootstrap,
+                overwrite=overwrite,
+                batch=batch,
+                say=_say,
+                progress=Progress(f"copying {group}"),
+            )
+            _show_status(status(client, group), output)
+            return
         if mode == "live":
             live.run(
                 client,
@@ -145,15 +195,25 @@ def run_cmd(group, source, dest, mode, legacy_assignor, overwrite, batch, wait_s
 @click.option(
     "--batch", type=click.IntRange(1, 1000), default=1000, show_default=True, help="Offsets per transaction."
 )
+@_bootstrap
 @_output
 @zk_option
-def rollback_cmd(group, batch, output, zk) -> None:
-    """Undo an unfinished migration: the destination's offsets as they were before it."""
+def rollback_cmd(group, batch, bootstrap, output, zk) -> None:
+    """Undo an unfinished migration: the destination's offsets as they were before it.
+
+    A migration to kafka is rolled back on the brokers its record names (or --bootstrap).
+    """
+    from migrate import to_kafka
     from migrate.offline import rollback, status
     from migrate.render import Progress
 
     with zk_session(zk) as client:
-        rollback(client, group, batch=batch, say=_say, progress=Progress(f"restoring {group}"))
+        if bootstrap is not None or to_kafka.recorded(client, group):
+            to_kafka.rollback(
+                client, group, bootstrap=bootstrap, say=_say, progress=Progress(f"restoring {group}")
+            )
+        else:
+            rollback(client, group, batch=batch, say=_say, progress=Progress(f"restoring {group}"))
         _show_status(status(client, group), output)
 
 
@@ -174,19 +234,26 @@ def status_cmd(group, output, zk) -> None:
 @_direction
 @_output
 @zk_option
-def verify_cmd(group, source, dest, mode, legacy_assignor, output, zk) -> None:
+def verify_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) -> None:
     """Compare GROUP's offsets in the two schemes, partition by partition (exit 1 when they differ)."""
+    from migrate import to_kafka
     from migrate.offline import check_args, verify
     from migrate.render import render
 
-    check_args(source, dest, mode)
+    kafka = _kafka(dest, bootstrap, mode)
+    if not kafka:
+        check_args(source, dest, mode)
     with zk_session(zk) as client:
-        v = verify(client, group, source, dest)
+        v = (
+            to_kafka.verify(client, group, source, bootstrap)
+            if kafka
+            else verify(client, group, source, dest)
+        )
     if output == "json":
         click.echo(json.dumps(v))
     else:
         same = "equal" if v["equal"] else f"{len(v['differ'])} partition(s) differ"
-        click.echo(f"group {group}: {v['partitions']} partitions under {source}, {dest}: {same}")
+        click.echo(f"group {group}: {v['partitions']} partitions under {source}, {_dest(v)}: {same}")
         if v["differ"]:
             click.echo(render(v["differ"][:100], "table", ["topic", "partition", "source", "destination"]))
     if not v["equal"]:
@@ -199,7 +266,7 @@ def _show_status(s: dict, output: str) -> None:
         return
     running = f", running ({s['running']})" if s["running"] else ""
     click.echo(
-        f"migration of {s['group']} from {s['from']} to {s['to']} ({s['mode']}): {s['state']}{running}; "
+        f"migration of {s['group']} from {s['from']} to {_dest(s)} ({s['mode']}): {s['state']}{running}; "
         f"{s['partitions']} partitions"
     )
     if "legacy_members" in s:
@@ -209,3 +276,7 @@ def _show_status(s: dict, output: str) -> None:
         )
     for h in s["history"]:
         click.echo(f"  {h['state']:<12} {h['at_ms']}")
+
+
+def _dest(d: dict) -> str:
+    return f"{d['to']} at {d['bootstrap']}" if d.get("bootstrap") else d["to"]

@@ -10,6 +10,16 @@ import click
 from cli.inspect_common import data_option, output_option, scheme_option, warn, zk_session
 from cli.main import main, zk_option
 from core.errors import GroupshiftError
+from core.types import TopicPartition
+
+
+def bootstrap_option(f):
+    return click.option(
+        "--bootstrap",
+        default=None,
+        metavar="HOST:PORT[,...]",
+        help="A Kafka-protocol broker: the group's offsets there instead of in ZooKeeper.",
+    )(f)
 
 
 @main.group("offsets")
@@ -23,13 +33,29 @@ def offsets_group() -> None:
     "--format", "fmt", type=click.Choice(["csv", "json", "zk-export"]), default="csv", show_default=True
 )
 @scheme_option(None)
+@bootstrap_option
 @zk_option
-def export(group, fmt, scheme, zk) -> None:
-    """Print GROUP's committed offsets: csv (topic,partition,offset), json or zk-export lines."""
+def export(group, fmt, scheme, bootstrap, zk) -> None:
+    """Print GROUP's committed offsets: csv (topic,partition,offset), json or zk-export lines.
+
+    With --bootstrap, the group's offsets on that Kafka-protocol broker (every partition of its topics).
+    """
     from migrate.groups import exists_in, read
     from migrate.model import choose_scheme
     from migrate.offset_files import export as render
 
+    if bootstrap is not None:
+        from migrate.kafka_target import KafkaTarget, no_group
+
+        _no_scheme(scheme)
+        with KafkaTarget(bootstrap) as t:
+            counts = t.partitions()
+            tps = [TopicPartition(topic, p) for topic, n in sorted(counts.items()) for p in range(n or 0)]
+            offsets = t.offsets(group, tps)
+        if not offsets:
+            raise no_group(group, t.bootstrap)
+        click.echo(render(group, offsets, fmt), nl=False)
+        return
     with zk_session(zk) as client:
         s = choose_scheme(group, exists_in(client, group), scheme)
         view = read(client, s, group, live=False)
@@ -48,16 +74,28 @@ def _mode(dry_run: bool, execute: bool) -> bool:
 @click.option("--dry-run", is_flag=True, help="Only print the plan (the default).")
 @click.option("--execute", is_flag=True, help="Write the offsets.")
 @scheme_option(None)
+@bootstrap_option
 @output_option
 @data_option
 @zk_option
-def import_(group, from_file, dry_run, execute, scheme, output, data, zk) -> None:
-    """Write the offsets of a file into GROUP: every line validated first, then all or nothing."""
+def import_(group, from_file, dry_run, execute, scheme, bootstrap, output, data, zk) -> None:
+    """Write the offsets of a file into GROUP: every line validated first, then all or nothing.
+
+    With --bootstrap, into GROUP on that Kafka-protocol broker (refused while it has members there).
+    """
     from migrate import plans
     from migrate.offset_files import parse
 
     execute = _mode(dry_run, execute)
     offsets = parse(_read_file(from_file), group, from_file)
+    if bootstrap is not None:
+        from migrate.kafka_target import KafkaTarget
+
+        _no_scheme(scheme)
+        with KafkaTarget(bootstrap) as t:
+            plan = plans.kafka_import_plan(t, group, offsets)
+            _show_and_write(None, f"kafka at {t.bootstrap}", group, plan, execute, output, target=t)
+        return
     with zk_session(zk) as client:
         s, plan = plans.import_plan(client, _log(data), group, offsets, scheme)
         _show_and_write(client, s, group, plan, execute, output)
@@ -166,6 +204,11 @@ def delete(group, topic, scheme, zk) -> None:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
+def _no_scheme(scheme) -> None:
+    if scheme is not None:
+        raise GroupshiftError("--scheme is for ZooKeeper groups; drop it with --bootstrap")
+
+
 def _log(data):
     from topics.log import Log
 
@@ -182,7 +225,7 @@ def _read_file(name: str) -> bytes:
         raise GroupshiftError(f"cannot read {name}: {exc.strerror}") from None
 
 
-def _show_and_write(client, scheme, group, plan, execute, output) -> None:
+def _show_and_write(client, scheme, group, plan, execute, output, target=None) -> None:
     import msgspec
 
     from migrate.render import Progress, render
@@ -198,5 +241,9 @@ def _show_and_write(client, scheme, group, plan, execute, output) -> None:
             err=True,
         )
         return
-    how = commit(client, scheme, group, plan.offsets(), progress=Progress(f"writing {group}"))
+    if target is not None:
+        n = target.commit(group, plan.offsets(), progress=Progress(f"writing {group}"))
+        how = f"in {n} OffsetCommit request(s)"
+    else:
+        how = commit(client, scheme, group, plan.offsets(), progress=Progress(f"writing {group}"))
     click.echo(f"wrote {len(plan.rows)} offset(s) for group {group} ({scheme}) {how}", err=True)

@@ -539,6 +539,7 @@ def status(zk: KazooClient, group: str) -> dict:
         "started_ms": rec.started_ms,
         "updated_ms": rec.updated_ms,
         "running": _holder_text(holder) if holder and not _dead_here(holder) else None,
+        **({"bootstrap": rec.bootstrap} if rec.bootstrap else {}),
         "history": [{"state": s, "at_ms": t} for s, t in rec.history],
         **extra,
     }

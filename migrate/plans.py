@@ -127,3 +127,32 @@ def reset_plan(
             times[tp] = found.offset if found else None
     current = {tp: committed.get(tp) for tp in tps}
     return s, plan_reset(scenario, current, ranges, times=times, file_offsets=file_offsets)
+
+
+def kafka_import_plan(target, group: str, offsets: dict[TopicPartition, int]) -> Plan:
+    """`offsets import --bootstrap`: the same checks against a Kafka-protocol group (`KafkaTarget`)."""
+    tps = sorted(offsets)
+    target.check_partitions(tps)
+    ranges = target.watermarks(tps)
+    warnings = []
+    for tp in tps:
+        start, end = ranges[tp]
+        if offsets[tp] > end:
+            raise GroupshiftError(
+                f"offset {offsets[tp]} for {tp.topic}:{tp.partition} is past the log end offset {end} on "
+                f"{target.bootstrap}; fix the file (nothing was written)"
+            )
+        if offsets[tp] < start:
+            warnings.append(
+                f"partition {tp.topic}:{tp.partition}: offset {offsets[tp]} is below the log start offset "
+                f"{start} (removed by retention); consumers will apply auto.offset.reset"
+            )
+    current = target.offsets(group, tps)
+    target.check_idle(group, current)
+    rows = [
+        PlanRow(
+            tp.topic, tp.partition, current.get(tp), offsets[tp], ranges[tp][1], ranges[tp][1] - offsets[tp]
+        )
+        for tp in tps
+    ]
+    return Plan(rows, warnings)

@@ -48,7 +48,7 @@ HISTORY_MAX = 50  # transitions kept in a record (a record is replaced when a ne
 class Migration(msgspec.Struct):
     group: str
     source: str  # zk | coordinator
-    dest: str
+    dest: str  # zk | coordinator | kafka (any Kafka-protocol broker, `bootstrap`)
     mode: str
     state: str
     started_ms: int
@@ -59,6 +59,7 @@ class Migration(msgspec.Struct):
     snapshot: list[tuple[str, int, int]] = msgspec.field(default_factory=list)  # source when frozen
     history: list[tuple[str, int]] = msgspec.field(default_factory=list)  # (state, ms)
     legacy_assignor: str = "range"  # live mode: the legacy consumers' partition.assignment.strategy
+    bootstrap: str = ""  # --to kafka: the Kafka-protocol brokers the destination group lives on
 
 
 def as_offsets(rows: list[tuple[str, int, int]]) -> dict[TopicPartition, int]:

@@ -1,0 +1,381 @@
+"""Benchmark of the Kafka listener against the native listener of the same node, in one run.
+
+Run on demand: `python -m bench.kafka_wire [--zk HOST:PORT] [--members 1000] [--records 1000000]`.
+Without `--zk` a ZooKeeper container is started (experiments/cluster.py). One node runs as a
+child process with both listeners (`--listen` and `--kafka-listen`) on one log root; the load
+comes from this process, over loopback.
+
+* heartbeats: `members` members in `groups` Stable groups are formed through each listener with
+  the real JoinGroup/SyncGroup dance (Kafka side: kafka-python's generated request classes,
+  JoinGroup v5 with KIP-394's MEMBER_ID_REQUIRED round; native side: `bench.coordinator`), then
+  `--connections` connections keep `--window` heartbeats in flight for `--seconds` (closed loop:
+  the listener's maximum throughput and the latency at it), then offer `--rate` heartbeats/s
+  open loop (the latency at equal load). Target: Kafka-listener heartbeats/s >= 50 % of native.
+* records: `records` small records (`--value-bytes`) over `--partitions` partitions, written with
+  `Log.produce`, read from the beginning to the end once by a confluent-kafka consumer through
+  the Kafka listener (Fetch over loopback, magic v2 batches) and once by groupshift's own
+  `topics.fetcher.Fetcher` (the reader behind `pipeline.Consumer`: Parquet straight from the log
+  root, no network). Target: >= 200,000 records/s to confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+from bench.coordinator import SESSION_MS, HeartbeatLoad, form_group
+from coordinator.member.wire_client import heartbeat_body
+from coordinator.node.process import NodeProcess
+from coordinator.wire import codec as P
+from core.types import TopicPartition
+from core.zk import connect
+from topics.fetcher import Fetcher
+from topics.log import Log
+from topics.registry import create_topic
+
+HEARTBEAT_RATIO_TARGET = 0.5
+RECORDS_TARGET = 200_000
+MEMBER_ID_REQUIRED = 79
+JOIN_V, SYNC_V, HEARTBEAT_V = 5, 3, 3
+
+
+class KafkaConn:
+    """A minimal asyncio Kafka client: one request at a time, kafka-python's classes for the bytes."""
+
+    def __init__(self, reader, writer, client_id: str):
+        self.reader, self.writer, self.client_id, self.ids = reader, writer, client_id, 0
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str) -> KafkaConn:
+        r, w = await asyncio.open_connection(host, port)
+        return cls(r, w, client_id)
+
+    async def request(self, req, response_class, version: int) -> dict:
+        self.ids += 1
+        req.with_header(correlation_id=self.ids, client_id=self.client_id)
+        self.writer.write(bytes(req.encode(version=version, header=True, framed=True)))
+        size = int.from_bytes(await self.reader.readexactly(4), "big")
+        payload = await self.reader.readexactly(size)
+        return response_class.decode(payload, version=version, header=True).to_dict()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _join(group: str, member_id: str) -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id=group,
+        session_timeout_ms=SESSION_MS,
+        rebalance_timeout_ms=SESSION_MS,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")],
+    )
+
+
+async def form_kafka_group(host: str, port: int, group: str, n: int) -> list[tuple[str, int]]:
+    """n members join and sync `group` through the Kafka listener; returns [(member id, generation)]."""
+    conns = [await KafkaConn.open(host, port, f"kbench-{i}") for i in range(n)]
+    ids = []
+    for c in conns:
+        r = await c.request(_join(group, ""), JoinGroupResponse, JOIN_V)
+        assert r["error_code"] == MEMBER_ID_REQUIRED, r
+        ids.append(r["member_id"])
+    joins = await asyncio.gather(
+        *(c.request(_join(group, m), JoinGroupResponse, JOIN_V) for c, m in zip(conns, ids, strict=True))
+    )
+    assert all(j["error_code"] == 0 for j in joins), joins[:2]
+    gen, leader = joins[0]["generation_id"], joins[0]["leader"]
+
+    def sync(m: str) -> SyncGroupRequest:
+        one = SyncGroupRequest.SyncGroupRequestAssignment
+        given = [one(member_id=x, assignment=b"") for x in ids] if m == leader else []
+        return SyncGroupRequest(
+            group_id=group, generation_id=gen, member_id=m, group_instance_id=None, assignments=given
+        )
+
+    syncs = await asyncio.gather(
+        *(c.request(sync(m), SyncGroupResponse, SYNC_V) for c, m in zip(conns, ids, strict=True))
+    )
+    assert all(s["error_code"] == 0 for s in syncs), syncs[:2]
+    for c in conns:
+        c.close()
+    return [(m, gen) for m in ids]
+
+
+class KafkaHeartbeatLoad(HeartbeatLoad):
+    """`HeartbeatLoad` for Kafka frames: a Heartbeat v3 answer ends with its int16 error code."""
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        answered = 0
+        for payload in self.decoder.feed(data):
+            self.latencies.append(now - self.sent.popleft())
+            answered += 1
+            code = int.from_bytes(payload[-2:], "big", signed=True)
+            if code:
+                self.errors[code] = self.errors.get(code, 0) + 1
+        if self.running and not self.rate:
+            self._send(answered, now)
+        if not self.running and not self.sent:
+            self.done.set()
+
+
+async def heartbeats(host: str, port: int, kafka: bool, args) -> dict:
+    per_group = max(1, args.members // args.groups)
+    prefix = f"{'k' if kafka else 'n'}hb-{uuid.uuid4().hex[:6]}"
+    sem = asyncio.Semaphore(32)
+    t0 = time.monotonic()
+
+    async def one(g: int):
+        async with sem:
+            name = f"{prefix}-{g}"
+            form = form_kafka_group if kafka else form_group
+            return name, await form(host, port, name, per_group)
+
+    formed = await asyncio.gather(*(one(g) for g in range(args.groups)))
+    setup_s = time.monotonic() - t0
+    frames: list[bytes] = []
+    for group, members in formed:
+        for m, gen in members:
+            if kafka:
+                req = HeartbeatRequest(group_id=group, generation_id=gen, member_id=m, group_instance_id=None)
+                req.with_header(correlation_id=len(frames), client_id="kbench-hb")
+                frames.append(bytes(req.encode(version=HEARTBEAT_V, header=True, framed=True)))
+            else:
+                frames.append(
+                    P.encode_request(P.HEARTBEAT, len(frames), heartbeat_body(group, gen, m), "bench-hb")
+                )
+    load = KafkaHeartbeatLoad if kafka else HeartbeatLoad
+    runs = [await _measure(host, port, frames, load, args, 0.0)]
+    if args.rate:
+        runs.append(await _measure(host, port, frames, load, args, args.rate))
+    return {"members": len(frames), "setup_s": round(setup_s, 2), "runs": runs}
+
+
+async def _measure(host, port, frames, load, args, rate: float) -> dict:
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    errors: dict[int, int] = {}
+    protos = []
+    n = args.connections
+    for c in range(n):
+        mine = frames[c::n]
+        _, proto = await loop.create_connection(
+            lambda mine=mine: load(mine, args.window, rate / n, latencies, errors), host, port
+        )
+        protos.append(proto)
+    pacer = asyncio.create_task(_pace(protos)) if rate else None
+    await asyncio.sleep(1.0)  # warm-up
+    latencies.clear()
+    start = time.perf_counter()
+    await asyncio.sleep(args.seconds)
+    count = len(latencies)
+    elapsed = time.perf_counter() - start
+    sample = sorted(latencies[:count])
+    if pacer is not None:
+        pacer.cancel()
+    for p in protos:
+        p.running = False
+        if not p.sent:
+            p.done.set()
+    await asyncio.wait_for(asyncio.gather(*(p.done.wait() for p in protos)), 30)
+    for p in protos:
+        p.transport.close()
+    return {
+        "mode": f"open loop {rate:,.0f}/s" if rate else f"closed loop, {n * args.window} in flight",
+        "heartbeats_per_s": round(count / elapsed),
+        "p50_ms": round(1000 * sample[len(sample) // 2], 3),
+        "p99_ms": round(1000 * sample[int(len(sample) * 0.99)], 3),
+        "errors": errors,
+    }
+
+
+async def _pace(protos, tick: float = 0.002) -> None:
+    last = time.perf_counter()
+    while True:
+        await asyncio.sleep(tick)
+        now = time.perf_counter()
+        for p in protos:
+            p.pace(now - last, now)
+        last = now
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+
+def write_topic(zk, log: Log, topic: str, partitions: int, records: int, value_bytes: int) -> None:
+    create_topic(zk, topic, partitions=partitions)
+    log.create(topic, partitions)
+    per = records // partitions
+    chunk = 100_000
+    for p in range(partitions):
+        left = per
+        while left:
+            k = min(chunk, left)
+            log.produce(topic, pa.table({"value": [b"x" * value_bytes] * k}), partition=p)
+            left -= k
+
+
+def read_confluent(bootstrap: str, topic: str, partitions: int, records: int, timeout: float) -> float:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
+    from confluent_kafka import TopicPartition as KTP
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"kbench-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        c.assign([KTP(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        got = 0
+        t0 = time.perf_counter()
+        deadline = t0 + timeout
+        while got < records and time.perf_counter() < deadline:
+            for m in c.consume(num_messages=10_000, timeout=0.5):
+                if m.error() is None:
+                    got += 1
+        secs = time.perf_counter() - t0
+    finally:
+        c.close()
+    if got < records:
+        raise SystemExit(f"confluent-kafka read {got:,} of {records:,} records in {timeout:g} s")
+    return records / secs
+
+
+def read_fetcher(log: Log, topic: str, partitions: int, records: int, timeout: float) -> float:
+    with Fetcher(log, max_poll_records=50_000, auto_offset_reset="earliest") as f:
+        f.assign([TopicPartition(topic, p) for p in range(partitions)])
+        got = 0
+        t0 = time.perf_counter()
+        deadline = t0 + timeout
+        while got < records and time.perf_counter() < deadline:
+            got += sum(b.num_rows for b in f.poll(0.5).values())
+        secs = time.perf_counter() - t0
+    if got < records:
+        raise SystemExit(f"the fetcher read {got:,} of {records:,} records in {timeout:g} s")
+    return records / secs
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--zk", default=None, help="ZooKeeper connect string (default: start a container)")
+    ap.add_argument("--members", type=int, default=1000)
+    ap.add_argument("--groups", type=int, default=100)
+    ap.add_argument("--connections", type=int, default=20)
+    ap.add_argument("--window", type=int, default=4, help="heartbeats in flight per connection")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rate", type=float, default=5000, help="open-loop heartbeats/s (0: skip)")
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--value-bytes", type=int, default=16)
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+
+    server = None
+    zk = args.zk
+    if zk is None:
+        from experiments.cluster import ZkServer
+
+        server = ZkServer.start_single()
+        zk = server.connect_string
+    zk = f"{zk}/bench-kafka-wire-{uuid.uuid4().hex[:8]}"
+    data = Path(tempfile.mkdtemp(prefix="groupshift-kbench-"))
+    node = NodeProcess.start(
+        zk,
+        1,
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--data",
+        str(data),
+        "--group-initial-rebalance-delay-ms",
+        "200",
+        "--log-level",
+        "warning",
+        "--max-connections",
+        "20000",
+        log_path=Path("/tmp") / f"bench-kafka-wire-{uuid.uuid4().hex[:6]}.log",
+    )
+    client = connect(zk, session_timeout=10.0)
+    try:
+        results = _run(args, node, client, Log(data))
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+    finally:
+        client.stop()
+        client.close()
+        node.stop()
+        if server is not None:
+            server.remove()
+        import shutil
+
+        shutil.rmtree(data, ignore_errors=True)
+    return 0
+
+
+def _run(args, node, client, log: Log) -> dict:
+    print(f"groupshift Kafka-listener benchmark: one node, {args.members:,} members in {args.groups} groups")
+    hb = {}
+    for name, kafka, port in (("native", False, node.port), ("kafka", True, node.kafka_port)):
+        hb[name] = asyncio.run(heartbeats(node.host, port, kafka, args))
+        print(f"  {name} listener (groups formed in {hb[name]['setup_s']} s):", flush=True)
+        for r in hb[name]["runs"]:
+            print(
+                f"    {r['mode']}: {r['heartbeats_per_s']:,} heartbeats/s  p50 {r['p50_ms']} ms  "
+                f"p99 {r['p99_ms']} ms  errors {r['errors']}",
+                flush=True,
+            )
+    ratio = hb["kafka"]["runs"][0]["heartbeats_per_s"] / max(1, hb["native"]["runs"][0]["heartbeats_per_s"])
+    met = "met" if ratio >= HEARTBEAT_RATIO_TARGET else "not met"
+    print(f"  Kafka/native heartbeats/s: {ratio:.0%}  [>= {HEARTBEAT_RATIO_TARGET:.0%}: {met}]")
+
+    topic = f"kbench-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    write_topic(client, log, topic, args.partitions, args.records, args.value_bytes)
+    n = (args.records // args.partitions) * args.partitions
+    print(
+        f"records: {n:,} of {args.value_bytes} B over {args.partitions} partitions "
+        f"(written in {time.monotonic() - t0:.1f} s)",
+        flush=True,
+    )
+    ck = read_confluent(node.kafka_bootstrap, topic, args.partitions, n, timeout=300)
+    ours = read_fetcher(log, topic, args.partitions, n, timeout=300)
+    met = "met" if ck >= RECORDS_TARGET else "not met"
+    print(
+        f"  confluent-kafka through the Kafka listener: {ck:,.0f} records/s  [>= {RECORDS_TARGET:,}/s: {met}]"
+    )
+    print(f"  groupshift Fetcher on the log root:         {ours:,.0f} records/s")
+    print(f"  confluent-kafka / Fetcher: {ck / ours:.0%}")
+    return {
+        "heartbeats": hb,
+        "heartbeat_ratio": round(ratio, 3),
+        "records": n,
+        "confluent_records_per_s": round(ck),
+        "fetcher_records_per_s": round(ours),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""Migrate a stopped group's offsets into a group on any Kafka-protocol broker (`--to kafka`).
+
+    plan(zk, "billing", "zk", "127.0.0.1:9093")       # what run would do; writes nothing
+    run(zk, "billing", "zk", "127.0.0.1:9093")        # planned -> frozen -> copied -> ... -> done
+    verify(zk, "billing", "zk", "127.0.0.1:9093")     # partition by partition
+    rollback(zk, "billing")                           # the target's offsets as they were
+
+The same record, lock, checkpoints and states as `migrate.offline` (its `_Run` writes them in
+ZooKeeper, `/groupshift/migrations/<g>`); only the destination differs: it is read and written
+through `migrate.kafka_target` (confluent-kafka's AdminClient), and the record keeps the
+bootstrap. `prior` holds the target group's offsets before the run, for the partitions the
+source has and any the broker lists; a rollback commits them again, or deletes the group
+(DeleteGroups) when it had none. Every check happens before the record is written.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from kazoo.client import KazooClient
+
+from core.errors import GroupshiftError, UnknownGroup
+from core.types import TopicPartition
+from migrate import offline, writes
+from migrate import record as R
+from migrate.kafka_target import KafkaTarget, check_bootstrap
+from migrate.model import SCHEMES, check_scheme
+from migrate.offline import MigrationBusy, checkpoint
+
+DEST = "kafka"
+
+
+def check_args(source: str, mode: str = "offline") -> None:
+    check_scheme(source, SCHEMES)
+    if mode != "offline":
+        raise GroupshiftError(
+            "a migration to kafka is offline (--mode offline); the bridge is zk -> coordinator"
+        )
+
+
+def _conflict(rec: R.Migration | None, source: str, bootstrap: str) -> str | None:
+    why = R.conflict(rec, source, DEST, "offline")
+    if why or rec is None or rec.state in R.TERMINAL or rec.bootstrap == bootstrap:
+        return why
+    return (
+        f"an unfinished migration of {rec.group!r} to kafka at {rec.bootstrap} is {rec.state}; finish it "
+        f"with `--bootstrap {rec.bootstrap}` or undo it with `migrate rollback`"
+    )
+
+
+def _source_members(zk: KazooClient, group: str, source: str) -> None:
+    names = offline.live_members(zk, source, group)
+    if names:
+        raise writes.GroupActive(offline._members_refusal(group, source, names, "source"))
+
+
+# -- plan ------------------------------------------------------------------------------------------
+
+
+def plan(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
+    """What `run` would do, and the checks it would make; writes nothing."""
+    check_args(source)
+    bootstrap = check_bootstrap(bootstrap)
+    if not offline.exists(zk, source, group):
+        raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
+    src = offline.offsets(zk, source, group)
+    members = offline.live_members(zk, source, group)
+    rec, _ = offline.read_record(zk, group)
+    holder = offline.lock_holder(zk, group)
+    resuming = rec is not None and rec.state not in R.TERMINAL
+    with KafkaTarget(bootstrap) as t:
+        counts = t.partitions(sorted({tp.topic for tp in src}))
+        missing = [tp for tp in sorted(src) if counts[tp.topic] is None or tp.partition >= counts[tp.topic]]
+        dst = t.offsets(group, list(src))
+        target_members = t.members(group)
+    absent = f"{missing[0].topic}:{missing[0].partition}" if missing else ""
+    checks = [
+        ("source has no live members", not members, ", ".join(members[:10])),
+        (
+            "destination has no live members",
+            not target_members,
+            ", ".join(target_members[:10])
+            if target_members
+            else "not checkable: no DescribeGroups on the broker; it refuses a commit into an active group"
+            if target_members is None
+            else "",
+        ),
+        ("source has committed offsets", bool(src), f"{len(src)} partitions"),
+        (
+            "destination has every partition",
+            not missing,
+            f"{len(missing)} missing, e.g. {absent}" if missing else "",
+        ),
+        (
+            "destination has no offsets of its own",
+            resuming or not dst,
+            f"{len(dst)} partitions" + ("; resuming" if resuming else " (pass --overwrite)" if dst else ""),
+        ),
+        ("no other migration running", holder is None, offline._holder_text(holder) if holder else ""),
+        ("no unfinished migration with other arguments", _conflict(rec, source, bootstrap) is None, ""),
+        (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
+    ]
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
+        for tp in sorted(src)
+    ]
+    return {
+        "group": group,
+        "from": source,
+        "to": DEST,
+        "bootstrap": bootstrap,
+        "mode": "offline",
+        "partitions": len(src),
+        "to_copy": len(R.diff(src, dst)),
+        "members": members,
+        "record": rec.state if rec else None,
+        "steps": [s for s in R.ORDER if not resuming or R.ORDER.index(s) > R.ORDER.index(rec.state)],
+        "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
+        "offsets": rows,
+    }
+
+
+# -- run -------------------------------------------------------------------------------------------
+
+
+def run(
+    zk: KazooClient,
+    group: str,
+    source: str,
+    bootstrap: str,
+    *,
+    overwrite: bool = False,
+    batch: int = writes.BATCH,
+    say=lambda line: None,
+    progress=None,
+) -> R.Migration:
+    """Start or resume the migration into the Kafka-protocol group; returns the record in state done."""
+    check_args(source)
+    bootstrap = check_bootstrap(bootstrap)
+    rec, version = offline.read_record(zk, group)
+    why = _conflict(rec, source, bootstrap)
+    if why:
+        raise MigrationBusy(why)
+    with KafkaTarget(bootstrap) as t:
+        if _already_done(t, rec, source) and not overwrite:
+            offline._clear_dead_lock(zk, group)
+            say(f"migrate {group}: already done from {source} to kafka at {bootstrap}; nothing to do")
+            return rec
+        resuming = rec is not None and rec.state not in R.TERMINAL
+        holder = offline.lock_holder(zk, group)
+        if holder is not None and not offline._dead_here(holder):
+            raise MigrationBusy(
+                f"a migration of group {group!r} is already running ({offline._holder_text(holder)}); "
+                "wait for it to finish"
+            )
+        if not resuming and not offline.exists(zk, source, group):
+            raise UnknownGroup(
+                f"group {group!r} does not exist under scheme {source}; check the name (and --zk)"
+            )
+        _source_members(zk, group, source)
+        if resuming:
+            t.check_idle(group)
+        else:
+            src = offline.offsets(zk, source, group)
+            if not src:
+                raise GroupshiftError(
+                    f"group {group!r} has no committed offsets under {source}; nothing to migrate"
+                )
+            R.check_bound(len(src), f"group {group!r} under {source}")
+            t.check_partitions(list(src))
+            dst = t.offsets(group, list(src))
+            t.check_idle(group, dst)
+            if dst and not overwrite:
+                raise GroupshiftError(
+                    f"group {group!r} already has {len(dst)} committed offset(s) on {bootstrap}; "
+                    "pass --overwrite to replace them (a rollback restores them)"
+                )
+        st = offline._Run(zk, group, say)
+        st.lock()
+        try:
+            if resuming:
+                st.rec, st.version = offline.read_record(zk, group)  # re-read under the lock
+                if st.rec is None or st.rec.state in R.TERMINAL:
+                    raise MigrationBusy(
+                        f"the migration of {group!r} finished meanwhile; see `migrate status`"
+                    )
+                say(f"migrate {group}: resuming from {st.rec.state}")
+                return _advance(st, t, batch, progress)
+            new = R.new(group, source, DEST, "offline", offline._now(), dst, bool(dst), overwrite)
+            new = msgspec.structs.replace(new, bootstrap=bootstrap)
+            st.rec, st.version = rec, (version if rec is not None else -1)
+            st.write(new)
+            return _advance(st, t, batch, progress, read=(src, dst))
+        finally:
+            st.unlock()
+
+
+def _already_done(t: KafkaTarget, rec: R.Migration | None, source: str) -> bool:
+    if (
+        rec is None
+        or rec.state != R.DONE
+        or (rec.source, rec.dest, rec.bootstrap) != (source, DEST, t.bootstrap)
+    ):
+        return False
+    want = R.as_offsets(rec.snapshot)
+    return not R.diff(want, t.offsets(rec.group, list(want)))
+
+
+def _advance(st, t: KafkaTarget, batch: int, progress, read: tuple[dict, dict] | None = None) -> R.Migration:
+    zk, g = st.zk, st.group
+    m = st.rec
+    fresh = False
+    dest_now = None
+    if m.state == R.PLANNED:
+        checkpoint("before:snapshot")
+        snap = read[0] if read is not None else offline.offsets(zk, m.source, g)
+        R.check_bound(len(snap), f"group {g!r} under {m.source}")
+        st.write(R.advance(m, R.FROZEN, offline._now(), snapshot=R.as_rows(snap)))
+        fresh = True
+        dest_now = read[1] if read is not None else None
+    while st.rec.state in (R.FROZEN, R.COPIED):
+        m = st.rec
+        want = R.as_offsets(m.snapshot)
+        if not fresh:
+            offline._check_source(zk, m, want)
+        have = t.offsets(g, list(want)) if dest_now is None else dest_now
+        todo = {tp: want[tp] for tp in R.diff(want, have)}
+        checkpoint("before:copy")
+        if todo:
+            _copy(st, t, todo, batch, progress)
+        if m.state == R.FROZEN:
+            st.write(R.advance(m, R.COPIED, offline._now()))
+        have = t.offsets(g, list(want))
+        bad = R.diff(want, have)
+        if bad:
+            tp = bad[0]
+            raise GroupshiftError(
+                f"{len(bad)} partition(s) differ after the copy ({tp.topic}-{tp.partition}: "
+                f"source {want[tp]}, destination {have.get(tp)}); run again to copy them again, or roll back"
+            )
+        st.write(R.advance(st.rec, R.VERIFIED, offline._now()))
+    if st.rec.state == R.VERIFIED:
+        m = st.rec
+        _source_members(zk, g, m.source)
+        t.check_idle(g)
+        offline._check_source(zk, m, R.as_offsets(m.snapshot))
+        st.write(R.advance(m, R.SWITCHED, offline._now()))
+    if st.rec.state == R.SWITCHED:
+        st.write(R.advance(st.rec, R.DONE, offline._now()))
+    return st.rec
+
+
+def _copy(st, t: KafkaTarget, todo: dict[TopicPartition, int], batch: int, progress) -> None:
+    n = [0]
+    started = time.monotonic()
+
+    def step(done: int, total: int) -> None:
+        n[0] += 1
+        if progress is not None:
+            progress(done, total)
+        checkpoint(f"copy:{n[0]}")
+
+    requests = t.commit(st.group, todo, batch=batch, progress=step)
+    secs = max(time.monotonic() - started, 1e-6)
+    st.say(
+        f"migrate {st.group}: copied {len(todo)} offsets to {t.bootstrap} in {requests} OffsetCommit "
+        f"request(s) ({len(todo) / secs:,.0f} partitions/s)"
+    )
+
+
+# -- rollback ------------------------------------------------------------------------------------
+
+
+def recorded(zk: KazooClient, group: str) -> bool:
+    """The group's recorded migration goes to kafka (so `migrate rollback` comes here)."""
+    rec, _ = offline.read_record(zk, group)
+    return rec is not None and rec.dest == DEST
+
+
+def rollback(
+    zk: KazooClient, group: str, *, bootstrap: str | None = None, say=lambda line: None, progress=None
+) -> R.Migration:
+    """Put the target group back as it was; the record becomes rolled_back."""
+    rec, _ = offline.read_record(zk, group)
+    if rec is None:
+        raise GroupshiftError(f"no migration of group {group!r} is recorded; nothing to roll back")
+    if rec.dest != DEST:
+        raise GroupshiftError(
+            f"the migration of {group!r} goes to {rec.dest}, not to kafka; roll it back without --bootstrap"
+        )
+    if rec.state == R.DONE:
+        raise GroupshiftError(
+            f"the migration of {group!r} from {rec.source} to kafka at {rec.bootstrap} is done; "
+            "nothing to roll back (the source's offsets were never changed)"
+        )
+    if rec.state == R.ROLLED_BACK:
+        raise GroupshiftError(f"the migration of {group!r} is already rolled back")
+    holder = offline.lock_holder(zk, group)
+    if holder is not None and not offline._dead_here(holder):
+        raise MigrationBusy(
+            f"a migration of group {group!r} is running ({offline._holder_text(holder)}); "
+            "wait for it before rolling back"
+        )
+    with KafkaTarget(check_bootstrap(bootstrap) if bootstrap else rec.bootstrap) as t:
+        _source_members(zk, group, rec.source)
+        t.check_idle(group)
+        st = offline._Run(zk, group, say)
+        st.lock()
+        try:
+            st.rec, st.version = offline.read_record(zk, group)
+            m = st.rec
+            if m is None or m.state in R.TERMINAL:
+                raise MigrationBusy(f"the migration of {group!r} finished meanwhile; see `migrate status`")
+            _restore(t, m, progress, say)
+            st.write(R.advance(m, R.ROLLED_BACK, offline._now()))
+            return st.rec
+        finally:
+            st.unlock()
+
+
+def _restore(t: KafkaTarget, m: R.Migration, progress, say) -> None:
+    g = m.group
+    prior, copied = R.as_offsets(m.prior), R.as_offsets(m.snapshot)
+    have = t.offsets(g, sorted(set(prior) | set(copied)))
+    checkpoint("before:restore")
+    if not prior:
+        if not have:
+            return
+        if t.delete_group(g):
+            say(f"migrate {g}: deleted group {g} on {t.bootstrap} (it had no offsets before)")
+        else:
+            say(
+                f"migrate {g}: warning: {t.bootstrap} serves no DeleteGroups; the {len(have)} offset(s) the "
+                "copy wrote stay there (delete the group with the broker's own tools)"
+            )
+        return
+    back = {tp: prior[tp] for tp in R.diff(prior, have)}
+    extra = [tp for tp in copied if tp in have and tp not in prior]
+    if extra:
+        if t.delete_group(g):  # Kafka has OffsetDelete, but not every broker: delete and write back
+            say(f"migrate {g}: deleted group {g} on {t.bootstrap} to drop {len(extra)} copied offset(s)")
+            back = dict(prior)
+        else:
+            say(
+                f"migrate {g}: warning: {t.bootstrap} serves no DeleteGroups; {len(extra)} offset(s) "
+                "the copy added for partitions the group had none for stay there"
+            )
+    if back:
+        t.commit(g, back, progress=progress)
+        say(f"migrate {g}: restored {len(back)} offsets on {t.bootstrap}")
+    checkpoint("restored")
+
+
+# -- verify ----------------------------------------------------------------------------------------
+
+
+def verify(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
+    """Compare the target group with the source now (and with the frozen snapshot, when recorded)."""
+    check_args(source)
+    bootstrap = check_bootstrap(bootstrap)
+    if not offline.exists(zk, source, group):
+        raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
+    src = offline.offsets(zk, source, group)
+    with KafkaTarget(bootstrap) as t:
+        dst = t.offsets(group, list(src))
+    rec, _ = offline.read_record(zk, group)
+    snap = (
+        R.as_offsets(rec.snapshot)
+        if rec and (rec.source, rec.dest, rec.bootstrap) == (source, DEST, bootstrap)
+        else None
+    )
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "source": src.get(tp), "destination": dst.get(tp)}
+        for tp in R.diff(src, dst)
+    ]
+    return {
+        "group": group,
+        "from": source,
+        "to": DEST,
+        "bootstrap": bootstrap,
+        "partitions": len(src),
+        "equal": not rows,
+        "differ": rows,
+        "source_matches_snapshot": None if snap is None else snap == src,
+        "record": rec.state if rec else None,
+    }
