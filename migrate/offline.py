@@ -499,21 +499,8 @@ def verify(zk: KazooClient, group: str, source: str, dest: str) -> dict:
         raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
     src, dst = offsets(zk, source, group), offsets(zk, dest, group)
     rec, _ = read_record(zk, group)
-    snap = R.as_offsets(rec.snapshot) if rec and (rec.source, rec.dest) == (source, dest) else None
-    rows = [
-        {"topic": tp.topic, "partition": tp.partition, "source": src.get(tp), "destination": dst.get(tp)}
-        for tp in R.diff(src, dst)
-    ]
-    return {
-        "group": group,
-        "from": source,
-        "to": dest,
-        "partitions": len(src),
-        "equal": not rows,
-        "differ": rows,
-        "source_matches_snapshot": None if snap is None else snap == src,
-        "record": rec.state if rec else None,
-    }
+    ours = rec is not None and (rec.source, rec.dest) == (source, dest)
+    return R.verify_report(group, source, dest, src, dst, rec, ours)
 
 
 def status(zk: KazooClient, group: str) -> dict:

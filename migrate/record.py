@@ -150,3 +150,32 @@ def conflict(m: Migration | None, source: str, dest: str, mode: str | None = Non
 def diff(want: dict[TopicPartition, int], have: dict[TopicPartition, int]) -> list[TopicPartition]:
     """Partitions of `want` whose offset `have` does not hold."""
     return [tp for tp in sorted(want) if have.get(tp) != want[tp]]
+
+
+def verify_report(
+    group: str,
+    source: str,
+    dest: str,
+    src: dict[TopicPartition, int],
+    dst: dict[TopicPartition, int],
+    rec: Migration | None,
+    snapshot_matches: bool,
+) -> dict:
+    """What `migrate verify` prints: the partitions whose offsets differ between the source and the
+    destination, and whether the source still equals the migration record's snapshot (None: no
+    record of this migration)."""
+    snap = as_offsets(rec.snapshot) if rec is not None and snapshot_matches else None
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, "source": src.get(tp), "destination": dst.get(tp)}
+        for tp in diff(src, dst)
+    ]
+    return {
+        "group": group,
+        "from": source,
+        "to": dest,
+        "partitions": len(src),
+        "equal": not rows,
+        "differ": rows,
+        "source_matches_snapshot": None if snap is None else snap == src,
+        "record": rec.state if rec else None,
+    }

@@ -365,23 +365,6 @@ def verify(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
     with KafkaTarget(bootstrap) as t:
         dst = t.offsets(group, list(src))
     rec, _ = offline.read_record(zk, group)
-    snap = (
-        R.as_offsets(rec.snapshot)
-        if rec and (rec.source, rec.dest, rec.bootstrap) == (source, DEST, bootstrap)
-        else None
-    )
-    rows = [
-        {"topic": tp.topic, "partition": tp.partition, "source": src.get(tp), "destination": dst.get(tp)}
-        for tp in R.diff(src, dst)
-    ]
-    return {
-        "group": group,
-        "from": source,
-        "to": DEST,
-        "bootstrap": bootstrap,
-        "partitions": len(src),
-        "equal": not rows,
-        "differ": rows,
-        "source_matches_snapshot": None if snap is None else snap == src,
-        "record": rec.state if rec else None,
-    }
+    ours = rec is not None and (rec.source, rec.dest, rec.bootstrap) == (source, DEST, bootstrap)
+    report = R.verify_report(group, source, DEST, src, dst, rec, ours)
+    return {k: report[k] for k in ("group", "from", "to")} | {"bootstrap": bootstrap} | report

@@ -16,7 +16,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,10 +32,8 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
-from coordinator.node.process import NodeProcess
 from core.types import TopicPartition
-from core.zk import connect
-from topics.store import TopicStore
+from tests.kafka_helpers import Polling, kafka_node, new_topic, produce
 from zk_rebalance.member import ZkGroupMember
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,44 +65,8 @@ KP = dict(
 def node(zk_connect, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    proc = NodeProcess.start(
-        zk_connect,
-        1,
-        "--kafka-listen",
-        "127.0.0.1:0",
-        "--data",
-        str(data),
-        "--group-initial-rebalance-delay-ms",
-        "0",
-        "--group-min-session-timeout-ms",
-        "100",
-        log_path=tmp_path / "node-1.log",
-    )
-    proc.zk = zk_connect
-    proc.data = data
-    client = connect(zk_connect, session_timeout=6.0)
-    proc.zk_client = client
-    proc.store = TopicStore(data, client)
-    try:
+    with kafka_node(zk_connect, data, tmp_path / "node-1.log") as proc:
         yield proc
-    finally:
-        proc.stop()
-        client.stop()
-        client.close()
-
-
-def _topic(node, partitions: int) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    node.store.create_topic(name, partitions)
-    return name
-
-
-def _produce(node, topic: str, n: int, start: int = 0, partitions: int = 2) -> set[bytes]:
-    """`n` records v-<i>, spread round-robin over the partitions, written with the project's Log."""
-    values = [f"v-{i}".encode() for i in range(start, start + n)]
-    for p in range(partitions):
-        node.store.log.produce(topic, [(b"k", v) for v in values[p::partitions]], partition=p)
-    return set(values)
 
 
 def _read_values(log, tp: TopicPartition, start: int) -> list[bytes]:
@@ -176,8 +137,8 @@ def _ck_assigned(c: Consumer) -> set[int]:
 
 
 def test_confluent_consumer_reads_once_commits_and_resumes(node):
-    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
-    first = _produce(node, topic, 200)
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    first = produce(node, topic, 200)
     c = _ck_consumer(node, group, topic)
     try:
         got = _ck_consume(c, 200)
@@ -189,7 +150,7 @@ def test_confluent_consumer_reads_once_commits_and_resumes(node):
     finally:
         c.close()
     assert _committed(node, group, topic) == {0: 100, 1: 100}
-    second = _produce(node, topic, 30, start=200)
+    second = produce(node, topic, 30, start=200)
     c = _ck_consumer(node, group, topic)
     try:
         got = _ck_consume(c, 30)
@@ -212,7 +173,7 @@ def _wait_split(consumers: list, assigned, partitions: set[int], polls, timeout:
 
 
 def test_confluent_consumers_share_partitions_and_rebalance(node):
-    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
     c1 = _ck_consumer(node, group, topic)
     c2 = None
     try:
@@ -227,34 +188,6 @@ def test_confluent_consumers_share_partitions_and_rebalance(node):
         c1.close()
         if c2 is not None:
             c2.close()
-
-
-class _Polling(threading.Thread):
-    """Polls one consumer in a thread of its own (neither client is thread-safe, and a long poll of
-    one must not starve the other's rebalance): values read, the current assignment, and a commit
-    when stopped."""
-
-    def __init__(self, poll, assigned, commit):
-        super().__init__(daemon=True)
-        self.poll, self.assigned_of, self.commit = poll, assigned, commit
-        self.got: list[bytes] = []
-        self.assigned: set[int] = set()
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            while not self.stop.is_set():
-                self.got.extend(self.poll())
-                self.assigned = self.assigned_of()
-            self.commit()
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.join(30)
-        assert not self.is_alive() and self.error is None, self.error
 
 
 def _kp_values(c: KafkaConsumer, timeout_ms: int = 500) -> list[bytes]:
@@ -274,7 +207,7 @@ def _wait_for(what: str, condition, timeout: float = 40.0) -> None:
 )
 def test_kafka_python_and_confluent_share_a_group(node, kp_assignor, ck_strategy):
     """Both clients speak Kafka's binary ConsumerProtocol; the coordinator passes it through."""
-    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
     kp = KafkaConsumer(
         topic,
         group_id=group,
@@ -284,8 +217,8 @@ def test_kafka_python_and_confluent_share_a_group(node, kp_assignor, ck_strategy
     )
     ck = _ck_consumer(node, group, topic, **{"partition.assignment.strategy": ck_strategy})
     threads = [
-        _Polling(lambda: _kp_values(kp), lambda: {tp.partition for tp in kp.assignment()}, kp.commit),
-        _Polling(lambda: _ck_poll(ck, 0.5), lambda: _ck_assigned(ck), lambda: ck.commit(asynchronous=False)),
+        Polling(lambda: _kp_values(kp), lambda: {tp.partition for tp in kp.assignment()}, kp.commit),
+        Polling(lambda: _ck_poll(ck, 0.5), lambda: _ck_assigned(ck), lambda: ck.commit(asynchronous=False)),
     ]
     try:
         for t in threads:
@@ -296,7 +229,7 @@ def test_kafka_python_and_confluent_share_a_group(node, kp_assignor, ck_strategy
             return len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}
 
         _wait_for(f"a 2/2 split: {[sorted(t.assigned) for t in threads]}", split)
-        values = _produce(node, topic, 400, partitions=4)
+        values = produce(node, topic, 400, partitions=4)
         _wait_for("400 records read", lambda: sum(len(t.got) for t in threads) >= 400)
         time.sleep(1.0)  # nothing more arrives
         for t in threads:
@@ -316,8 +249,8 @@ def test_kafka_python_and_confluent_share_a_group(node, kp_assignor, ck_strategy
 
 
 def test_confluent_admin_agrees_with_groups_describe(node):
-    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
-    _produce(node, topic, 10)
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(node, topic, 10)
     c = _ck_consumer(node, group, topic)
     admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
     try:
@@ -362,8 +295,8 @@ def _kcat(node, *args: str, input: str | None = None, timeout: float = 60) -> su
 
 @needs_kcat
 def test_kcat_lists_reads_consumes_as_a_group_and_produces(node):
-    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
-    values = _produce(node, topic, 50)
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    values = produce(node, topic, 50)
     meta = json.loads(_kcat(node, "-L", "-J").stdout)
     [listed] = [t for t in meta["topics"] if t["topic"] == topic]
     assert sorted(p["partition"] for p in listed["partitions"]) == [0, 1]
@@ -474,8 +407,8 @@ def _http_json(url: str) -> dict | None:
 
 @needs_burrow
 def test_burrow_lag_of_a_scheme_one_group_agrees_with_groups_describe(node, tmp_path):
-    topic, group = _topic(node, 2), f"legacy-{uuid.uuid4().hex[:8]}"
-    _produce(node, topic, 100)  # log end 50 on each partition
+    topic, group = new_topic(node, 2), f"legacy-{uuid.uuid4().hex[:8]}"
+    produce(node, topic, 100)  # log end 50 on each partition
     # kafka_zk lists /consumers once at start and gives up if it is missing (a 0.8 cluster has it).
     node.zk_client.ensure_path("/consumers")
     http_port = _free_port()
@@ -536,13 +469,13 @@ def test_old_join_group_version_is_admitted_without_member_id_required(node):
     """kafka-python told the broker is Kafka 1.0 joins with JoinGroup v2 (before KIP-394): the
     listener takes the MEMBER_ID_REQUIRED round trip for it, and it shares a group with a v5 member."""
     assert BROKER_API_VERSIONS[(1, 0)][11] == (0, 2)  # JoinGroup v2 at most
-    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
     old = KafkaConsumer(
         topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, api_version=(1, 0), **KP
     )
     new = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **KP)
     threads = [
-        _Polling(lambda c=c: _kp_values(c), lambda c=c: {tp.partition for tp in c.assignment()}, lambda: None)
+        Polling(lambda c=c: _kp_values(c), lambda c=c: {tp.partition for tp in c.assignment()}, lambda: None)
         for c in (old, new)
     ]
     try:
@@ -554,7 +487,7 @@ def test_old_join_group_version_is_admitted_without_member_id_required(node):
             return len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}
 
         _wait_for(f"a 2/2 split: {[sorted(t.assigned) for t in threads]}", split)
-        values = _produce(node, topic, 100, partitions=4)
+        values = produce(node, topic, 100, partitions=4)
         _wait_for("100 records read", lambda: sum(len(t.got) for t in threads) >= 100)
         time.sleep(1.0)
         for t in threads:

@@ -22,11 +22,10 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from coordinator.kafka_wire import codec as K
-from coordinator.node.process import NodeProcess
 from coordinator.node.store import BROKERS
 from core.types import TopicPartition as TP
 from core.zk import connect
-from topics.store import TopicStore
+from tests.kafka_helpers import Polling, kafka_node, new_topic, produce
 
 REPO = Path(__file__).resolve().parent.parent
 CONSUMER = dict(
@@ -44,41 +43,8 @@ CONSUMER = dict(
 def node(zk_server, tmp_path_factory):
     zk = f"{zk_server.connect_string}/t-kafka-listener-{uuid.uuid4().hex[:8]}"
     data = tmp_path_factory.mktemp("kafka-data")
-    log = tmp_path_factory.mktemp("node") / "node-1.log"
-    proc = NodeProcess.start(
-        zk,
-        1,
-        "--kafka-listen",
-        "127.0.0.1:0",
-        "--data",
-        str(data),
-        "--group-initial-rebalance-delay-ms",
-        "0",
-        "--group-min-session-timeout-ms",
-        "100",
-        log_path=log,
-    )
-    proc.zk = zk
-    proc.data = data
-    client = connect(zk, session_timeout=6.0)
-    proc.store = TopicStore(data, client)
-    yield proc
-    proc.stop()
-    client.stop()
-    client.close()
-
-
-def _topic(node, partitions: int) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    node.store.create_topic(name, partitions)
-    return name
-
-
-def _produce(node, topic: str, n: int, start: int = 0, partitions: int = 2) -> set[bytes]:
-    values = [f"v-{i}".encode() for i in range(start, start + n)]
-    for p in range(partitions):
-        node.store.log.produce(topic, [(b"k", v) for v in values[p::partitions]], partition=p)
-    return set(values)
+    with kafka_node(zk, data, tmp_path_factory.mktemp("node") / "node-1.log") as proc:
+        yield proc
 
 
 def _consume(consumer, count: int, timeout: float = 30.0) -> list[bytes]:
@@ -102,8 +68,8 @@ def test_registration_advertises_the_kafka_endpoint(node):
 
 
 def test_consumer_reads_to_the_end_once_commits_and_resumes(node):
-    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
-    first = _produce(node, topic, 100)
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    first = produce(node, topic, 100)
     c = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **CONSUMER)
     try:
         got = _consume(c, 100)
@@ -114,7 +80,7 @@ def test_consumer_reads_to_the_end_once_commits_and_resumes(node):
         assert committed == {0: 50, 1: 50}
     finally:
         c.close()
-    second = _produce(node, topic, 20, start=100)
+    second = produce(node, topic, 20, start=100)
     c = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **CONSUMER)
     try:
         got = _consume(c, 20)
@@ -128,39 +94,48 @@ def _assigned(c) -> set[int]:
 
 
 def test_two_consumers_share_the_partitions_and_rebalance(node):
-    topic, group = _topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+
+    def polling(c: KafkaConsumer) -> Polling:
+        # Each consumer polls in a thread of its own: alternating polls in one thread starve a
+        # rebalance (kafka-python drops a SyncGroup answer that arrives after its poll timed out).
+        return Polling(lambda: c.poll(timeout_ms=100) and [], lambda: _assigned(c), lambda: None)
+
+    def wait(what: str, cond) -> None:
+        deadline = time.monotonic() + 40
+        while not cond():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
     c1 = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **CONSUMER)
-    c2 = None
+    c2 = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **CONSUMER)
+    p1, p2 = polling(c1), polling(c2)
     try:
-        deadline = time.monotonic() + 30
-        while _assigned(c1) != {0, 1, 2, 3} and time.monotonic() < deadline:
-            c1.poll(timeout_ms=100)
-        assert _assigned(c1) == {0, 1, 2, 3}
-        c2 = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **CONSUMER)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            c1.poll(timeout_ms=100)
-            c2.poll(timeout_ms=100)
-            a1, a2 = _assigned(c1), _assigned(c2)
-            if a1 and a2 and not a1 & a2 and a1 | a2 == {0, 1, 2, 3}:
-                break
-        assert len(_assigned(c1)) == 2 and len(_assigned(c2)) == 2
-        assert _assigned(c1) | _assigned(c2) == {0, 1, 2, 3}
+        p1.start()
+        wait("c1 holds every partition", lambda: p1.assigned == {0, 1, 2, 3})
+        p2.start()
+        wait(
+            "c1 and c2 share the partitions",
+            lambda: (
+                len(p1.assigned) == 2 and len(p2.assigned) == 2 and p1.assigned | p2.assigned == {0, 1, 2, 3}
+            ),
+        )
+        p2.finish()
         c2.close()
-        c2 = None
-        deadline = time.monotonic() + 30
-        while _assigned(c1) != {0, 1, 2, 3} and time.monotonic() < deadline:
-            c1.poll(timeout_ms=100)
-        assert _assigned(c1) == {0, 1, 2, 3}  # the leave rebalanced the group at once
+        wait("the leave gave c1 every partition again", lambda: p1.assigned == {0, 1, 2, 3})
+        p1.finish()
     finally:
+        for p in (p1, p2):
+            p.stop.set()
+            if p.is_alive():
+                p.join(30)
         c1.close()
-        if c2 is not None:
-            c2.close()
+        c2.close()
 
 
 def test_admin_client_agrees_with_groups_describe(node):
-    topic, group = _topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
-    _produce(node, topic, 10)
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(node, topic, 10)
     c = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **CONSUMER)
     admin = KafkaAdminClient(bootstrap_servers=node.kafka_bootstrap, request_timeout_ms=20000)
     try:
@@ -194,7 +169,7 @@ def test_admin_client_agrees_with_groups_describe(node):
 
 
 def test_producer_writes_into_the_log(node):
-    topic = _topic(node, 2)
+    topic = new_topic(node, 2)
     producer = KafkaProducer(
         bootstrap_servers=node.kafka_bootstrap, acks=1, enable_idempotence=False, request_timeout_ms=20000
     )

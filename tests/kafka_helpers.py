@@ -1,0 +1,84 @@
+"""Shared by the Kafka-listener tests: a coordinator node with a Kafka listener, topics, records."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from coordinator.node.process import NodeProcess
+from core.zk import connect
+from topics.store import TopicStore
+
+
+@contextlib.contextmanager
+def kafka_node(zk: str, data: Path, log_path: Path) -> Iterator[NodeProcess]:
+    """Node 1 with `--kafka-listen 127.0.0.1:0` on the log root `data`; `.zk`, `.data`, `.store` set."""
+    proc = NodeProcess.start(
+        zk,
+        1,
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--data",
+        str(data),
+        "--group-initial-rebalance-delay-ms",
+        "0",
+        "--group-min-session-timeout-ms",
+        "100",
+        log_path=log_path,
+    )
+    proc.zk = zk
+    proc.data = data
+    client = connect(zk, session_timeout=6.0)
+    proc.zk_client = client
+    proc.store = TopicStore(data, client)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        client.stop()
+        client.close()
+
+
+def new_topic(node: NodeProcess, partitions: int) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    node.store.create_topic(name, partitions)
+    return name
+
+
+def produce(node: NodeProcess, topic: str, n: int, start: int = 0, partitions: int = 2) -> set[bytes]:
+    """`n` records v-<i>, spread round-robin over the partitions, written with the project's Log."""
+    values = [f"v-{i}".encode() for i in range(start, start + n)]
+    for p in range(partitions):
+        node.store.log.produce(topic, [(b"k", v) for v in values[p::partitions]], partition=p)
+    return set(values)
+
+
+class Polling(threading.Thread):
+    """Polls one consumer in a thread of its own (neither client is thread-safe, and a long poll of
+    one must not starve the other's rebalance): values read, the current assignment, and a commit
+    when stopped."""
+
+    def __init__(self, poll, assigned, commit):
+        super().__init__(daemon=True)
+        self.poll, self.assigned_of, self.commit = poll, assigned, commit
+        self.got: list[bytes] = []
+        self.assigned: set[int] = set()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.got.extend(self.poll())
+                self.assigned = self.assigned_of()
+            self.commit()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(30)
+        assert not self.is_alive() and self.error is None, self.error
