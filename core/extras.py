@@ -19,6 +19,7 @@ from core.errors import GroupshiftError
 EXTRAS = {
     "spark": ("pyspark", "pandas"),
     "experiments": ("testcontainers", "matplotlib"),
+    "kafka": ("confluent-kafka",),
 }
 
 

@@ -27,6 +27,7 @@ import socket
 import struct
 
 from core.errors import GroupshiftError, UnknownGroup
+from core.extras import require
 from core.types import TopicPartition
 
 TIMEOUT_S = 10.0
@@ -89,7 +90,7 @@ class KafkaTarget:
         self._admin = None
 
     def open(self) -> KafkaTarget:
-        from confluent_kafka.admin import AdminClient
+        AdminClient = require("confluent_kafka.admin", "kafka").AdminClient
 
         ms = int(self.timeout * 1000)
         self._admin = AdminClient(
@@ -116,7 +117,7 @@ class KafkaTarget:
         return self._apis is None or api_key in self._apis
 
     def _metadata(self, topic: str | None = None):
-        from confluent_kafka import KafkaException
+        KafkaException = require("confluent_kafka", "kafka").KafkaException
 
         try:
             return self._admin.list_topics(topic=topic, timeout=self.timeout)
@@ -154,7 +155,7 @@ class KafkaTarget:
                 )
 
     def _result(self, futures: dict, group: str, what: str):
-        from confluent_kafka import KafkaException
+        KafkaException = require("confluent_kafka", "kafka").KafkaException
 
         try:
             return futures[group].result(timeout=self.timeout + 5)
@@ -193,7 +194,7 @@ class KafkaTarget:
 
     def members(self, group: str) -> list[str] | None:
         """Who is in the group (`client_id (member_id)`); None when the broker serves no DescribeGroups."""
-        from confluent_kafka import KafkaException
+        KafkaException = require("confluent_kafka", "kafka").KafkaException
 
         if not self.serves(DESCRIBE_GROUPS):
             return None
@@ -271,7 +272,7 @@ class KafkaTarget:
 
     def delete_group(self, group: str) -> bool:
         """Delete the group and its offsets (DeleteGroups); False when the broker does not serve it."""
-        from confluent_kafka import KafkaException
+        KafkaException = require("confluent_kafka", "kafka").KafkaException
 
         if not self.serves(DELETE_GROUPS):
             return False
@@ -301,7 +302,7 @@ class KafkaTarget:
 
     def watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         """(log start, log end) of each partition (ListOffsets)."""
-        from confluent_kafka import KafkaException
+        KafkaException = require("confluent_kafka", "kafka").KafkaException
         from confluent_kafka import TopicPartition as KTP
         from confluent_kafka.admin import OffsetSpec
 
