@@ -131,18 +131,24 @@ def processed(events: list[dict]) -> Counter:
 
 
 def in_doubt(events: list[dict]) -> list[dict]:
-    """Commits whose member died before logging the result (`commit_begin` not followed by a
-    `commit`), each with the batches the group's next reads show were committed after all: a
-    batch `[tp, a, b]` was committed when another member's next read of `tp` began at `b + 1`."""
+    """Commits whose outcome the member could not know, each with the batches the group's next reads
+    show were committed after all: a member killed before logging the result (`commit_begin` not
+    followed by a `commit`), and a failed commit (the client may report a refusal although an
+    earlier attempt of the same commit landed). A batch `[tp, a, b]` was committed when another
+    member's next read of `tp` began at `b + 1`."""
     pending: dict[str, dict] = {}
+    doubtful = []
     for e in events:
         if e["ev"] == "commit_begin":
             pending[e["member"]] = e
         elif e["ev"] == "commit":
-            pending.pop(e["member"], None)
+            begin = pending.pop(e["member"], None)
+            if not e.get("ok"):  # settled from its start: the next owner may have read meanwhile
+                doubtful.append({**e, "t": begin["t"] if begin else e["t"]})
+    doubtful += pending.values()
     out = []
-    for member, begin in pending.items():
-        committed = []
+    for begin in doubtful:
+        member, committed = begin["member"], []
         for tp, first, last in begin["batches"]:
             nxt = next(
                 (
@@ -157,7 +163,15 @@ def in_doubt(events: list[dict]) -> list[dict]:
             )
             if nxt is not None and nxt["first"] == last + 1:
                 committed.append([tp, first, last])
-        out.append({"member": member, "t": begin["t"], "batches": begin["batches"], "committed": committed})
+        out.append(
+            {
+                "member": member,
+                "t": begin["t"],
+                "batches": begin["batches"],
+                "committed": committed,
+                "reported_failed": begin["ev"] == "commit",
+            }
+        )
     return out
 
 
@@ -303,6 +317,8 @@ def summary(
         "unowned_partition_s": round(unowned_seconds(active, sorted(ends), since, settled or since), 3),
         "time_to_stable_s": round(settled - since, 3) if settled is not None else 0.0,
         "commits": sum(1 for e in commits if e.get("ok")),
+        # failed commits that landed all the same (the group's next owner started after them)
+        "misreported_commits": sum(1 for d in in_doubt(events) if d["reported_failed"] and d["committed"]),
         "fenced_commits": sum(1 for e in commits if not e.get("ok")),
     }
 
