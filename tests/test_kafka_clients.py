@@ -33,7 +33,7 @@ from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from core.types import TopicPartition
-from tests.kafka_helpers import Polling, kafka_node, new_topic, produce
+from tests.kafka_helpers import Polling, kafka_node, new_topic, produce, recv_exactly
 from zk_rebalance.member import ZkGroupMember
 
 REPO = Path(__file__).resolve().parent.parent
@@ -508,19 +508,9 @@ def _round_trip(port: int, request, version: int, response_class):
     request.with_header(correlation_id=7, client_id="raw")
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         s.sendall(bytes(request.encode(header=True, framed=True)))
-        size = int.from_bytes(_recv(s, 4), "big")
-        frame = _recv(s, size)
+        size = int.from_bytes(recv_exactly(s, 4), "big")
+        frame = recv_exactly(s, size)
     return response_class.decode(frame, version=version, header=True)
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 @pytest.mark.parametrize("version", [2, 3, 4])

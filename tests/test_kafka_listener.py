@@ -25,7 +25,7 @@ from coordinator.kafka_wire import codec as K
 from coordinator.node.store import BROKERS
 from core.types import TopicPartition as TP
 from core.zk import connect
-from tests.kafka_helpers import Polling, kafka_node, new_topic, produce
+from tests.kafka_helpers import Polling, kafka_node, new_topic, produce, recv_exactly
 
 REPO = Path(__file__).resolve().parent.parent
 CONSUMER = dict(
@@ -201,21 +201,11 @@ def _api_versions(port: int) -> int:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         header = struct.pack(">hhih", 18, 0, 42, 1) + b"x"
         s.sendall(struct.pack(">i", len(header)) + header)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        body = _recv(s, size)
+        size = struct.unpack(">i", recv_exactly(s, 4))[0]
+        body = recv_exactly(s, size)
     correlation, error = struct.unpack_from(">ih", body)
     assert correlation == 42
     return error
-
-
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 def _closed_by_peer(s: socket.socket) -> bool:
@@ -259,5 +249,5 @@ def test_malformed_frames_never_crash_the_node(node):
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         header = struct.pack(">hhih", 18, 9, 5, 0)
         s.sendall(struct.pack(">i", len(header)) + header)
-        body = _recv(s, struct.unpack(">i", _recv(s, 4))[0])
+        body = recv_exactly(s, struct.unpack(">i", recv_exactly(s, 4))[0])
     assert struct.unpack_from(">ih", body) == (5, 35)
