@@ -215,15 +215,51 @@ def offset_regressions(events: list[dict]) -> list[dict]:
     return out
 
 
-def committing_owners(events: list[dict], held: dict[str, list[Interval]]) -> list[dict]:
-    """For every successful commit of a partition: the members that committed it successfully
-    within the committer's holding interval up to that commit (the committer included). More than
-    one is two owners acting on one partition at once."""
-    commits: dict[str, list[tuple[float, str]]] = defaultdict(list)
+def landed(events: list[dict]) -> list[dict]:
+    """The successful commits, each at the time it took effect. A commit is logged when its answer
+    arrives; a member paused while its commit was in flight logs it only after resuming, perhaps
+    after the takeover. When another member's next read of every committed partition began exactly
+    at the committed offset, the commit had landed before that member fetched its position: it is
+    placed at its `commit_begin` (sent while the member owned the partitions). Otherwise (no later
+    reader, or one that read from an older offset) it stays at its acknowledgement."""
+    begun: dict[str, float] = {}
+    out = []
     for e in events:
-        if e["ev"] == "commit" and e.get("ok"):
-            for tp in e["offsets"]:
-                commits[tp].append((e["t"], e["member"]))
+        if e["ev"] == "commit_begin":
+            begun[e["member"]] = e["t"]
+        elif e["ev"] == "commit" and e.get("ok"):
+            sent = begun.pop(e["member"], e["t"])
+            nexts = [
+                next(
+                    (
+                        x
+                        for x in events
+                        if x["ev"] == "process"
+                        and x["tp"] == tp
+                        and x["t"] > sent
+                        and x["member"] != e["member"]
+                    ),
+                    None,
+                )
+                for tp in e["offsets"]
+            ]
+            early = all(
+                x is not None and x["first"] == e["offsets"][x["tp"]] and x["t"] < e["t"] for x in nexts
+            )
+            out.append({**e, "t": sent} if nexts and early else e)
+        elif e["ev"] == "commit":
+            begun.pop(e["member"], None)
+    return out
+
+
+def committing_owners(events: list[dict], held: dict[str, list[Interval]]) -> list[dict]:
+    """For every successful commit of a partition (at the time it took effect, `landed`): the
+    members that committed it successfully within the committer's holding interval up to that
+    commit (the committer included). More than one is two owners acting on one partition at once."""
+    commits: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for e in landed(events):
+        for tp in e["offsets"]:
+            commits[tp].append((e["t"], e["member"]))
     out = []
     for tp, cs in commits.items():
         for t, member in cs:
@@ -243,7 +279,8 @@ def double_owner_commits(events: list[dict], held: dict[str, list[Interval]]) ->
 def zombie(events: list[dict], victim: str, since: float) -> dict:
     """S6 for one victim: after `since`, another member is assigned a partition the victim still
     believes it holds (the takeover). Reported: how long the victim went on believing it, what it
-    processed of those partitions meanwhile, and its commits refused or accepted meanwhile."""
+    processed of those partitions meanwhile, and its commits refused or accepted meanwhile (an
+    accepted commit counted at the time it took effect, `landed`)."""
     held = holdings(events)
     zombie_spans: dict[str, tuple[float, float]] = {}
     for tp, ivs in held.items():
@@ -271,13 +308,14 @@ def zombie(events: list[dict], victim: str, since: float) -> dict:
     records = sum(
         e["last"] - e["first"] + 1 for e in mine if e["ev"] == "process" and inside(e["tp"], e["t"])
     )
-    commits = [e for e in mine if e["ev"] == "commit" and any(inside(b[0], e["t"]) for b in e["batches"])]
+    refused = [e for e in mine if e["ev"] == "commit" and not e.get("ok")]
+    accepted = [e for e in landed(events) if e["member"] == victim]
     return {
         "takeover": True,
         "lifetime_s": round(max(b - a for a, b in zombie_spans.values()), 3),
         "records": records,
-        "commits_refused": sum(1 for e in commits if not e.get("ok")),
-        "commits_accepted": sum(1 for e in commits if e.get("ok")),
+        "commits_refused": sum(1 for e in refused if any(inside(b[0], e["t"]) for b in e["batches"])),
+        "commits_accepted": sum(1 for e in accepted if any(inside(b[0], e["t"]) for b in e["batches"])),
     }
 
 

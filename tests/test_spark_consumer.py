@@ -308,13 +308,19 @@ def test_consume_processes_share_a_group_and_rebalance_on_join_and_leave(zk, zk_
             got = [ln for ln in lines if "assignment" in ln]
             return int(got[-1].rsplit("assignment ", 1)[1].split()[0]) if got else None
 
-        def wait(cond, what: str, timeout: float = 90) -> None:
+        def wait(cond, what: str, timeout: float = 180) -> None:
+            # each process starts a Spark JVM of its own: on a loaded two-core runner that takes a while
             deadline = time.monotonic() + timeout
             while not cond():
-                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                assert time.monotonic() < deadline, (
+                    f"timed out waiting for {what}",
+                    a_lines[-3:],
+                    b_lines[-3:],
+                )
                 time.sleep(0.1)
 
         producer.start()
+        b_lines: list[str] = []
         a, a_lines = start("a")
         try:
             wait(lambda: assigned(a_lines) == 4, "the first process to hold all four partitions")
