@@ -177,7 +177,8 @@ def test_every_module_imports_on_its_own():
 ROOMS_MAY_IMPORT = {
     "coordinator.wire": set(),
     "coordinator.assignors": set(),
-    "coordinator.group": {"coordinator.wire"},
+    # the group reads consumer subscriptions' topics (assignors.payloads), as Kafka's coordinator does
+    "coordinator.group": {"coordinator.wire", "coordinator.assignors"},
     "coordinator.member": {"coordinator.wire", "coordinator.assignors"},
     # scheme two: the coordinator runs the assignors on the classic core (server-side assignment)
     "coordinator.server_side": {

@@ -3,8 +3,8 @@
 confluent-kafka (librdkafka bundled in its wheel), kcat (Debian, its own librdkafka) and Burrow
 (Debian; sarama with kafka-version 0.8) against one node process per test, on a fresh ZooKeeper
 chroot (`zk_connect`) and a private log root. kafka-python is the listener's own first client
-(tests/test_kafka_listener.py); here it also shares a group with confluent-kafka and joins with
-an old JoinGroup version. kcat and Burrow tests are skipped where the binaries are missing
+(tests/test_kafka_listener.py); here it also shares a group with confluent-kafka and groupshift's
+own consumer (each of them leading in turn) and joins with an old JoinGroup version. kcat and Burrow tests are skipped where the binaries are missing
 (`scripts/setup.sh` installs them).
 """
 
@@ -201,51 +201,97 @@ def _wait_for(what: str, condition, timeout: float = 40.0) -> None:
         time.sleep(0.05)
 
 
+KP_ASSIGNORS = {"range": RangePartitionAssignor, "cooperative-sticky": CooperativeStickyAssignor}
+
+
+def _member(node, kind: str, group: str, topic: str, strategy: str) -> tuple[Polling, object]:
+    """One member of a mixed group polled in a thread of its own: groupshift's own consumer (the
+    project's native listener, payload version 1), kafka-python or confluent-kafka (Kafka listener)."""
+    if kind == "groupshift":
+        from pipeline.consumer import Consumer as GroupshiftConsumer
+
+        gs = GroupshiftConsumer(
+            group,
+            [topic],
+            rebalancer="coordinator",
+            zk=node.zk,
+            log_root=node.data,
+            bootstrap=node.bootstrap,
+            assignors=[strategy],
+            client_id="groupshift",
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=300,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+
+        def gs_poll() -> list[bytes]:
+            return [r.value for records in gs.poll(timeout_ms=200).values() for r in records]
+
+        return Polling(gs_poll, lambda: {tp.partition for tp in gs.assignment()}, gs.commit), gs
+    if kind == "kafka-python":
+        kp = KafkaConsumer(
+            topic,
+            group_id=group,
+            bootstrap_servers=node.kafka_bootstrap,
+            partition_assignment_strategy=(KP_ASSIGNORS[strategy],),
+            **KP,
+        )
+        return Polling(
+            lambda: _kp_values(kp), lambda: {tp.partition for tp in kp.assignment()}, kp.commit
+        ), kp
+    ck = _ck_consumer(node, group, topic, **{"partition.assignment.strategy": strategy})
+    return Polling(
+        lambda: _ck_poll(ck, 0.5), lambda: _ck_assigned(ck), lambda: ck.commit(asynchronous=False)
+    ), ck
+
+
 @pytest.mark.parametrize(
-    "kp_assignor, ck_strategy",
-    [(RangePartitionAssignor, "range"), (CooperativeStickyAssignor, "cooperative-sticky")],
+    "strategy, leader",
+    [
+        ("range", "groupshift"),
+        ("range", "confluent-kafka"),
+        ("cooperative-sticky", "groupshift"),
+        ("cooperative-sticky", "kafka-python"),
+    ],
 )
-def test_kafka_python_and_confluent_share_a_group(node, kp_assignor, ck_strategy):
-    """Both clients speak Kafka's binary ConsumerProtocol; the coordinator passes it through."""
-    topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
-    kp = KafkaConsumer(
-        topic,
-        group_id=group,
-        bootstrap_servers=node.kafka_bootstrap,
-        partition_assignment_strategy=(kp_assignor,),
-        **KP,
-    )
-    ck = _ck_consumer(node, group, topic, **{"partition.assignment.strategy": ck_strategy})
-    threads = [
-        Polling(lambda: _kp_values(kp), lambda: {tp.partition for tp in kp.assignment()}, kp.commit),
-        Polling(lambda: _ck_poll(ck, 0.5), lambda: _ck_assigned(ck), lambda: ck.commit(asynchronous=False)),
-    ]
+def test_groupshift_kafka_python_and_confluent_share_a_group(node, strategy, leader):
+    """Every member speaks Kafka's binary ConsumerProtocol (groupshift's own consumer through the
+    native listener, the others through the Kafka listener), so any of them can lead: the first
+    member to join an empty group leads it, and a leader that rejoins keeps leading."""
+    topic, group = new_topic(node, 6), f"g-{uuid.uuid4().hex[:8]}"
+    kinds = [leader] + [k for k in ("groupshift", "kafka-python", "confluent-kafka") if k != leader]
+    members: list[tuple[Polling, object]] = []
     try:
-        for t in threads:
-            t.start()
+        members.append(_member(node, kinds[0], group, topic, strategy))
+        members[0][0].start()
+        _wait_for(f"the {leader} leader alone holds all six", lambda: members[0][0].assigned == set(range(6)))
+        for kind in kinds[1:]:
+            members.append(_member(node, kind, group, topic, strategy))
+            members[-1][0].start()
+        threads = [t for t, _ in members]
 
         def split() -> bool:
-            a, b = (t.assigned for t in threads)
-            return len(a) == 2 and len(b) == 2 and a | b == {0, 1, 2, 3}
+            held = [t.assigned for t in threads]
+            return all(len(h) == 2 for h in held) and set().union(*held) == set(range(6))
 
-        _wait_for(f"a 2/2 split: {[sorted(t.assigned) for t in threads]}", split)
-        values = produce(node, topic, 400, partitions=4)
-        _wait_for("400 records read", lambda: sum(len(t.got) for t in threads) >= 400)
+        _wait_for(f"a 2/2/2 split: {[sorted(t.assigned) for t in threads]}", split)
+        values = produce(node, topic, 600, partitions=6)
+        _wait_for("600 records read", lambda: sum(len(t.got) for t in threads) >= 600)
         time.sleep(1.0)  # nothing more arrives
         for t in threads:
             t.finish()  # and commits
-        got_kp, got_ck = (t.got for t in threads)
-        assert len(got_kp) + len(got_ck) == 400 and set(got_kp) | set(got_ck) == values
-        assert len(got_kp) == len(got_ck) == 200
-        assert _committed(node, group, topic) == {p: 100 for p in range(4)}
+        got = [t.got for t in threads]
+        assert sum(map(len, got)) == 600 and set().union(*map(set, got)) == values
+        assert [len(g) for g in got] == [200, 200, 200]
+        assert _committed(node, group, topic) == {p: 100 for p in range(6)}
         [view] = _describe(node, group, "--members")
-        assert view["summary"]["members"] == 2
+        assert view["summary"]["members"] == 3
     finally:
-        for t in threads:
+        for t, client in members:
             t.stop.set()
             t.join(30)
-        kp.close()
-        ck.close()
+            client.close()
 
 
 def test_confluent_admin_agrees_with_groups_describe(node):

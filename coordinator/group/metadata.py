@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
+from coordinator.assignors.payloads import subscribed_topics
 from coordinator.group.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
 from coordinator.group.offsets import GroupOffsets
 from coordinator.group.state import (
@@ -30,12 +29,6 @@ SERVER_PROTOCOL_TYPE = "consumer-server"  # scheme two: the coordinator assigns 
 #: Protocol types whose member metadata is a consumer subscription.
 CONSUMER_PROTOCOL_TYPES = frozenset({CONSUMER_PROTOCOL_TYPE, SERVER_PROTOCOL_TYPE})
 
-
-class _Subscription(msgspec.Struct):
-    topics: list[str]
-
-
-_decode_subscription = msgspec.msgpack.Decoder(_Subscription).decode
 
 Protocols = list[tuple[str, bytes]]
 
@@ -330,8 +323,8 @@ class Group:
         topics: set[str] = set()
         try:
             for m in self.members.values():
-                topics.update(_decode_subscription(m.metadata(self.protocol_name)).topics)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+                topics.update(subscribed_topics(m.metadata(self.protocol_name)))
+        except ValueError:
             return None
         return frozenset(topics)
 

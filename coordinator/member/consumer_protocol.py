@@ -17,6 +17,7 @@ from coordinator.assignors.payloads import (
     encode_cooperative_user_data,
     encode_sticky_user_data,
     encode_subscription,
+    payload_version,
 )
 from coordinator.wire.schema import JoinGroupMember, JoinGroupProtocol, ServerAssignedTopic
 from core.types import TopicPartition
@@ -127,7 +128,11 @@ def perform_assignment(
         if n:
             counts[topic] = n
     result = assignor.assign(counts, subscriptions)
-    return {member: encode_assignment(tps) for member, tps in result.items()}, counts
+    # each member gets its assignment in the payload version it subscribed in (docs/protocol.md)
+    versions = {m.member_id: payload_version(m.metadata) for m in members}
+    return {
+        member: encode_assignment(tps, version=versions[member]) for member, tps in result.items()
+    }, counts
 
 
 def by_topic(tps: Iterable[TopicPartition]) -> list[ServerAssignedTopic]:
