@@ -4,8 +4,8 @@ confluent-kafka (librdkafka bundled in its wheel), kcat (Debian, its own librdka
 (Debian; sarama with kafka-version 0.8) against one node process per test, on a fresh ZooKeeper
 chroot (`zk_connect`) and a private log root. kafka-python is the listener's own first client
 (tests/test_kafka_listener.py); here it also shares a group with confluent-kafka and groupshift's
-own consumer (each of them leading in turn) and joins with an old JoinGroup version. kcat and Burrow tests are skipped where the binaries are missing
-(`scripts/setup.sh` installs them).
+own consumer (each of them leading in turn) and joins with an old JoinGroup version. kcat and
+Burrow tests are skipped where the binaries are missing (`scripts/setup.sh` installs them).
 """
 
 from __future__ import annotations
