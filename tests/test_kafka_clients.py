@@ -389,7 +389,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _burrow_config(node, tmp: Path, http_port: int) -> Path:
+def _burrow_config(node, tmp: Path, http_port: int, offsets_topic: bool = False) -> Path:
     """Burrow 1.2.1 with its defaults' kafka-version 0.8 (Metadata v0, ListOffsets v0, no ApiVersions):
     a kafka cluster module on the Kafka listener, a kafka_zk consumer module on the chroot's
     /consumers, coordination under a private root path of the same ZooKeeper."""
@@ -409,11 +409,16 @@ servers=[{zk_servers}]
 timeout=6
 root-path="/burrow-{uuid.uuid4().hex[:8]}"
 
+[client-profile.modern]
+kafka-version="1.0.0"
+client-id="burrow-test"
+
 [cluster.gs]
 class-name="kafka"
 servers=["{node.kafka_bootstrap}"]
 topic-refresh=1
 offset-refresh=1
+{'client-profile="modern"' if offsets_topic else ""}
 
 [consumer.gszk]
 class-name="kafka_zk"
@@ -422,6 +427,7 @@ servers=[{zk_servers}]
 zookeeper-path="/{chroot}"
 zookeeper-timeout=6
 
+{_burrow_offsets_consumer(node) if offsets_topic else ""}
 [httpserver.default]
 address="127.0.0.1:{http_port}"
 
@@ -438,6 +444,20 @@ expire-cache=1
     return config
 
 
+def _burrow_offsets_consumer(node) -> str:
+    """Burrow's `kafka` consumer module: it reads the committed offsets of Kafka-coordinated
+    groups from `__consumer_offsets` (Fetch v4+ record batches, hence kafka-version 1.0.0)."""
+    return f"""
+[consumer.gskafka]
+class-name="kafka"
+cluster="gs"
+servers=["{node.kafka_bootstrap}"]
+client-profile="modern"
+offsets-topic="__consumer_offsets"
+start-latest=false
+"""
+
+
 def _http_json(url: str) -> dict | None:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -451,61 +471,109 @@ def _http_json(url: str) -> dict | None:
         return None
 
 
+class _Burrow:
+    """Burrow 1.2.1 as a process on `node`, with its HTTP API on a free port."""
+
+    def __init__(self, node, tmp_path: Path, offsets_topic: bool = False):
+        self.tmp = tmp_path
+        port = _free_port()
+        config = _burrow_config(node, tmp_path, port, offsets_topic)
+        self.out = open(tmp_path / "burrow.out", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [BURROW, "--config-dir", str(config.parent)],
+            cwd=tmp_path,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+        )
+        self.base = f"http://127.0.0.1:{port}/v3/kafka/gs"
+
+    def output(self) -> str:
+        return (self.tmp / "burrow.out").read_text()[-3000:]
+
+    def wait_for_topic(self, topic: str) -> None:
+        """Burrow drops consumer offsets until it has the broker's: wait until it lists the topic."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if topic in (_http_json(f"{self.base}/topic") or {}).get("topics", []):
+                return
+            assert self.proc.poll() is None, self.output()
+            time.sleep(0.2)
+        raise AssertionError("Burrow never listed the topic: " + self.output())
+
+    def lag(self, group: str, partitions: int) -> dict:
+        """The group's lag once Burrow has an offset for every partition of its topic."""
+        lag = None
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            lag = _http_json(f"{self.base}/consumer/{group}/lag")
+            parts = (lag or {}).get("status", {}).get("partitions") or []
+            if len(parts) == partitions and all((p.get("end") or {}).get("offset") for p in parts):
+                return lag
+            time.sleep(0.3)
+        raise AssertionError(f"Burrow has no lag for {group}: {lag}\n{self.output()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.out.close()
+
+
+def _assert_burrow_agrees(node, lag: dict, group: str, topic: str, *describe_args: str) -> None:
+    assert not lag.get("error"), lag
+    burrow_view = {p["partition"]: p["current_lag"] for p in lag["status"]["partitions"]}
+    assert burrow_view == {0: 10, 1: 5}
+    assert lag["status"]["totallag"] == 15
+    assert {p["partition"]: p["end"]["offset"] for p in lag["status"]["partitions"]} == {0: 40, 1: 45}
+    [ours] = _describe(node, group, *describe_args)
+    assert ours["summary"]["total_lag"] == lag["status"]["totallag"]
+    assert {p["partition"]: p["lag"] for p in ours["partitions"] if p["topic"] == topic} == burrow_view
+
+
 @needs_burrow
 def test_burrow_lag_of_a_scheme_one_group_agrees_with_groups_describe(node, tmp_path):
     topic, group = new_topic(node, 2), f"legacy-{uuid.uuid4().hex[:8]}"
     produce(node, topic, 100)  # log end 50 on each partition
     # kafka_zk lists /consumers once at start and gives up if it is missing (a 0.8 cluster has it).
     node.zk_client.ensure_path("/consumers")
-    http_port = _free_port()
-    config = _burrow_config(node, tmp_path, http_port)
-    log = open(tmp_path / "burrow.out", "w")  # noqa: SIM115 - closed below
-    burrow = subprocess.Popen(
-        [BURROW, "--config-dir", str(config.parent)], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT
-    )
+    burrow = _Burrow(node, tmp_path)
     member = ZkGroupMember(node.zk, group, {topic: 1}, rebalance_backoff_ms=200, auto_commit=False)
-    base = f"http://127.0.0.1:{http_port}/v3/kafka/gs"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # Burrow drops consumer offsets until it has the broker's
-            topics = _http_json(f"{base}/topic") or {}
-            if topic in topics.get("topics", []):
-                break
-            assert burrow.poll() is None, (tmp_path / "burrow.out").read_text()[-3000:]
-            time.sleep(0.2)
-        else:
-            raise AssertionError(
-                "Burrow never listed the topic: " + (tmp_path / "burrow.out").read_text()[-3000:]
-            )
+        burrow.wait_for_topic(topic)
         member.start()
         assert member.wait_for_stable(30)
         member.commit({TopicPartition(topic, 0): 40, TopicPartition(topic, 1): 45}, member.generation)
-        lag = None
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            lag = _http_json(f"{base}/consumer/{group}/lag")
-            # Burrow lists every partition of the topic at once; wait until each has an offset.
-            parts = (lag or {}).get("status", {}).get("partitions") or []
-            if len(parts) == 2 and all((p.get("end") or {}).get("offset") for p in parts):
-                break
-            time.sleep(0.3)
-        assert lag and not lag.get("error"), lag
-        burrow_view = {p["partition"]: p["current_lag"] for p in lag["status"]["partitions"]}
-        assert burrow_view == {0: 10, 1: 5}
-        assert lag["status"]["totallag"] == 15
-        [ours] = _describe(node, group, "--scheme", "zk")
-        assert ours["summary"]["total_lag"] == lag["status"]["totallag"]
-        assert {p["partition"]: p["lag"] for p in ours["partitions"] if p["topic"] == topic} == burrow_view
-        assert {p["partition"]: p["end"]["offset"] for p in lag["status"]["partitions"]} == {0: 40, 1: 45}
+        _assert_burrow_agrees(node, burrow.lag(group, 2), group, topic, "--scheme", "zk")
     finally:
         member.close()
-        burrow.terminate()
-        try:
-            burrow.wait(10)
-        except subprocess.TimeoutExpired:
-            burrow.kill()
-            burrow.wait()
-        log.close()
+        burrow.stop()
+
+
+@needs_burrow
+def test_burrow_reads_a_coordinator_groups_commits_from_the_offsets_topic(node, tmp_path):
+    """The node mirrors its commits into `__consumer_offsets`, where Burrow's `kafka` consumer module
+    (sarama, an implementation nobody here wrote) decodes them as it does on a Kafka cluster."""
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(node, topic, 100)
+    c = _ck_consumer(node, group, topic)
+    burrow = None
+    try:
+        _wait_for("the consumer's assignment", lambda: (c.poll(0.2), _ck_assigned(c))[1] == {0, 1})
+        burrow = _Burrow(node, tmp_path, offsets_topic=True)
+        burrow.wait_for_topic(topic)
+        c.commit(offsets=[CKTopicPartition(topic, 0, 40), CKTopicPartition(topic, 1, 45)], asynchronous=False)
+        _assert_burrow_agrees(node, burrow.lag(group, 2), group, topic)
+        status = _http_json(f"{burrow.base}/consumer/{group}/status")
+        assert status and status["status"]["group"] == group and status["status"]["status"] != "NOTFOUND", (
+            status
+        )
+    finally:
+        c.close()
+        if burrow is not None:
+            burrow.stop()
 
 
 # ------------------------------------------------------------------------------ JoinGroup v2

@@ -20,6 +20,7 @@ import msgspec
 from kazoo.exceptions import NoNodeError
 
 from coordinator.kafka_wire import messages as M
+from coordinator.kafka_wire.offsets_topic import OFFSETS_TOPIC
 from coordinator.kafka_wire.records import InvalidRecords, decode_batches, encode_batch
 from coordinator.node.store import COORDINATORS, CoordinatorRecord
 from coordinator.wire import error_codes as E
@@ -101,7 +102,10 @@ class DataPlane:
                 )
                 for p in sorted(desc.partitions)
             ]
-            topics.append(M.MetadataTopic(error_code=0, name=name, partitions=partitions))
+            internal = name == OFFSETS_TOPIC  # the node's mirror of its commits (offsets_mirror.py)
+            topics.append(
+                M.MetadataTopic(error_code=0, name=name, is_internal=internal, partitions=partitions)
+            )
         return M.MetadataResponse(
             brokers=self._brokers(), cluster_id="groupshift", controller_id=me, topics=topics
         )

@@ -56,6 +56,7 @@ from coordinator.group.state import (
 from coordinator.node.config import NodeConfig
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.node.metrics import Metrics, serve_metrics
+from coordinator.node.offsets_mirror import OffsetsMirror
 from coordinator.node.shards import ShardLeadership, ShardStatus
 from coordinator.node.store import (
     CoordinatorStore,
@@ -86,6 +87,7 @@ from coordinator.wire.schema import (
 )
 from core.errors import GroupshiftError
 from core.zk import connect
+from topics.log import Log
 from topics.registry import decode_assignment, topic_path
 
 log = logging.getLogger(__name__)
@@ -138,6 +140,7 @@ class CoordinatorNode:
         self.port = config.port
         self.metrics_port: int | None = None
         self.kafka_endpoint: tuple[str, int] | None = None  # the Kafka listener's advertised host, port
+        self.offsets_mirror: OffsetsMirror | None = None  # commits into __consumer_offsets (Kafka tooling)
         self._kafka_server: asyncio.AbstractServer | None = None
         self._server: asyncio.AbstractServer | None = None
         self._metrics_server: asyncio.AbstractServer | None = None
@@ -190,6 +193,7 @@ class CoordinatorNode:
                 raise await self._bind_failed(cfg.kafka_host, cfg.kafka_port, "--kafka-listen", exc) from None
             kafka_port = self._kafka_server.sockets[0].getsockname()[1]
             self.kafka_endpoint = (cfg.advertised_host or cfg.kafka_host, kafka_port)
+            self.offsets_mirror = OffsetsMirror(Log(cfg.data), self.zk, self.metrics)
         await self.store.register(self.host, self.port, kafka=self.kafka_endpoint)
         self._session = self.store.session_id
         self.zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, state))
@@ -202,6 +206,8 @@ class CoordinatorNode:
         await self.leadership.reconcile()
         self._spawn(self.leadership.run())
         self._spawn(self._sweep_loop())
+        if self.offsets_mirror is not None:
+            self._spawn(self.offsets_mirror.run())
         log.info(
             "coordinator node %d listening on %s:%d",
             cfg.node_id,
@@ -254,6 +260,11 @@ class CoordinatorNode:
             self._kafka_server.close()
         if self._timer is not None:
             self._timer.cancel()
+        if self.offsets_mirror is not None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self.offsets_mirror.flush), 5)
+            except Exception:  # noqa: BLE001 - shutting down regardless; ZooKeeper has the commits
+                log.exception("flushing the offsets mirror failed")
         current = asyncio.current_task()
         for task in list(self._tasks):
             if task is not current:
@@ -465,8 +476,12 @@ class CoordinatorNode:
                         await store.commit_offsets(
                             shard, st.epoch, out.group_id, out.offsets, out.generation_id
                         )
+                        if self.offsets_mirror is not None:
+                            self.offsets_mirror.offer(out.group_id, out.offsets)
                     case DeleteOffsets():
                         await store.delete_offsets(shard, st.epoch, out.group_id, out.partitions)
+                        if self.offsets_mirror is not None:
+                            self.offsets_mirror.forget(out.group_id, out.partitions)
                     case DeleteGroup():
                         await store.delete_group(shard, st.epoch, out.group_id)
                     case _:
