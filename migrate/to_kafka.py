@@ -15,6 +15,7 @@ source has and any the broker lists; a rollback commits them again, or deletes t
 
 from __future__ import annotations
 
+import json
 import time
 
 import msgspec
@@ -49,6 +50,38 @@ def _conflict(rec: R.Migration | None, source: str, bootstrap: str) -> str | Non
     )
 
 
+def _kafka_listeners(zk: KazooClient) -> set[str]:
+    """`HOST:PORT` of every Kafka listener of this ZooKeeper's coordinator nodes."""
+    from kazoo.exceptions import NoNodeError
+
+    from coordinator.member.connection import COORDINATORS_PATH
+
+    try:
+        children = zk.get_children(COORDINATORS_PATH)
+    except NoNodeError:
+        return set()
+    out = set()
+    for child in children[:10_000]:  # bounded: node ids
+        try:
+            info = json.loads(zk.get(f"{COORDINATORS_PATH}/{child}")[0])
+            out.add(f"{info['kafka_host']}:{int(info['kafka_port'])}")
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def _check_not_itself(zk: KazooClient, group: str, source: str, bootstrap: str) -> None:
+    """A coordinator group "moved" to this ZooKeeper's own Kafka listener would be copied onto itself."""
+    if source != "coordinator":
+        return
+    same = sorted(set(bootstrap.split(",")) & _kafka_listeners(zk))
+    if same:
+        raise GroupshiftError(
+            f"--bootstrap {same[0]} is the Kafka listener of this ZooKeeper's coordinator nodes: group "
+            f"{group!r} is already served there; give another cluster's brokers"
+        )
+
+
 def _source_members(zk: KazooClient, group: str, source: str) -> None:
     names = offline.live_members(zk, source, group)
     if names:
@@ -62,6 +95,7 @@ def plan(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
     """What `run` would do, and the checks it would make; writes nothing."""
     check_args(source)
     bootstrap = check_bootstrap(bootstrap)
+    _check_not_itself(zk, group, source, bootstrap)
     if not offline.exists(zk, source, group):
         raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
     src = offline.offsets(zk, source, group)
@@ -138,6 +172,7 @@ def run(
     """Start or resume the migration into the Kafka-protocol group; returns the record in state done."""
     check_args(source)
     bootstrap = check_bootstrap(bootstrap)
+    _check_not_itself(zk, group, source, bootstrap)
     rec, version = offline.read_record(zk, group)
     why = _conflict(rec, source, bootstrap)
     if why:
@@ -359,6 +394,7 @@ def verify(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
     """Compare the target group with the source now (and with the frozen snapshot, when recorded)."""
     check_args(source)
     bootstrap = check_bootstrap(bootstrap)
+    _check_not_itself(zk, group, source, bootstrap)
     if not offline.exists(zk, source, group):
         raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
     src = offline.offsets(zk, source, group)

@@ -298,6 +298,29 @@ def test_bad_input_changes_nothing(zk_server, zk, broker):
     assert f"topic {missing!r} does not exist on" in line
     assert zk_tree(zk_server.connect_string) == before
 
+    if broker.kind == "listener":  # a coordinator group "moved" onto the listener that serves it
+        from migrate.writes import commit
+
+        own = f"g-{uuid.uuid4().hex[:8]}"
+        commit(zk, "coordinator", own, {TP(topic, 0): 5})
+        before = zk_tree(zk_server.connect_string)
+        for command in ("plan", "run"):
+            line = one_line(
+                migrate(
+                    command,
+                    own,
+                    "--from",
+                    "coordinator",
+                    "--to",
+                    "kafka",
+                    "--bootstrap",
+                    broker.bootstrap,
+                    zk=zk,
+                )
+            )
+            assert "is the Kafka listener of this ZooKeeper's coordinator nodes" in line
+        assert zk_tree(zk_server.connect_string) == before
+
 
 def test_offsets_export_and_import_through_the_broker(zk, broker, tmp_path):
     topic = broker.topic(zk)
@@ -328,3 +351,98 @@ def test_offsets_export_and_import_through_the_broker(zk, broker, tmp_path):
     assert "no committed offsets" in one_line(
         run("offsets", "export", "nobody", "--bootstrap", broker.bootstrap)
     )
+
+
+KILL_POINTS = 12
+
+
+def test_killed_at_every_checkpoint_run_again_finishes_and_rollback_undoes(zk, broker):
+    """`GROUPSHIFT_MIGRATE_EXIT_AT=k` ends the process at its k-th checkpoint as a kill would (no
+    cleanup, the lock left behind). Then `run` again finishes (the target holds the scheme-one
+    offsets, the record is done) or `rollback` puts back what the target had; the source never
+    changes. One group per kill point and outcome, all side by side."""
+    from migrate import record as R
+    from migrate import to_kafka
+
+    topic = broker.topic(zk)
+    source = {0: 10, 1: 20, 2: 30, 3: 40}
+    prior = {0: 1, 1: 2, 2: 3, 3: 4}
+    to = ("--from", "zk", "--to", "kafka", "--bootstrap", broker.bootstrap, "--batch", "1", "--overwrite")
+
+    counted = scheme_one(zk, topic, source)
+    broker.commit(counted, topic, prior)
+    before = offline._reached
+    to_kafka.run(zk, counted, "zk", broker.bootstrap, batch=1, overwrite=True)
+    total = offline._reached - before
+    assert total >= 8, f"a run has only {total} checkpoints"
+    points = sorted({round(1 + i * (total - 1) / (KILL_POINTS - 1)) for i in range(KILL_POINTS)})
+
+    env = {k_: v for k_, v in os.environ.items() if k_ != "GROUPSHIFT_ZK"}
+
+    def spawn(*args: str, exit_at: int | None = None) -> subprocess.Popen:
+        extra = {} if exit_at is None else {"GROUPSHIFT_MIGRATE_EXIT_AT": str(exit_at)}
+        cmd = [sys.executable, "-m", "cli", "migrate", *args, "--zk", zk.connect_string]
+        return subprocess.Popen(
+            cmd, cwd=REPO, env=env | extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def finish(procs: dict) -> dict:
+        return {g: (p.wait(180), p.communicate()[1]) for g, p in procs.items()}
+
+    kinds = {}
+    killed = {}
+    for k in points:
+        for kind in ("resume", "undo"):
+            group = scheme_one(zk, topic, source)
+            broker.commit(group, topic, prior)
+            kinds[group] = kind
+            killed[group] = spawn("run", group, *to, exit_at=k)
+    for group, (code, err) in finish(killed).items():
+        assert code == offline.EXIT_CODE, (group, code, err)
+        assert offline.offsets(zk, "zk", group) == {TP(topic, p): o for p, o in source.items()}
+
+    again = {g: spawn("run", g, *to) if kinds[g] == "resume" else spawn("rollback", g) for g in killed}
+    for group, (code, err) in finish(again).items():
+        rec, _ = offline.read_record(zk, group)
+        if kinds[group] == "resume":
+            assert code == 0, (group, err)
+            assert rec is not None and rec.state == R.DONE, (group, rec)
+            assert broker.offsets(group, topic) == source, group
+            assert offline.lock_holder(zk, group) is None, group
+        elif rec is None:  # killed before its first record: nothing copied, nothing to roll back
+            assert code == 1 and "nothing to roll back" in err, (group, err)
+            assert broker.offsets(group, topic) == prior, group
+        elif rec.state == R.DONE:  # killed after the last transition: done
+            assert code == 1 and "is done" in err, (group, err)
+            assert broker.offsets(group, topic) == source, group
+        else:
+            assert code == 0, (group, err)
+            assert rec.state == R.ROLLED_BACK, (group, rec)
+            assert broker.offsets(group, topic) == prior, group
+            assert offline.lock_holder(zk, group) is None, group
+
+
+def test_a_coordinator_group_moves_to_another_kafka_cluster(zk, mock):
+    """--from coordinator: a scheme-three group's offsets (groupshift's ZooKeeper shards) into a
+    group on another Kafka-protocol cluster (librdkafka's mock); run and verify, the source unchanged."""
+    from migrate.writes import commit
+
+    broker = Broker("mock", mock, lambda name: None)
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(zk, topic, partitions=PARTITIONS)
+    p = Producer({"bootstrap.servers": mock, "log_level": 0})
+    for part in range(PARTITIONS):
+        for _ in range(50):
+            p.produce(topic, b"v", partition=part)
+    assert p.flush(20) == 0
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    source = {0: 7, 1: 8, 2: 9, 3: 10}
+    commit(zk, "coordinator", group, {TP(topic, q): o for q, o in source.items()})
+    to = ("--from", "coordinator", "--to", "kafka", "--bootstrap", mock)
+    r = migrate("run", group, *to, zk=zk)
+    assert r.returncode == 0, r.stderr
+    assert broker.offsets(group, topic) == source
+    assert migrate("verify", group, *to, zk=zk).returncode == 0
+    assert offline.offsets(zk, "coordinator", group) == {TP(topic, q): o for q, o in source.items()}
+    status = migrate("status", group, zk=zk)
+    assert "done" in status.stdout and mock in status.stdout

@@ -12,7 +12,8 @@ retried with the next flush. The topic is not compacted: each partition keeps it
 `MAX_SEGMENTS` segments (one per flush that touched it), so a reader that starts from the oldest
 record sees every group that committed within that window.
 
-    mirror = OffsetsMirror(log, zk)
+    mirror = OffsetsMirror(log, zk, node_id)
+    mirror.ensure_topic()                            # before the listener is announced
     mirror.offer(group_id, offset_records)           # after the ZooKeeper write succeeded
     mirror.forget(group_id, topic_partitions)        # tombstones (OffsetDelete)
     task = create_task(mirror.run())                 # until cancelled; mirror.flush() at the end
@@ -25,7 +26,6 @@ import logging
 from typing import Any
 
 from coordinator.kafka_wire.offsets_topic import OFFSETS_TOPIC, offset_key, offset_value, partition_for
-from core.errors import UnknownTopic
 from core.types import TopicPartition
 from topics import registry
 from topics.errors import TopicAlreadyExists
@@ -43,8 +43,9 @@ Key = tuple[str, str, int]
 
 
 class OffsetsMirror:
-    def __init__(self, log_: Log, zk: Any, metrics: Any = None):
-        self.log, self.zk, self.metrics = log_, zk, metrics
+    def __init__(self, log_: Log, zk: Any, node_id: int, metrics: Any = None):
+        self.log, self.zk, self.node_id, self.metrics = log_, zk, node_id, metrics
+        self.ready = False
         self._pending: dict[Key, bytes | None] = {}
         self._partitions = PARTITIONS
         self._flushes = 0
@@ -67,22 +68,27 @@ class OffsetsMirror:
         self._pending[key] = value
 
     def ensure_topic(self) -> None:
-        """Create `__consumer_offsets` (log and registration) unless it exists; take its partition count."""
-        try:
-            self._partitions = self.log.partitions(OFFSETS_TOPIC)
-            return
-        except (UnknownTopic, FileNotFoundError):  # not in the log yet
-            pass
-        try:
-            topic_id = self.log.create(OFFSETS_TOPIC, PARTITIONS)
-        except TopicAlreadyExists:  # another node was first
-            self._partitions = self.log.partitions(OFFSETS_TOPIC)
-            return
-        try:
-            registry.create_topic(self.zk, OFFSETS_TOPIC, PARTITIONS, 1, topic_id=topic_id)
-        except TopicAlreadyExists:
-            pass
-        self._partitions = PARTITIONS
+        """Create `__consumer_offsets` (log and registration) where either is missing; idempotent,
+        and safe against another node doing the same at once. Sets `ready`."""
+        if not self.log.exists(OFFSETS_TOPIC):
+            try:
+                self.log.create(OFFSETS_TOPIC, PARTITIONS)
+            except TopicAlreadyExists:  # another node was first
+                pass
+        self._partitions = self.log.partitions(OFFSETS_TOPIC)
+        if self.zk.exists(registry.topic_path(OFFSETS_TOPIC)) is None:
+            try:
+                registry.create_topic(
+                    self.zk,
+                    OFFSETS_TOPIC,
+                    self._partitions,
+                    1,
+                    brokers=[self.node_id],
+                    topic_id=self.log.topic_id(OFFSETS_TOPIC),
+                )
+            except TopicAlreadyExists:
+                pass
+        self.ready = True
 
     def flush(self) -> int:
         """Append what is pending (blocking: run it in a thread); the number of records written."""
@@ -105,15 +111,13 @@ class OffsetsMirror:
 
     async def run(self) -> None:
         """Flush every `FLUSH_S` until cancelled (the node flushes once more when it stops)."""
-        ready = False
         while True:
             await asyncio.sleep(FLUSH_S)
-            if ready and not self._pending:
+            if self.ready and not self._pending:
                 continue
             try:
-                if not ready:
+                if not self.ready:
                     await asyncio.to_thread(self.ensure_topic)
-                    ready = True
                 if self._pending:
                     await asyncio.to_thread(self.flush)
             except Exception as exc:  # noqa: BLE001 - ZooKeeper or disk away: try again next time

@@ -193,7 +193,7 @@ class CoordinatorNode:
                 raise await self._bind_failed(cfg.kafka_host, cfg.kafka_port, "--kafka-listen", exc) from None
             kafka_port = self._kafka_server.sockets[0].getsockname()[1]
             self.kafka_endpoint = (cfg.advertised_host or cfg.kafka_host, kafka_port)
-            self.offsets_mirror = OffsetsMirror(Log(cfg.data), self.zk, self.metrics)
+            self.offsets_mirror = OffsetsMirror(Log(cfg.data), self.zk, cfg.node_id, self.metrics)
         await self.store.register(self.host, self.port, kafka=self.kafka_endpoint)
         self._session = self.store.session_id
         self.zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, state))
@@ -207,6 +207,10 @@ class CoordinatorNode:
         self._spawn(self.leadership.run())
         self._spawn(self._sweep_loop())
         if self.offsets_mirror is not None:
+            try:  # before `listening on`: a tool started after the node finds the topic
+                await asyncio.to_thread(self.offsets_mirror.ensure_topic)
+            except Exception as exc:  # noqa: BLE001 - run() tries again
+                log.warning("offsets mirror: %s", exc, extra={"event": "offsets_mirror_failed"})
             self._spawn(self.offsets_mirror.run())
         log.info(
             "coordinator node %d listening on %s:%d",
