@@ -194,7 +194,7 @@ def _kp_values(c: KafkaConsumer, timeout_ms: int = 500) -> list[bytes]:
     return [r.value for records in c.poll(timeout_ms=timeout_ms).values() for r in records]
 
 
-def _wait_for(what: str, condition, timeout: float = 40.0) -> None:
+def _wait_for(what: str, condition, timeout: float = 90.0) -> None:  # generous: loaded runners
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, what

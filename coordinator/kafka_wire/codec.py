@@ -108,6 +108,15 @@ NAMES: dict[int, str] = {
 }
 
 _PEEK = struct.Struct(">hhi")
+_HEADER = struct.Struct(">hhih")  # request header v1: api key, version, correlation id, client id length
+_RESPONSE_HEAD = struct.Struct(">ii")  # frame size, response header v0 (correlation id)
+
+
+# Requests whose fields differ from the project struct's (`_fix_request`); the others convert
+# straight from the decoded message's attributes.
+_FIXED = frozenset(
+    {M.METADATA, S.OFFSET_COMMIT, S.LEAVE_GROUP, S.FIND_COORDINATOR, M.LIST_OFFSETS, M.PRODUCE}
+)
 
 
 class BadRequest(Exception):
@@ -142,21 +151,35 @@ def decode_request(frame: bytes) -> KafkaRequest:
     if served is None or not served[0] <= version <= served[1]:
         raise Unsupported(f"api {api} version {version} is not served")
     request_class, _, struct_type = _CLASSES[api]
-    try:
-        msg = request_class.decode(frame, version=version, header=True)
-        values = msg.to_dict(json=False)
+    client_id, start = _client_id(frame)
+    try:  # the body only: the header (v1, every served version is non-flexible) is read above
+        msg = request_class.decode(memoryview(frame)[start:], version=version, header=False)
+        values = msg.to_dict(json=False) if api in _FIXED else msg
     except Exception as exc:  # kafka-python raises whatever its decoder hits on bad bytes
         raise BadRequest(f"undecodable {NAMES[api]} v{version}: {type(exc).__name__}: {exc}") from None
-    client_id = msg.header.client_id or ""
-    _fix_request(api, version, values)
     try:
-        body = msgspec.convert(values, struct_type)
+        if api in _FIXED:
+            _fix_request(api, version, values)
+            body = msgspec.convert(values, struct_type)
+        else:  # same field names: read the decoded message's attributes, no dict in between
+            body = msgspec.convert(values, struct_type, from_attributes=True)
     except (msgspec.ValidationError, TypeError) as exc:
         raise BadRequest(f"invalid {NAMES[api]} v{version}: {exc}") from None
     return KafkaRequest(api, version, correlation_id, client_id, body)
 
 
-def _fix_request(api: int, version: int, d: dict[str, Any]) -> None:
+def _client_id(frame: bytes) -> tuple[str, int]:
+    """Request header v1's nullable client id, and where the body starts."""
+    if len(frame) < _HEADER.size:
+        raise BadRequest(f"request of {len(frame)} bytes has no client id")
+    *_, n = _HEADER.unpack_from(frame)
+    start = _HEADER.size + max(n, 0)
+    if n < -1 or start > len(frame):
+        raise BadRequest(f"a client id of {n} bytes in a request of {len(frame)}")
+    return bytes(frame[_HEADER.size : start]).decode("utf-8", "replace"), start
+
+
+def _fix_request(api: int, version: int, d: dict[str, Any]) -> None:  # for the apis in _FIXED
     """Kafka's request fields -> the project struct's, where they differ."""
     if api == M.METADATA:
         topics = d.get("topics")
@@ -219,9 +242,8 @@ def encode_response(api: int, version: int, correlation_id: int, body: S.Message
     values = msgspec.to_builtins(body, builtin_types=(bytes, bytearray, memoryview))
     _fix_response(api, version, values, request)
     response_class = _CLASSES[api][1]
-    msg = _build(response_class, values, version)
-    msg.with_header(correlation_id)
-    return bytes(msg.encode(header=True, framed=True))
+    body_bytes = _build(response_class, values, version).encode(version=version, header=False)
+    return _RESPONSE_HEAD.pack(len(body_bytes) + 4, correlation_id) + bytes(body_bytes)
 
 
 def _fix_response(api: int, version: int, d: dict[str, Any], request: Any) -> None:

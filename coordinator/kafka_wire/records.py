@@ -1,6 +1,7 @@
 """Kafka record batches (magic v2, CRC-32C) to and from the Parquet log's rows.
 
-Pure functions over kafka-python's `kafka.record` builders and readers:
+Pure functions over aiokafka's compiled record-batch builder (writing Fetch answers) and
+kafka-python's `kafka.record` readers (Produce requests):
 
     data, n = encode_batch(read.batch, max_bytes=1 << 20)   # rows offset/key/value/timestamp -> bytes
     table = decode_batches(produce_records)                  # -> Arrow key/value/timestamp (ms)
@@ -12,16 +13,17 @@ refused (`InvalidRecords`) rather than stored without them.
 
 from __future__ import annotations
 
+import struct
+
 import pyarrow as pa
 import pyarrow.compute as pc
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.errors import KafkaError
-from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from kafka.record.memory_records import MemoryRecords
 
 from coordinator.wire import error_codes as E
 
-# kafka-python's size estimate of one record's framing (length, deltas, attributes).
-_RECORD_OVERHEAD = 21
-_BATCH_LIMIT = 0x7FFFFFFF
+_BASE_OFFSET = struct.Struct(">q")
 
 
 class InvalidRecords(Exception):
@@ -34,28 +36,35 @@ class InvalidRecords(Exception):
 
 def encode_batch(batch: pa.RecordBatch, max_bytes: int) -> tuple[bytes, int]:
     """The leading rows of `batch` (consecutive offsets) as one record batch of about `max_bytes`
-    at most, and how many rows it holds; at least one row (KIP-74), none for an empty batch."""
+    at most, and how many rows it holds; at least one row (KIP-74), none for an empty batch.
+
+    Written by aiokafka's compiled builder (a producer's: base offset 0, offset deltas from 0);
+    the base offset is then set to the first row's. It is outside the CRC, which covers the
+    attributes onwards, so the batch stays valid."""
     n = batch.num_rows
     if n == 0:
         return b"", 0
-    offsets = batch.column("offset")
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()
     stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-    builder = MemoryRecordsBuilder(
-        magic=2, compression_type=0, batch_size=_BATCH_LIMIT, offset=offsets[0].as_py()
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=max(max_bytes, 1),
     )
-    size = 61  # the batch header
+    append = builder.append
     taken = 0
-    for i in range(n):
-        k, v = keys[i], values[i]
-        size += _RECORD_OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
-        if taken and size > max_bytes:
+    for i in range(n):  # append answers None once the batch would pass batch_size (never the first)
+        if append(i, timestamp=stamps[i], key=keys[i], value=values[i], headers=[]) is None:
             break
-        builder.append(stamps[i], k, v)
         taken += 1
-    builder.close()
-    return bytes(builder.buffer()), taken
+    data = builder.build()
+    _BASE_OFFSET.pack_into(data, 0, batch.column("offset")[0].as_py())
+    return bytes(data), taken
 
 
 def decode_batches(data: bytes) -> pa.Table:
