@@ -646,3 +646,52 @@ def test_join_group_v2_v3_answer_a_new_member_with_its_generation(node, version)
     else:  # admitted at once, as Kafka does below v4
         assert answer.error_code == 0 and answer.member_id and answer.generation_id == 1
         assert answer.leader == answer.member_id and len(answer.members) == 1
+
+
+@needs_burrow
+def test_burrow_status_of_a_stalled_coordinator_group_agrees_with_groups_describe(node, tmp_path):
+    """A live member that commits the same offsets again and again behind the log end: a window of
+    commits both Burrow (from `__consumer_offsets`) and `groups watch` (from ZooKeeper) evaluate
+    with Burrow's rules — STALL on every partition, ERR for the group, in both."""
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(node, topic, 100)  # log end 50 on each partition, no more
+    c = _ck_consumer(node, group, topic)
+    samples = tmp_path / "window.json"
+    burrow = watch = None
+    try:
+        _wait_for("the consumer's assignment", lambda: (c.poll(0.2), _ck_assigned(c))[1] == {0, 1})
+        burrow = _Burrow(node, tmp_path, offsets_topic=True)
+        burrow.wait_for_topic(topic)
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "cli", "groups", "watch", group, "--zk", node.zk, "--data", str(node.data),
+             "--interval", "1", "--count", "30", "--samples", str(samples)],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        theirs = ours = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            c.commit(
+                offsets=[CKTopicPartition(topic, 0, 40), CKTopicPartition(topic, 1, 45)], asynchronous=False
+            )
+            c.poll(0.05)
+            time.sleep(1.1)
+            status = (_http_json(f"{burrow.base}/consumer/{group}/status") or {}).get("status") or {}
+            theirs = (
+                status.get("status"),
+                {p["partition"]: p["status"] for p in status.get("partitions") or []},
+            )
+            [view] = _describe(node, group, "--samples", str(samples))
+            ours = (
+                view["summary"]["status"],
+                {p["partition"]: p["status"] for p in view["partitions"] if p["topic"] == topic},
+            )
+            if theirs == ours == ("ERR", {0: "STALL", 1: "STALL"}):
+                break
+        assert theirs == ours == ("ERR", {0: "STALL", 1: "STALL"}), (theirs, ours, burrow.output())
+    finally:
+        c.close()
+        if watch is not None:
+            watch.terminate()
+            watch.wait(10)
+        if burrow is not None:
+            burrow.stop()
