@@ -5,7 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export TESTCONTAINERS_RYUK_DISABLED=true
 start=$(date +%s)
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=30 "$@"  # the slowest tests, for keeping the suite short
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "[test] FAILED: pytest collected no tests" >&2
