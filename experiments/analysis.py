@@ -193,12 +193,11 @@ def lost(outputs: Counter, ends: dict[str, int]) -> int:
 
 
 def offset_regressions(events: list[dict]) -> list[dict]:
-    """S5: successful commits (in acknowledgement order) below the partition's previous commit."""
+    """S5: successful commits (in the order they took effect, `landed`) below the partition's
+    previous commit."""
     last: dict[str, tuple[int, str]] = {}
     out = []
-    for e in events:
-        if e["ev"] != "commit" or not e.get("ok"):
-            continue
+    for e in sorted(landed(events), key=lambda c: c["t"]):
         for tp, offset in e["offsets"].items():
             prev = last.get(tp)
             if prev is not None and offset < prev[0]:

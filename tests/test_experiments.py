@@ -72,14 +72,16 @@ def test_scheme_one_watch_notifications_grow_with_n_and_the_coordinators_stay_co
 
 
 def test_zombies_commit_under_scheme_one_and_are_fenced_under_the_coordinators(quick_run):
-    """A member cut off past its session keeps its partitions under scheme one and its parked commit
-    lands over the new owner's (always); a SIGSTOPped one does so only when its poll wins the race
-    against the session-expiry notice on waking, so that scenario is only checked for the fence."""
+    """A member cut off past its session keeps believing it owns its partitions under every scheme;
+    under scheme one its return damages the committed output (it reads from a stale position and
+    commits below the new owner: committed duplicates, offset regressions). Its commit in flight at
+    the cut is no zombie commit: it either landed before the cut (the new owner resumed at its
+    offset) or fails. A SIGSTOPped member commits over the new owner only when its poll wins the
+    race against the session-expiry notice on waking, so that scenario is only checked for the fence."""
     _, results, _ = quick_run
     one = scheme(results, "cut-off", "one")
-    assert one["zombie"]["takeover"] and one["zombie"]["commits_accepted"] >= 1
-    assert one["offset_regressions"] + one["double_owner_commits"] > 0
-    assert one["max_owners_at_commit"] >= 2
+    assert one["zombie"]["takeover"] and one["double_ownership_s"] > 0
+    assert one["duplicate_committed"] + one["offset_regressions"] + one["double_owner_commits"] > 0, one
     for scenario in ("zombie", "cut-off"):
         assert scheme(results, scenario, "one")["zombie"]["takeover"]
         for name in COORDINATOR:

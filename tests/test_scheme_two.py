@@ -405,7 +405,7 @@ def test_every_server_strategy_serves_a_group(zk, zk_connect, tmp_path, strategy
 def test_members_starting_at_once_rejoin_under_the_ids_the_coordinator_gave_them(zk, zk_connect):
     """The coordinator answers a first ServerJoinGroup caught by another member's join with
     REBALANCE_IN_PROGRESS and the consumer id it admitted; a member that rejoined without that id
-    would be a stranger, and the group would wait out the admitted one's session (30 s here)."""
+    would be a stranger, and the group would wait out the admitted one's session (90 s here)."""
     from coordinator.member.client import CoordinatorMember, MemberState
 
     create_topic(zk, "t", partitions=8)
@@ -416,7 +416,7 @@ def test_members_starting_at_once_rejoin_under_the_ids_the_coordinator_gave_them
                 ["t"],
                 bootstrap=nodes.bootstrap,
                 server_assigned=True,
-                session_timeout_ms=30_000,
+                session_timeout_ms=90_000,
                 heartbeat_interval_ms=100,
                 retry_backoff_ms=20,
             )
@@ -431,7 +431,7 @@ def test_members_starting_at_once_rejoin_under_the_ids_the_coordinator_gave_them
                     and len({m.generation for m in members}) == 1
                     and sorted(tp for m in members for tp in m.assignment()) == [TP("t", p) for p in range(8)]
                 ),
-                20,  # well inside the 30 s session a stranger's rejoin would make the group wait out
+                60,  # well inside the 90 s session a stranger's rejoin would make the group wait out
                 "four members started at once forming one generation",
             )
         finally:
