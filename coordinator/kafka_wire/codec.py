@@ -110,6 +110,9 @@ NAMES: dict[int, str] = {
 _PEEK = struct.Struct(">hhi")
 _HEADER = struct.Struct(">hhih")  # request header v1: api key, version, correlation id, client id length
 _RESPONSE_HEAD = struct.Struct(">ii")  # frame size, response header v0 (correlation id)
+# Heartbeat answers, the listener's hottest, differ only by version and error code: their bodies
+# are encoded once (by kafka-python) and reused.
+_HEARTBEATS: dict[tuple, bytes] = {}
 
 
 # Requests whose fields differ from the project struct's (`_fix_request`); the others convert
@@ -239,11 +242,16 @@ def encode_response(api: int, version: int, correlation_id: int, body: S.Message
     """The framed Kafka response (size, header, body) of `body` to `api` at `version`."""
     if isinstance(body, S.ErrorResponse):
         body = error_body(api, request, body.error_code, body.error_message)
-    values = msgspec.to_builtins(body, builtin_types=(bytes, bytearray, memoryview))
-    _fix_response(api, version, values, request)
-    response_class = _CLASSES[api][1]
-    body_bytes = _build(response_class, values, version).encode(version=version, header=False)
-    return _RESPONSE_HEAD.pack(len(body_bytes) + 4, correlation_id) + bytes(body_bytes)
+    key = (api, version, body) if api == S.HEARTBEAT else None
+    body_bytes = _HEARTBEATS.get(key) if key is not None else None
+    if body_bytes is None:
+        values = msgspec.to_builtins(body, builtin_types=(bytes, bytearray, memoryview))
+        _fix_response(api, version, values, request)
+        response_class = _CLASSES[api][1]
+        body_bytes = bytes(_build(response_class, values, version).encode(version=version, header=False))
+        if key is not None and len(_HEARTBEATS) < 256:  # a few error codes x versions
+            _HEARTBEATS[key] = body_bytes
+    return _RESPONSE_HEAD.pack(len(body_bytes) + 4, correlation_id) + body_bytes
 
 
 def _fix_response(api: int, version: int, d: dict[str, Any], request: Any) -> None:
