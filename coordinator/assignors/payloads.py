@@ -122,7 +122,7 @@ class _Reader:
     __slots__ = ("buf", "pos")
 
     def __init__(self, buf: bytes) -> None:
-        self.buf, self.pos = buf, 0
+        self.buf, self.pos = bytes(buf), 0  # a memoryview or bytearray too (no copy for bytes)
 
     def remaining(self) -> int:
         return len(self.buf) - self.pos
