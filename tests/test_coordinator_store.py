@@ -131,3 +131,27 @@ def test_claim_fences_the_previous_leader_and_loading_sees_its_writes(zk, zk_con
             c.close()
 
     run(main())
+
+
+def test_two_first_writes_of_a_new_group_in_flight_at_once_both_land(zk, zk_connect):
+    """Members joining a new group at once can put two metadata writes in flight before the first
+    created the znode: the second one's create fails, and its retry must set instead (it used to
+    create again, fail, and cost the group its coordinator)."""
+
+    async def main():
+        client = connect(zk_connect, session_timeout=6.0)
+        store = CoordinatorStore(client, node_id=1, shards=SHARDS)
+        await store.start()
+        try:
+            g = "group-at-once"
+            s = shard_of(g, SHARDS)
+            epoch = await store.claim_shard(s, "h", 1)
+            assert epoch is not None
+            await asyncio.gather(*(store.write_group(s, epoch, _record(g, n)) for n in (1, 2, 3)))
+            stored = (await store.read_group(g)).group
+            assert stored.generation_id in (1, 2, 3)
+        finally:
+            client.stop()
+            client.close()
+
+    run(main())

@@ -543,10 +543,9 @@ class CoordinatorStore:
         data = encode_group(record)
         if len(data) > MAX_WRITE_BYTES:
             raise WriteTooLarge(f"group {record.group_id!r} metadata is {len(data)} bytes")
-        exists = path in self._existing
 
-        def ops(txn) -> None:
-            if exists:
+        def ops(txn) -> None:  # asks at each attempt: `_retrying` re-reads what exists after a miss
+            if path in self._existing:
                 txn.set_data(path, data)
             else:
                 txn.create(path, data)
