@@ -332,8 +332,8 @@ def _api_keys(hostport: str, timeout: float) -> set[int] | None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
             header = struct.pack(">hhih", 18, 0, 1, len(b"groupshift")) + b"groupshift"
             s.sendall(struct.pack(">i", len(header)) + header)
-            size = struct.unpack(">i", _recv(s, 4))[0]
-            body = _recv(s, size)
+            size = struct.unpack(">i", recv_exactly(s, 4))[0]
+            body = recv_exactly(s, size)
         _, error, n = struct.unpack_from(">ihi", body)
         if error:
             return None
@@ -342,7 +342,8 @@ def _api_keys(hostport: str, timeout: float) -> set[int] | None:
         return None
 
 
-def _recv(s: socket.socket, n: int) -> bytes:
+def recv_exactly(s: socket.socket, n: int) -> bytes:
+    """`n` bytes from `s`, or ConnectionError when the peer closes first."""
     buf = b""
     while len(buf) < n:
         chunk = s.recv(n - len(buf))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from coordinator.node.process import NodeProcess
 from core.zk import connect
+from migrate.kafka_target import recv_exactly  # noqa: F401 - the Kafka tests' frame reader
 from topics.store import TopicStore
 
 
@@ -83,14 +83,3 @@ class Polling(threading.Thread):
         self.stop.set()
         self.join(30)
         assert not self.is_alive() and self.error is None, self.error
-
-
-def recv_exactly(s: socket.socket, n: int) -> bytes:
-    """`n` bytes from `s`, or ConnectionError when the peer closes first."""
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
