@@ -52,6 +52,7 @@ def figures(results: dict) -> dict[str, dict]:
             "S3 unowned partition-s (hard kill)": kill.get("unowned_partition_s"),
             "S4 duplicate committed (zombie + cut-off)": _sum(zombie, cut, "duplicate_committed"),
             "S5 offset regressions (zombie + cut-off)": _sum(zombie, cut, "offset_regressions"),
+            "S5 in ZooKeeper, mzxid order (zombie + cut-off)": _sum(zombie, cut, "zk_offset_regressions"),
             "S6 zombie lifetime s (zombie)": zombie.get("zombie", {}).get("lifetime_s"),
         }
     return out

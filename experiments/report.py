@@ -53,7 +53,9 @@ consuming, committing group and counts what it cost from the members' own proces
 * **S3 unowned partition-seconds**: time without an active owner after the fault, summed over partitions.
 * **S4 double ownership / consumption**: seconds two members both believed they owned a partition (summed
   over partitions); **duplicates**: extra processings (a record processed twice counts 1).
-* **S5 offset regressions**: commits that moved a partition's committed offset backwards.
+* **S5 offset regressions**: commits that moved a partition's committed offset backwards, in the order
+  they took effect as the members' logs show it; for scheme one also in ZooKeeper's own write order
+  (each offset znode's `mzxid`), which also counts a write that landed twice.
 * **S6 zombie lifetime**: how long a replaced member went on believing it held a partition after another
   took it over, and the records it processed meanwhile.
 * **duplicate committed**: duplicates whose output was committed (visible downstream); **lost**: records
@@ -79,7 +81,9 @@ FAULT_TABLES = {
     "Correctness": _columns("""records: records; processed: processed; duplicates (S4): duplicates;
         duplicate committed: duplicate_committed; lost: lost; double-owner commits: double_owner_commits;
         max owners at a commit: max_owners_at_commit;
-        offset regressions (S5): offset_regressions; commits: commits; fenced commits: fenced_commits"""),
+        offset regressions (S5): offset_regressions;
+        S5 in ZooKeeper (mzxid order): zk_offset_regressions; commits: commits;
+        fenced commits: fenced_commits"""),
     "Availability and coordination": _columns("""time to stable (H5), s: time_to_stable_s;
         unowned partition-s (S3): unowned_partition_s; double ownership, s (S4): double_ownership_s;
         zombie lifetime, s (S6): zombie.lifetime_s;

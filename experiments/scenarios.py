@@ -93,6 +93,10 @@ def measure(
         settled = since + out["time_to_stable_s"]
         out["s1"] = zk_metrics.conflicts(zk_events, since, settled + 0.001)
         out["h1_fanout"] = zk_metrics.fanout(zk_events, since, settled + 0.001)
+        # S5 in ZooKeeper's own write order (mzxid): sees a write that landed twice (zkclient re-issues
+        # a write after a lost session), which the processing log shows once
+        after_fault = [e for e in zk_events if e["t"] >= since]
+        out["zk_offset_regressions"] = len(zk_metrics.offset_regressions(after_fault))
         out["zk"] = {
             "requests": zk_metrics.zk_requests(zk_events, since, settled + 0.001)["total"],
             "watch_notifications": sum(

@@ -72,16 +72,18 @@ def test_scheme_one_watch_notifications_grow_with_n_and_the_coordinators_stay_co
 
 
 def test_zombies_commit_under_scheme_one_and_are_fenced_under_the_coordinators(quick_run):
-    """A member cut off past its session keeps believing it owns its partitions under every scheme;
-    under scheme one its return damages the committed output (it reads from a stale position and
-    commits below the new owner: committed duplicates, offset regressions). Its commit in flight at
-    the cut is no zombie commit: it either landed before the cut (the new owner resumed at its
-    offset) or fails. A SIGSTOPped member commits over the new owner only when its poll wins the
-    race against the session-expiry notice on waking, so that scenario is only checked for the fence."""
+    """A member cut off past its session keeps believing it owns its partitions under every scheme.
+    Under scheme one its commit blocked across the cut is re-issued by its ZooKeeper client in the new
+    session on its return and lands over the new owner's offsets: ZooKeeper's own write order (mzxid)
+    shows the offset going backwards, every run. (Whether that costs committed duplicates depends on
+    whether the group's next rebalance reads the regressed offset before the new owner commits again,
+    so it is reported, not asserted.) A SIGSTOPped member commits over the new owner only when its
+    poll wins the race against the session-expiry notice on waking, so that scenario is only checked
+    for the fence."""
     _, results, _ = quick_run
     one = scheme(results, "cut-off", "one")
     assert one["zombie"]["takeover"] and one["double_ownership_s"] > 0
-    assert one["duplicate_committed"] + one["offset_regressions"] + one["double_owner_commits"] > 0, one
+    assert one["zk_offset_regressions"] >= 1, one
     for scenario in ("zombie", "cut-off"):
         assert scheme(results, scenario, "one")["zombie"]["takeover"]
         for name in COORDINATOR:
