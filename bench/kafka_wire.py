@@ -16,6 +16,15 @@ comes from this process, over loopback.
   the Kafka listener (Fetch over loopback, magic v2 batches) and once by groupshift's own
   `topics.fetcher.Fetcher` (the reader behind `pipeline.Consumer`: Parquet straight from the log
   root, no network). Target: >= 200,000 records/s to confluent-kafka.
+
+  confluent-kafka reads the topic under three client settings, each printed with the share of one
+  core the node used meanwhile: librdkafka's defaults; `fetch.queue.backoff.ms=10`; and
+  `queued.min.messages=1000000`. With the defaults librdkafka stops fetching for
+  `fetch.queue.backoff.ms` (1 s) whenever its pre-fetch queue holds `queued.min.messages`
+  (100,000) records, so a consumer of small records gets about 100,000 records per second from
+  any broker that answers faster than the application drains; librdkafka's documentation says to
+  lower the backoff or size the queue for a second of data in that case. The target is checked
+  against the best of the two documented settings; the default figure is printed beside it.
 """
 
 from __future__ import annotations
@@ -233,7 +242,18 @@ def write_topic(zk, log: Log, topic: str, partitions: int, records: int, value_b
             left -= k
 
 
-def read_confluent(bootstrap: str, topic: str, partitions: int, records: int, timeout: float) -> float:
+# librdkafka settings the records part reads under: its defaults, then its two documented remedies
+# for a consumer whose pre-fetch queue holds less than a second of data
+CLIENT_SETTINGS = {
+    "defaults": {},
+    "fetch.queue.backoff.ms=10": {"fetch.queue.backoff.ms": 10},
+    "queued.min.messages=1000000": {"queued.min.messages": 1_000_000},
+}
+
+
+def read_confluent(
+    bootstrap: str, topic: str, partitions: int, records: int, timeout: float, settings: dict | None = None
+) -> float:
     from confluent_kafka import OFFSET_BEGINNING, Consumer
     from confluent_kafka import TopicPartition as KTP
 
@@ -243,6 +263,7 @@ def read_confluent(bootstrap: str, topic: str, partitions: int, records: int, ti
             "group.id": f"kbench-{uuid.uuid4().hex[:6]}",
             "enable.auto.commit": False,
             "log_level": 0,
+            **(settings or {}),
         }
     )
     try:
@@ -360,21 +381,40 @@ def _run(args, node, client, log: Log) -> dict:
         f"(written in {time.monotonic() - t0:.1f} s)",
         flush=True,
     )
-    ck = read_confluent(node.kafka_bootstrap, topic, args.partitions, n, timeout=300)
+    by_settings = {}
+    for name, settings in CLIENT_SETTINGS.items():
+        cpu0, t0 = _cpu_seconds(node.proc.pid), time.monotonic()
+        rate = read_confluent(node.kafka_bootstrap, topic, args.partitions, n, timeout=300, settings=settings)
+        node_cpu = (_cpu_seconds(node.proc.pid) - cpu0) / (time.monotonic() - t0)
+        by_settings[name] = {"records_per_s": round(rate), "node_cpu": round(node_cpu, 3)}
+        print(
+            f"  confluent-kafka ({name}): {rate:,.0f} records/s, node busy {node_cpu:.0%} of a core",
+            flush=True,
+        )
     ours = read_fetcher(log, topic, args.partitions, n, timeout=300)
-    met = "met" if ck >= RECORDS_TARGET else "not met"
+    best = max(v["records_per_s"] for k, v in by_settings.items() if k != "defaults")
+    met = "met" if best >= RECORDS_TARGET else "not met"
     print(
-        f"  confluent-kafka through the Kafka listener: {ck:,.0f} records/s  [>= {RECORDS_TARGET:,}/s: {met}]"
+        f"  confluent-kafka, best documented setting: {best:,.0f} records/s  [>= {RECORDS_TARGET:,}/s: {met}]"
     )
-    print(f"  groupshift Fetcher on the log root:         {ours:,.0f} records/s")
-    print(f"  confluent-kafka / Fetcher: {ck / ours:.0%}")
+    print(f"  groupshift Fetcher on the log root:       {ours:,.0f} records/s")
+    print(f"  confluent-kafka (best) / Fetcher: {best / ours:.0%}")
     return {
         "heartbeats": hb,
         "heartbeat_ratio": round(ratio, 3),
         "records": n,
-        "confluent_records_per_s": round(ck),
+        "confluent": by_settings,
+        "confluent_records_per_s": best,
         "fetcher_records_per_s": round(ours),
     }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat, clock ticks)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from core.types import TopicPartition
 from tests.kafka_helpers import Polling, kafka_node, new_topic, produce, recv_exactly
+from zk_rebalance.layout import offset_path
 from zk_rebalance.member import ZkGroupMember
 
 REPO = Path(__file__).resolve().parent.parent
@@ -648,39 +649,27 @@ def test_join_group_v2_v3_answer_a_new_member_with_its_generation(node, version)
         assert answer.leader == answer.member_id and len(answer.members) == 1
 
 
-@needs_burrow
-def test_burrow_status_of_a_stalled_coordinator_group_agrees_with_groups_describe(node, tmp_path):
-    """A live member that commits the same offsets again and again behind the log end: a window of
-    commits both Burrow (from `__consumer_offsets`) and `groups watch` (from ZooKeeper) evaluate
-    with Burrow's rules — STALL on every partition, ERR for the group, in both."""
-    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
-    produce(node, topic, 100)  # log end 50 on each partition, no more
-    c = _ck_consumer(node, group, topic)
-    samples = tmp_path / "window.json"
-    burrow = watch = None
+def _stalled_status_agrees(node, burrow, group: str, topic: str, commit, *scheme: str) -> None:
+    """Commit the same offsets behind the log end every 1.1 s (`commit()`) while `groups watch` keeps
+    a window; until Burrow and `groups describe` both say ERR with STALL on both partitions (60 s)."""
+    samples = burrow.tmp / "window.json"
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "cli", "groups", "watch", group, *scheme, "--zk", node.zk, "--data",
+         str(node.data), "--interval", "1", "--count", "30", "--samples", str(samples)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        _wait_for("the consumer's assignment", lambda: (c.poll(0.2), _ck_assigned(c))[1] == {0, 1})
-        burrow = _Burrow(node, tmp_path, offsets_topic=True)
-        burrow.wait_for_topic(topic)
-        watch = subprocess.Popen(
-            [sys.executable, "-m", "cli", "groups", "watch", group, "--zk", node.zk, "--data", str(node.data),
-             "--interval", "1", "--count", "30", "--samples", str(samples)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
         theirs = ours = None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            c.commit(
-                offsets=[CKTopicPartition(topic, 0, 40), CKTopicPartition(topic, 1, 45)], asynchronous=False
-            )
-            c.poll(0.05)
+            commit()
             time.sleep(1.1)
             status = (_http_json(f"{burrow.base}/consumer/{group}/status") or {}).get("status") or {}
             theirs = (
                 status.get("status"),
                 {p["partition"]: p["status"] for p in status.get("partitions") or []},
             )
-            [view] = _describe(node, group, "--samples", str(samples))
+            [view] = _describe(node, group, *scheme, "--samples", str(samples))
             ours = (
                 view["summary"]["status"],
                 {p["partition"]: p["status"] for p in view["partitions"] if p["topic"] == topic},
@@ -689,9 +678,57 @@ def test_burrow_status_of_a_stalled_coordinator_group_agrees_with_groups_describ
                 break
         assert theirs == ours == ("ERR", {0: "STALL", 1: "STALL"}), (theirs, ours, burrow.output())
     finally:
+        watch.terminate()
+        watch.wait(10)
+
+
+@needs_burrow
+def test_burrow_status_of_a_stalled_coordinator_group_agrees_with_groups_describe(node, tmp_path):
+    """A live member that commits the same offsets again and again behind the log end: a window of
+    commits both Burrow (from `__consumer_offsets`) and `groups watch` (from ZooKeeper) evaluate
+    with Burrow's rules — STALL on every partition, ERR for the group, in both."""
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    produce(node, topic, 100)  # log end 50 on each partition, no more
+    c = _ck_consumer(node, group, topic)
+    burrow = None
+
+    def commit() -> None:
+        c.commit(offsets=[CKTopicPartition(topic, 0, 40), CKTopicPartition(topic, 1, 45)], asynchronous=False)
+        c.poll(0.05)
+
+    try:
+        _wait_for("the consumer's assignment", lambda: (c.poll(0.2), _ck_assigned(c))[1] == {0, 1})
+        burrow = _Burrow(node, tmp_path, offsets_topic=True)
+        burrow.wait_for_topic(topic)
+        _stalled_status_agrees(node, burrow, group, topic, commit)
+    finally:
         c.close()
-        if watch is not None:
-            watch.terminate()
-            watch.wait(10)
         if burrow is not None:
             burrow.stop()
+
+
+@needs_burrow
+def test_burrow_status_of_a_stalled_scheme_one_group_agrees_with_groups_describe(node, tmp_path):
+    """A scheme-one group whose consumer writes the same offsets to its offset znodes again and again
+    behind the log end (a 0.8.0 consumer's auto-commit writes whether or not they changed): Burrow's
+    `kafka_zk` module and `groups watch` both order the writes by the znodes' mzxid, and both say
+    STALL on every partition and ERR for the group."""
+    topic, group = new_topic(node, 2), f"legacy-{uuid.uuid4().hex[:8]}"
+    produce(node, topic, 100)  # log end 50 on each partition, no more
+    node.zk_client.ensure_path("/consumers")  # kafka_zk lists it once at start
+    burrow = _Burrow(node, tmp_path)
+    member = ZkGroupMember(node.zk, group, {topic: 1}, rebalance_backoff_ms=200, auto_commit=False)
+
+    def commit() -> None:
+        for p, offset in ((0, 40), (1, 45)):
+            node.zk_client.set(offset_path(group, topic, p), str(offset).encode())
+
+    try:
+        burrow.wait_for_topic(topic)
+        member.start()
+        assert member.wait_for_stable(30)
+        member.commit({TopicPartition(topic, 0): 40, TopicPartition(topic, 1): 45}, member.generation)
+        _stalled_status_agrees(node, burrow, group, topic, commit, "--scheme", "zk")
+    finally:
+        member.close()
+        burrow.stop()
