@@ -105,10 +105,13 @@ def consume(
         bootstrap=bootstrap,
     )
     idle_since = [time.monotonic()]
+    shown = [None]  # the assignment last shown
 
     def done() -> bool:
         if stop["now"]:
             return True
+        if job.progress.assignment != shown[0] and job.progress.assignment:
+            show(None, job.progress)  # a rebalance's outcome is shown at once, before a batch
         return (
             until_idle is not None
             and job.progress.lag == 0
@@ -116,7 +119,9 @@ def consume(
         )
 
     def show(batch, progress) -> None:
-        idle_since[0] = time.monotonic()
+        if batch is not None:
+            idle_since[0] = time.monotonic()
+        shown[0] = progress.assignment
         line = (
             f"\r{progress.records:,} records  {progress.rate:,.0f}/s  lag {progress.lag:,}  "
             f"batches {progress.batches} (abandoned {progress.abandoned})  "

@@ -287,9 +287,9 @@ def test_consume_processes_share_a_group_and_rebalance_on_join_and_leave(zk, zk_
     out = tmp_path / "out"
     stop = threading.Event()
 
-    def keep_producing():
+    def keep_producing():  # 1,000 records/s: less than one process reads on a loaded runner
         while not stop.is_set():
-            produce(log, "t", 4, 200)
+            produce(log, "t", 4, 50)
             time.sleep(0.2)
 
     producer = threading.Thread(target=keep_producing, daemon=True)
