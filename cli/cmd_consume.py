@@ -55,7 +55,8 @@ from pipeline.spark import MAX_RECORDS_PER_BATCH
     type=click.FloatRange(0.1, 86_400),
     default=None,
     metavar="SECONDS",
-    help="Stop once nothing was left to read for this long (default: run until Ctrl-C or SIGTERM).",
+    help="Stop once nothing was left to read for this long, counted while the group has settled the "
+    "assignment (default: run until Ctrl-C or SIGTERM).",
 )
 def consume(
     zk,
@@ -110,6 +111,10 @@ def consume(
     def done() -> bool:
         if stop["now"]:
             return True
+        if job.consumer.rebalance_in_progress:
+            # Not idle while the group decides who reads what: a consumer waiting for its first
+            # assignment has nothing to read only because it owns nothing yet.
+            idle_since[0] = time.monotonic()
         if job.progress.assignment != shown[0] and job.progress.assignment:
             show(None, job.progress)  # a rebalance's outcome is shown at once, before a batch
         return (

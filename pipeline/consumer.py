@@ -239,6 +239,18 @@ class Consumer:
     def membership(self) -> Any:
         return self._membership
 
+    @property
+    def rebalance_in_progress(self) -> bool:
+        """The group has not settled this consumer's assignment yet: its first join, or a rebalance
+        under way or due, is not finished (manual assignment: never). An empty assignment means
+        "nothing to read" only once this is False."""
+        member = self._membership
+        if member is None:
+            return False
+        if hasattr(member, "rebalance_in_progress"):  # schemes two and three
+            return bool(member.rebalance_in_progress)
+        return not member.is_stable()  # scheme one
+
     # -- poll -----------------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:

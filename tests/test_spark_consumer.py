@@ -213,9 +213,13 @@ def test_a_consumer_killed_mid_batch_is_replayed_or_recovered_exactly_once(
 
 
 def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connect, tmp_path):
+    """`consume --until-idle 1` joins a group whose member holds every partition and takes 3 s to
+    answer the rebalance, then leaves: the wait for the first assignment is not idleness, so the
+    command reads all 30,000 records (it used to stop after 1 s with none)."""
     from inspect_helpers import run
 
     from coordinator.node.process import CoordinatorNodes
+    from pipeline.consumer import Consumer
     from topics.log import Log
     from topics.registry import create_topic
 
@@ -240,6 +244,37 @@ def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connec
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "no.such:fn" in bad.stderr, bad.stderr
     assert not out.exists()
     with CoordinatorNodes(zk_connect, count=1) as nodes:
+        holder = Consumer(
+            "cli-g",
+            ["t"],
+            rebalancer="coordinator",
+            zk=zk_connect,
+            log=log,
+            bootstrap=nodes.bootstrap,
+            enable_auto_commit=False,
+            heartbeat_interval_ms=200,
+            session_timeout_ms=6000,
+            max_poll_interval_ms=60_000,
+        )
+        deadline = time.monotonic() + 60
+        while len(holder.assignment()) < 3 or holder.rebalance_in_progress:
+            assert time.monotonic() < deadline, "the holder never settled on all three partitions"
+            holder.poll(100)
+        holder.pause(*holder.assignment())
+        slow_answer: list[float] = []
+
+        def answer_slowly() -> None:  # stop polling: the group waits for this member's rejoin
+            deadline = time.monotonic() + 120
+            while not holder.rebalance_in_progress and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if holder.rebalance_in_progress:
+                t0 = time.monotonic()
+                time.sleep(3)
+                slow_answer.append(time.monotonic() - t0)
+            holder.close(autocommit=False)  # LeaveGroup: the rebalance completes without it
+
+        answering = threading.Thread(target=answer_slowly, daemon=True)
+        answering.start()
         r = run(
             "consume",
             "--group",
@@ -262,6 +297,8 @@ def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connec
             data=log.root,
             timeout=180,
         )
+        answering.join(10)
+    assert slow_answer, "the consume command's join never reached the holder"
     assert r.returncode == 0, r.stderr[-2000:]
     assert "consumed 30,000 records" in r.stdout, r.stdout
     assert "lag" in r.stderr and "assignment 3 partitions" in r.stderr
@@ -300,6 +337,7 @@ def test_consume_processes_share_a_group_and_rebalance_on_join_and_leave(zk, zk_
 
         def start(name: str) -> tuple[subprocess.Popen, list[str]]:
             proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            started.append(proc)
             lines: list[str] = []
             threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
             return proc, lines
@@ -316,10 +354,12 @@ def test_consume_processes_share_a_group_and_rebalance_on_join_and_leave(zk, zk_
                     f"timed out waiting for {what}",
                     a_lines[-3:],
                     b_lines[-3:],
+                    [f"pid {p.pid} exit {p.poll()}" for p in started],
                 )
                 time.sleep(0.1)
 
         producer.start()
+        started: list[subprocess.Popen] = []
         b_lines: list[str] = []
         a, a_lines = start("a")
         try:
