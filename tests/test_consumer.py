@@ -345,6 +345,26 @@ def worker_main(spec: dict) -> None:
     os._exit(0)
 
 
+def test_rebalance_in_progress_until_the_group_settles_the_assignment(env):
+    """What `consume --until-idle` relies on: a member not yet given its partitions is rebalancing,
+    not idle; a second member's join unsettles the first until both hold theirs."""
+    env.topic("t", partitions=2)
+    c1 = env.consumer("gs", ["t"])
+    if env.rebalancer != "zk":
+        assert c1.rebalance_in_progress  # nothing joined before the first poll()
+
+    def settled(*cs: Consumer, each: int) -> bool:
+        polled(*cs)
+        return all(not c.rebalance_in_progress and len(c.assignment()) == each for c in cs)
+
+    wait_for(lambda: settled(c1, each=2), timeout=30, what="the first member settled on both partitions")
+    c2 = env.consumer("gs", ["t"])
+    wait_for(lambda: settled(c1, c2, each=1), timeout=30, what="both members settled on one partition each")
+    manual = env.consumer("gs-manual", [])
+    manual.assign([TP("t", 0)])
+    assert not manual.rebalance_in_progress
+
+
 def test_manual_assignment_commits_to_the_group_without_joining(env):
     env.topic("t", partitions=2, per_partition=10)
     c = env.consumer("gm", [])
