@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
 import sys
 
 import click
@@ -22,6 +24,9 @@ class GroupshiftGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         prog_name = prog_name or "groupshift"  # also under `python -m cli`
+        # `kill -USR1 <pid>` prints every thread's stack to stderr (a long command that seems stuck
+        # shows where it waits) and the command goes on.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.Abort:

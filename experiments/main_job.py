@@ -38,6 +38,10 @@ from migrate import live
 from pipeline.spark import SparkConsumer, outputs, spark_session
 from topics.store import TopicStore
 
+# At the end (and on failure or interrupt, with their Spark jobs cancelled), how long the members
+# together get to stop.
+STOP_S = 30.0
+
 TOPIC = "clicks"
 GROUP = "spark-pipeline"
 
@@ -90,9 +94,10 @@ class _Member:
         except BaseException as exc:  # surfaced by close()
             self.error = exc
 
-    def close(self) -> None:
+    def close(self, timeout: float = 120.0) -> None:
+        """Stop after the batch in flight (committed or abandoned), then leave the group."""
         self.stop.set()
-        self.thread.join(120)
+        self.thread.join(timeout)
         self.job.close()
         if self.error is not None:
             raise self.error
@@ -109,6 +114,7 @@ class MainJob:
         self.phases: list[Phase] = []
         self.timeline: list[tuple[float, str, int]] = []
         self.stop_all = threading.Event()
+        self.aborted = False
         self.t0 = time.monotonic()
 
     # -- the parts -------------------------------------------------------------------------------
@@ -154,10 +160,34 @@ class MainJob:
         )
         self.members[name] = _Member(name, job)
 
-    def stop_member(self, name: str) -> None:
+    def stop_member(self, name: str, timeout: float = 120.0) -> None:
         m = self.members.pop(name)
-        m.close()
         self.gone.append(m)
+        m.close(timeout)
+
+    def _stop_members(self) -> None:
+        """Stop every member — each one even if another fails to — within STOP_S together."""
+        deadline = time.monotonic() + STOP_S
+        errors = []
+        for name in list(self.members):
+            try:
+                self.stop_member(name, max(deadline - time.monotonic(), 1.0))
+            except Exception as exc:
+                errors.append(exc)
+        if errors and not self.aborted:  # else the failure or interrupt under way is the one to report
+            raise errors[0]
+
+    def _abort(self) -> None:
+        """A failure or an interrupt (Ctrl-C, SIGTERM): every member stops at once, and the Spark
+        jobs in flight are cancelled, so their batches are abandoned (nothing is committed for
+        them) instead of being waited for, one member after the other."""
+        self.aborted = True
+        for m in self.members.values():
+            m.stop.set()
+        try:
+            self.spark.sparkContext.cancelAllJobs()
+        except Exception:  # the JVM may be gone already; the members' threads are bounded anyway
+            pass
 
     def committed_records(self) -> int:
         return sum(m.job.progress.records for m in [*self.members.values(), *self.gone])
@@ -224,12 +254,16 @@ class MainJob:
             nodes = CoordinatorNodes(self.ns.zk_connect, count=1, group_initial_rebalance_delay_ms=0).start()
             try:
                 return self._phases(zk, nodes.bootstrap)
+            except BaseException:
+                self._abort()
+                raise
             finally:
                 self.stop_producing.set()
                 self.stop_all.set()
-                for name in list(self.members):
-                    self.stop_member(name)
-                nodes.close()
+                try:
+                    self._stop_members()
+                finally:
+                    nodes.close()
         finally:
             zk.stop()
             zk.close()

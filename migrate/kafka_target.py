@@ -4,6 +4,7 @@ The one module that imports confluent-kafka. `migrate.to_kafka` (the `--to kafka
 `offsets export|import --bootstrap` read and write a group's committed offsets with it:
 
     with KafkaTarget("127.0.0.1:9093") as t:      # reachable within TIMEOUT_S, else one line
+                                                   # (at once when every address refuses)
         t.partitions(["clicks"])                   # {"clicks": 4}, or None for a missing topic
         t.offsets("billing", [TopicPartition("clicks", 0)])
         t.members("billing")                       # [] / names / None (no DescribeGroups there)
@@ -92,6 +93,12 @@ class KafkaTarget:
     def open(self) -> KafkaTarget:
         AdminClient = require("confluent_kafka.admin", "kafka").AdminClient
 
+        refused = _refused(self.bootstrap, self.timeout)
+        if refused:  # said at once, not after librdkafka's timeout
+            raise KafkaUnreachable(
+                f"cannot reach a Kafka-protocol broker at {self.bootstrap}: nothing accepts connections "
+                f"there ({refused}); check --bootstrap"
+            )
         ms = int(self.timeout * 1000)
         self._admin = AdminClient(
             {
@@ -323,6 +330,25 @@ class KafkaTarget:
                 lo, hi = out.get(tp, (0, 0))
                 out[tp] = (r.offset, hi) if i == 0 else (lo, r.offset)
         return out
+
+
+def _refused(bootstrap: str, timeout: float) -> str | None:
+    """Why no address of `bootstrap` takes a TCP connection when every one is refused or does not
+    resolve; None as soon as one accepts, or when one cannot be told apart from a slow broker
+    (a timeout, an unreachable network: librdkafka then tries within its own bound)."""
+    reasons = []
+    for hostport in bootstrap.split(","):
+        host, _, port = hostport.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout, 3.0)).close()
+            return None
+        except (ConnectionRefusedError, socket.gaierror) as exc:
+            reasons.append((hostport, exc.strerror or str(exc)))
+        except OSError:
+            return None
+    if len(reasons) == 1:
+        return reasons[0][1]
+    return "; ".join(f"{hostport}: {why}" for hostport, why in reasons)
 
 
 def _api_keys(hostport: str, timeout: float) -> set[int] | None:

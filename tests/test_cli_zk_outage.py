@@ -4,11 +4,15 @@
   patience and goes on sampling once ZooKeeper is back.
 * A one-shot command (`groups describe`) whose ZooKeeper is gone gives up with one line.
   (A migration that loses ZooKeeper mid-copy: tests/test_migrate_crash.py.)
+* A command waiting on a ZooKeeper that accepts but never answers shows where it waits on
+  `kill -USR1` (every thread's stack on stderr) and goes on to its one-line error.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -71,3 +75,28 @@ def test_watch_outlives_a_zookeeper_outage_and_one_shot_commands_give_up(own_zk,
     finally:
         watch.terminate()
         watch.wait(10)
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on():
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers a handshake
+        port = silent.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli", "groups", "list", "--zk", f"127.0.0.1:{port}"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            silent.settimeout(30)
+            conn, _ = silent.accept()  # the command is connecting: its handler is installed
+            with conn:
+                proc.send_signal(signal.SIGUSR1)
+                _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 1, err
+    assert "(most recent call first)" in err and "cli/main.py" in err, err  # the main thread waits
+    assert err.rstrip().splitlines()[-1].startswith("error: cannot reach ZooKeeper"), err

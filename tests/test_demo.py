@@ -159,7 +159,14 @@ def test_interrupted_demo_cleans_up(zk_server, zk, zk_connect, tmp_path):
         )
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the CLI prints every thread's stack and goes on
+            time.sleep(3)
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"the demo did not exit within 120 s of SIGTERM; stderr:\n{err}") from None
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -281,6 +281,7 @@ def test_bad_input_changes_nothing(zk_server, zk, broker):
         lines = {name: one_line(r) for name, r in cases.items()}
         assert "does not exist under scheme zk" in lines["no such group"]
         assert "cannot reach a Kafka-protocol broker at 127.0.0.1:1" in lines["unreachable"]
+        assert "nothing accepts connections there" in lines["unreachable"]  # said at once
         assert "expected HOST:PORT" in lines["bad bootstrap"]
         assert "needs --bootstrap" in lines["no bootstrap"]
         assert "live member" in lines["active target"] or "refused the commit" in lines["active target"]
