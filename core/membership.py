@@ -8,6 +8,7 @@ scheme imports `pipeline`:
     member.start()                        # join; rebalances then happen in the background
     member.assignment()                   # {TopicPartition, ...} owned right now
     member.generation                     # generation (scheme three) or rebalance epoch (scheme one)
+    member.rebalance_in_progress          # True until the group settled this member's assignment
     member.commit({tp: OffsetAndMetadata(42)}, generation)   # raises CommitFailed when fenced
     member.committed([tp])                # {tp: 42} (the next offset to read) or {tp: None}
     member.close()                        # leave cleanly
@@ -61,6 +62,12 @@ class Membership(Protocol):
 
     @property
     def generation(self) -> int: ...
+
+    @property
+    def rebalance_in_progress(self) -> bool:
+        """The first join, or a rebalance under way or due, is not finished (an empty assignment
+        then does not yet mean "nothing to read")."""
+        ...
 
     def start(self) -> None: ...
 

@@ -245,11 +245,7 @@ class Consumer:
         under way or due, is not finished (manual assignment: never). An empty assignment means
         "nothing to read" only once this is False."""
         member = self._membership
-        if member is None:
-            return False
-        if hasattr(member, "rebalance_in_progress"):  # schemes two and three
-            return bool(member.rebalance_in_progress)
-        return not member.is_stable()  # scheme one
+        return member is not None and bool(member.rebalance_in_progress)
 
     # -- poll -----------------------------------------------------------------------------------
 

@@ -279,6 +279,11 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
             and self._zk_events.empty()
         )
 
+    @property
+    def rebalance_in_progress(self) -> bool:
+        """`core.membership.Membership`'s reading: registering, rebalancing, or a rebalance due."""
+        return not self.is_stable()
+
     def close(self, timeout: float = 10.0) -> None:
         """Shut down as 0.8 does: wait for a rebalance in progress, stop fetching, commit (auto-commit),
         then close the session, which deletes the ids and owner nodes at once."""
