@@ -332,15 +332,20 @@ class KafkaTarget:
         return out
 
 
+def _address(hostport: str) -> tuple[str, int]:
+    """`HOST:PORT` (checked by `check_bootstrap`; `[v6]:PORT` too) as a socket address."""
+    host, _, port = hostport.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
 def _refused(bootstrap: str, timeout: float) -> str | None:
     """Why no address of `bootstrap` takes a TCP connection when every one is refused or does not
     resolve; None as soon as one accepts, or when one cannot be told apart from a slow broker
     (a timeout, an unreachable network: librdkafka then tries within its own bound)."""
     reasons = []
     for hostport in bootstrap.split(","):
-        host, _, port = hostport.rpartition(":")
         try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout, 3.0)).close()
+            socket.create_connection(_address(hostport), timeout=min(timeout, 3.0)).close()
             return None
         except (ConnectionRefusedError, socket.gaierror) as exc:
             reasons.append((hostport, exc.strerror or str(exc)))
@@ -353,9 +358,8 @@ def _refused(bootstrap: str, timeout: float) -> str | None:
 
 def _api_keys(hostport: str, timeout: float) -> set[int] | None:
     """The api keys a broker advertises (ApiVersions v0); None if it could not be asked."""
-    host, _, port = hostport.rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
+        with socket.create_connection(_address(hostport), timeout=timeout) as s:
             header = struct.pack(">hhih", 18, 0, 1, len(b"groupshift")) + b"groupshift"
             s.sendall(struct.pack(">i", len(header)) + header)
             size = struct.unpack(">i", recv_exactly(s, 4))[0]
