@@ -15,7 +15,6 @@ source has and any the broker lists; a rollback commits them again, or deletes t
 
 from __future__ import annotations
 
-import json
 import time
 
 import msgspec
@@ -52,21 +51,14 @@ def _conflict(rec: R.Migration | None, source: str, bootstrap: str) -> str | Non
 
 def _kafka_listeners(zk: KazooClient) -> set[str]:
     """`HOST:PORT` of every Kafka listener of this ZooKeeper's coordinator nodes."""
-    from kazoo.exceptions import NoNodeError
+    from coordinator.member.connection import registered_nodes
 
-    from coordinator.member.connection import COORDINATORS_PATH
-
-    try:
-        children = zk.get_children(COORDINATORS_PATH)
-    except NoNodeError:
-        return set()
     out = set()
-    for child in children[:10_000]:  # bounded: node ids
+    for info in registered_nodes(zk):
         try:
-            info = json.loads(zk.get(f"{COORDINATORS_PATH}/{child}")[0])
             out.add(f"{info['kafka_host']}:{int(info['kafka_port'])}")
-        except (NoNodeError, ValueError, KeyError, TypeError):
-            continue
+        except (KeyError, TypeError, ValueError):
+            continue  # a node without a Kafka listener
     return out
 
 

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from coordinator.wire import codec as wire
@@ -21,6 +21,7 @@ from coordinator.wire.schema import Message
 from core.errors import GroupshiftError
 
 COORDINATORS_PATH = "/groupshift/coordinators/ids"
+MAX_NODES = 10_000  # registrations read from ZooKeeper at most
 
 
 class CoordinatorUnavailable(GroupshiftError):
@@ -181,30 +182,44 @@ def zk_address(zk) -> str:
     return hosts + (getattr(zk, "chroot", None) or "")
 
 
+def registered_nodes(zk) -> Iterator[dict]:
+    """The registration (JSON) of every coordinator node in `/groupshift/coordinators/ids/<node>`,
+    at most MAX_NODES; a node gone meanwhile or with malformed data is skipped. kazoo's errors
+    other than NoNode reach the caller (after the nodes read so far)."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        children = zk.get_children(COORDINATORS_PATH)
+    except NoNodeError:
+        return
+    for child in children[:MAX_NODES]:
+        try:
+            info = json.loads(zk.get(f"{COORDINATORS_PATH}/{child}")[0])
+        except (NoNodeError, ValueError):
+            continue
+        if isinstance(info, dict):
+            yield info
+
+
 def zk_bootstrap(zk) -> list[tuple[str, int]]:
     """Coordinator nodes registered in ZooKeeper (`/groupshift/coordinators/ids/<node>`).
 
     Empty while ZooKeeper is away (not connected, or the session expired under the call): the
     caller goes on with its bootstrap list instead of blocking or failing with kazoo's error.
     """
-    from kazoo.exceptions import KazooException, NoNodeError
+    from kazoo.exceptions import KazooException
 
     if not zk.connected:
         return []
-    try:
-        children = zk.get_children(COORDINATORS_PATH)
-    except (NoNodeError, KazooException):
-        return []
     nodes = []
-    for child in children:
-        try:
-            data, _ = zk.get(f"{COORDINATORS_PATH}/{child}")
-            info = json.loads(data)
-            nodes.append((str(info["host"]), int(info["port"])))
-        except (NoNodeError, ValueError, KeyError, TypeError):
-            continue
-        except KazooException:
-            break
+    try:
+        for info in registered_nodes(zk):
+            try:
+                nodes.append((str(info["host"]), int(info["port"])))
+            except (KeyError, TypeError, ValueError):
+                continue
+    except KazooException:
+        pass
     return nodes
 
 
