@@ -170,13 +170,19 @@ async def heartbeat_bench(
             frames.append(
                 P.encode_request(P.HEARTBEAT, len(frames), heartbeat_body(group, gen, m), "bench-hb")
             )
-    runs = [await _measure(host, port, frames, connections, window, 0.0, seconds)]
+    runs = [await measure_heartbeats(host, port, frames, connections, window, 0.0, seconds)]
     for rate in rates:
-        runs.append(await _measure(host, port, frames, connections, window, rate, seconds))
+        runs.append(await measure_heartbeats(host, port, frames, connections, window, rate, seconds))
     return {"members": len(frames), "groups": groups, "setup_s": round(setup_s, 2), "runs": runs}
 
 
-async def _measure(host, port, frames, connections: int, window: int, rate: float, seconds: float) -> dict:
+async def measure_heartbeats(
+    host, port, frames, connections: int, window: int, rate: float, seconds: float, load=None
+) -> dict:
+    """Send `frames` (heartbeats, round robin) over `connections` for `seconds` after a 1 s warm-up:
+    closed loop (`rate` 0) or open loop at `rate`/s. `load`: the protocol class answering them
+    (`HeartbeatLoad`, or a subclass that reads another wire format's answers)."""
+    load = load or HeartbeatLoad
     loop = asyncio.get_running_loop()
     latencies: list[float] = []
     errors: dict[int, int] = {}
@@ -184,7 +190,7 @@ async def _measure(host, port, frames, connections: int, window: int, rate: floa
     for c in range(connections):
         mine = frames[c::connections]
         _, proto = await loop.create_connection(
-            lambda mine=mine: HeartbeatLoad(mine, window, rate / connections, latencies, errors), host, port
+            lambda mine=mine: load(mine, window, rate / connections, latencies, errors), host, port
         )
         protos.append(proto)
     pacer = asyncio.create_task(_pace(protos)) if rate else None

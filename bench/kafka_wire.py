@@ -47,7 +47,7 @@ from kafka.protocol.consumer.group import (
     SyncGroupResponse,
 )
 
-from bench.coordinator import SESSION_MS, HeartbeatLoad, form_group
+from bench.coordinator import SESSION_MS, HeartbeatLoad, form_group, measure_heartbeats
 from coordinator.member.wire_client import heartbeat_body
 from coordinator.node.process import NodeProcess
 from coordinator.wire import codec as P
@@ -172,58 +172,11 @@ async def heartbeats(host: str, port: int, kafka: bool, args) -> dict:
                     P.encode_request(P.HEARTBEAT, len(frames), heartbeat_body(group, gen, m), "bench-hb")
                 )
     load = KafkaHeartbeatLoad if kafka else HeartbeatLoad
-    runs = [await _measure(host, port, frames, load, args, 0.0)]
-    if args.rate:
-        runs.append(await _measure(host, port, frames, load, args, args.rate))
+    runs = []
+    for rate in [0.0, args.rate] if args.rate else [0.0]:
+        shape = (args.connections, args.window, rate, args.seconds)
+        runs.append(await measure_heartbeats(host, port, frames, *shape, load))
     return {"members": len(frames), "setup_s": round(setup_s, 2), "runs": runs}
-
-
-async def _measure(host, port, frames, load, args, rate: float) -> dict:
-    loop = asyncio.get_running_loop()
-    latencies: list[float] = []
-    errors: dict[int, int] = {}
-    protos = []
-    n = args.connections
-    for c in range(n):
-        mine = frames[c::n]
-        _, proto = await loop.create_connection(
-            lambda mine=mine: load(mine, args.window, rate / n, latencies, errors), host, port
-        )
-        protos.append(proto)
-    pacer = asyncio.create_task(_pace(protos)) if rate else None
-    await asyncio.sleep(1.0)  # warm-up
-    latencies.clear()
-    start = time.perf_counter()
-    await asyncio.sleep(args.seconds)
-    count = len(latencies)
-    elapsed = time.perf_counter() - start
-    sample = sorted(latencies[:count])
-    if pacer is not None:
-        pacer.cancel()
-    for p in protos:
-        p.running = False
-        if not p.sent:
-            p.done.set()
-    await asyncio.wait_for(asyncio.gather(*(p.done.wait() for p in protos)), 30)
-    for p in protos:
-        p.transport.close()
-    return {
-        "mode": f"open loop {rate:,.0f}/s" if rate else f"closed loop, {n * args.window} in flight",
-        "heartbeats_per_s": round(count / elapsed),
-        "p50_ms": round(1000 * sample[len(sample) // 2], 3),
-        "p99_ms": round(1000 * sample[int(len(sample) * 0.99)], 3),
-        "errors": errors,
-    }
-
-
-async def _pace(protos, tick: float = 0.002) -> None:
-    last = time.perf_counter()
-    while True:
-        await asyncio.sleep(tick)
-        now = time.perf_counter()
-        for p in protos:
-            p.pace(now - last, now)
-        last = now
 
 
 # -- records ---------------------------------------------------------------------------------------
