@@ -24,9 +24,7 @@ class GroupshiftGroup(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         prog_name = prog_name or "groupshift"  # also under `python -m cli`
-        # `kill -USR1 <pid>` prints every thread's stack to stderr (a long command that seems stuck
-        # shows where it waits) and the command goes on.
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+        _dump_stacks_on_sigusr1()
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.Abort:
@@ -53,6 +51,17 @@ class GroupshiftGroup(click.Group):
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         _add_verbose(cmd)
         super().add_command(cmd, name)
+
+
+def _dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` prints every thread's stack to the process's stderr (a long command that
+    seems stuck shows where it waits) and the command goes on. The process's own stderr
+    (`sys.__stderr__`), also when a caller runs the command in-process with `sys.stderr` captured
+    (click's CliRunner); nothing is registered when the process has no stderr."""
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
+    except (AttributeError, ValueError, OSError):  # no stderr, or one without a file descriptor
+        pass
 
 
 def _fail(message: str, code: int) -> None:
