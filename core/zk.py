@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 import warnings
 from dataclasses import dataclass
@@ -214,18 +213,14 @@ def _probe(hosts: str, timeout: float = 2.0) -> None:
     An address that accepts, or does not answer within `timeout`, is left to kazoo's own
     connect (which waits `connect_timeout`): only a certain "nobody is there" fails fast.
     """
-    reasons = []
-    for hp in hosts.split(","):
-        host, _, port = hp.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-                return
-        except (ConnectionRefusedError, socket.gaierror) as exc:
-            reasons.append(f"{hp}: {exc.strerror or exc}")
-        except OSError:
-            return  # a timeout or an unreachable route: let kazoo try (and report) it
+    from core.net import refusals
+
+    refused = refusals(hosts, timeout)
+    if refused is None:
+        return  # one accepts, or a timeout or an unreachable route: let kazoo try (and report) it
+    reasons = "; ".join(f"{hp}: {why}" for hp, why in refused)
     raise ZooKeeperUnavailable(
-        f"nothing accepts connections at ZooKeeper address {hosts} ({'; '.join(reasons)}); "
+        f"nothing accepts connections at ZooKeeper address {hosts} ({reasons}); "
         "start it with `groupshift zk start` or pass --zk HOST:PORT (or set GROUPSHIFT_ZK)"
     )
 

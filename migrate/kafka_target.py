@@ -29,6 +29,7 @@ import struct
 
 from core.errors import GroupshiftError, UnknownGroup
 from core.extras import require
+from core.net import address, refusals
 from core.types import TopicPartition
 
 TIMEOUT_S = 10.0
@@ -93,11 +94,12 @@ class KafkaTarget:
     def open(self) -> KafkaTarget:
         AdminClient = require("confluent_kafka.admin", "kafka").AdminClient
 
-        refused = _refused(self.bootstrap, self.timeout)
+        refused = refusals(self.bootstrap, min(self.timeout, 3.0))
         if refused:  # said at once, not after librdkafka's timeout
+            why = refused[0][1] if len(refused) == 1 else "; ".join(f"{a}: {r}" for a, r in refused)
             raise KafkaUnreachable(
                 f"cannot reach a Kafka-protocol broker at {self.bootstrap}: nothing accepts connections "
-                f"there ({refused}); check --bootstrap"
+                f"there ({why}); check --bootstrap"
             )
         ms = int(self.timeout * 1000)
         self._admin = AdminClient(
@@ -332,34 +334,10 @@ class KafkaTarget:
         return out
 
 
-def _address(hostport: str) -> tuple[str, int]:
-    """`HOST:PORT` (checked by `check_bootstrap`; `[v6]:PORT` too) as a socket address."""
-    host, _, port = hostport.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def _refused(bootstrap: str, timeout: float) -> str | None:
-    """Why no address of `bootstrap` takes a TCP connection when every one is refused or does not
-    resolve; None as soon as one accepts, or when one cannot be told apart from a slow broker
-    (a timeout, an unreachable network: librdkafka then tries within its own bound)."""
-    reasons = []
-    for hostport in bootstrap.split(","):
-        try:
-            socket.create_connection(_address(hostport), timeout=min(timeout, 3.0)).close()
-            return None
-        except (ConnectionRefusedError, socket.gaierror) as exc:
-            reasons.append((hostport, exc.strerror or str(exc)))
-        except OSError:
-            return None
-    if len(reasons) == 1:
-        return reasons[0][1]
-    return "; ".join(f"{hostport}: {why}" for hostport, why in reasons)
-
-
 def _api_keys(hostport: str, timeout: float) -> set[int] | None:
     """The api keys a broker advertises (ApiVersions v0); None if it could not be asked."""
     try:
-        with socket.create_connection(_address(hostport), timeout=timeout) as s:
+        with socket.create_connection(address(hostport), timeout=timeout) as s:
             header = struct.pack(">hhih", 18, 0, 1, len(b"groupshift")) + b"groupshift"
             s.sendall(struct.pack(">i", len(header)) + header)
             size = struct.unpack(">i", recv_exactly(s, 4))[0]
