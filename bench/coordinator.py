@@ -177,12 +177,11 @@ async def heartbeat_bench(
 
 
 async def measure_heartbeats(
-    host, port, frames, connections: int, window: int, rate: float, seconds: float, load=None
+    host, port, frames, connections: int, window: int, rate: float, seconds: float, load=HeartbeatLoad
 ) -> dict:
     """Send `frames` (heartbeats, round robin) over `connections` for `seconds` after a 1 s warm-up:
     closed loop (`rate` 0) or open loop at `rate`/s. `load`: the protocol class answering them
     (`HeartbeatLoad`, or a subclass that reads another wire format's answers)."""
-    load = load or HeartbeatLoad
     loop = asyncio.get_running_loop()
     latencies: list[float] = []
     errors: dict[int, int] = {}
