@@ -40,24 +40,33 @@ MODULES = _modules()
 
 
 def _imports(name: str, path: Path) -> set[str]:
-    """The repository modules `name` imports anywhere in its source (not its own ancestor packages)."""
+    """The repository modules `name` imports anywhere in its source.
+
+    Its own ancestor packages count only when it reads names from one (`from pkg import x`,
+    `from . import x`, `import pkg`): importing `pkg.sibling` runs `pkg/__init__` first either
+    way, but only then does the module need what that `__init__` binds, so a `pkg/__init__`
+    that (re-)exports this module closes a real cycle. `from pkg.sibling import x` or
+    `import pkg.sibling as sibling` leave the ancestor out.
+    """
     found: set[str] = set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         targets: list[str] = []
+        read: list[str] = []  # the modules whose namespace this import reads
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            targets = read = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            read = [base]
         for target in targets:
             parts = target.split(".")
             for i in range(1, len(parts) + 1):  # importing a.b.c runs a and a.b too
                 mod = ".".join(parts[:i])
-                if mod in MODULES and mod != name and not name.startswith(mod + "."):
+                if mod != name and (not name.startswith(mod + ".") or mod in read) and mod in MODULES:
                     found.add(mod)
     return found
 
@@ -128,6 +137,38 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_reading_a_sibling_through_the_own_package_is_an_import_of_its_init(tmp_path, monkeypatch):
+    """`pkg/__init__` re-exports `pkg.mod`, and `pkg.mod` does `from pkg import sibling`: a cycle.
+
+    Importing `pkg.sibling` runs `pkg/__init__` either way, but only `from pkg import ...` (or
+    `from . import ...`, or `import pkg`) reads from it, so only those make `pkg` a dependency.
+    """
+    sources = {
+        "pkg/__init__.py": "from pkg.mod import f\n",
+        "pkg/mod.py": "from pkg import sibling\n",
+        "pkg/rel.py": "from . import sibling\n",
+        "pkg/direct.py": "from pkg.sibling import g\nimport pkg.sibling as sibling\n",
+        "pkg/sibling.py": "",
+    }
+    fake = {}
+    for rel, text in sources.items():
+        path = tmp_path / rel
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        parts = Path(rel).with_suffix("").parts
+        fake[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", fake)
+    graph = {name: _imports(name, path) for name, path in fake.items()}
+    assert graph == {
+        "pkg": {"pkg.mod"},
+        "pkg.mod": {"pkg", "pkg.sibling"},
+        "pkg.rel": {"pkg", "pkg.sibling"},
+        "pkg.direct": {"pkg.sibling"},
+        "pkg.sibling": set(),
+    }
+    assert _cycles(graph) == [{"pkg", "pkg.mod"}]
+
+
 @pytest.mark.parametrize(
     "a, b",
     [
@@ -136,6 +177,9 @@ def test_the_cycle_finder_finds_a_cycle():
         ("coordinator.group.coordinator", "coordinator.group.membership_manager"),
         ("coordinator.group.membership_manager", "coordinator.group.offset_manager"),
         ("coordinator.group.group_manager", "coordinator.group.membership_manager"),
+        # zk_rebalance/__init__ re-exports member, which read `fencing` through the package
+        ("zk_rebalance", "zk_rebalance.member"),
+        ("zk_rebalance", "zk_rebalance.rebalance"),
     ],
 )
 def test_no_module_cycle_between(a, b):

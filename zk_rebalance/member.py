@@ -33,11 +33,11 @@ from kazoo.exceptions import (
     NoNodeError,
 )
 
+import zk_rebalance.fencing as fencing
 from core.errors import CommitFailed
 from core.membership import RebalanceListener
 from core.types import TopicPartition
 from core.zk import connect
-from zk_rebalance import fencing
 from zk_rebalance.assignors import partition_assignor
 from zk_rebalance.events import EventLog
 from zk_rebalance.layout import (

@@ -16,9 +16,9 @@ from kazoo.exceptions import (
     NodeExistsError,
 )
 
+import zk_rebalance.fencing as fencing
 from core.types import TopicPartition
 from topics.registry import decode_assignment
-from zk_rebalance import fencing
 from zk_rebalance.assignors import View, group_decision, thread_sort_key
 from zk_rebalance.layout import (
     BROKER_IDS,
