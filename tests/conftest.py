@@ -1,9 +1,20 @@
-"""Shared fixtures: real ZooKeeper in containers (one server and a 3-node ensemble per test run).
+"""Shared fixtures: real ZooKeeper in containers, one server per test worker.
+
+The suite runs in parallel workers (pytest-xdist, `scripts/test.sh`); each worker is its own pytest
+session, so the session fixtures below exist once per worker:
 
 * `zk_server` / `zk_ensemble`: session-scoped, started on first use from the local image.
-* `zk_connect`: a connect string with a fresh chroot for this test on the single server.
+* `zk_connect`: a connect string with a fresh chroot for this test on the worker's server, deleted
+  (with any sibling `<chroot>-...` the test made) when the test ends; `module_zk_connect` is the
+  same for a module's shared fixtures.
 * `zk`: a started kazoo client on that chroot (stopped after the test).
 * `ensemble`: the ensemble, with every fault (pause, stop, partition, client cut) undone after the test.
+* Every worker has a `GROUPSHIFT_HOME` of its own, and no `GROUPSHIFT_ZK` / `GROUPSHIFT_DATA`
+  leaks in from the shell that started the run.
+
+Tests that must not share the machine's two cores with each other — the ensemble, Spark, fault
+injection on ZooKeeper containers of their own, the experiments — are marked `serial` (by
+marker or by the fixtures they use, below): they all run on one worker, one after the other.
 """
 
 from __future__ import annotations
@@ -14,12 +25,25 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 import atexit
 import signal
-import uuid
 
 import pytest
 
 from core.zk import connect
 from experiments.cluster import ZkEnsemble, ZkServer, sweep_leftovers
+from tests.namespaces import chroot_for, remove_namespace
+
+# The one xdist group of tests that must not run beside each other (see the module docstring).
+SERIAL_GROUP = "serial"
+SERIAL_MARKERS = ("ensemble", "spark", "serial")
+SERIAL_FIXTURES = ("zk_ensemble", "ensemble", "spark")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SERIAL_MARKERS) or any(
+            f in getattr(item, "fixturenames", ()) for f in SERIAL_FIXTURES
+        ):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
 
 
 def _interrupt(signum, frame):  # run fixture finalizers (container removal) on SIGTERM too
@@ -27,11 +51,22 @@ def _interrupt(signum, frame):  # run fixture finalizers (container removal) on 
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _cleanup_containers():
+def _worker_environment(tmp_path_factory):
+    """Per worker: a GROUPSHIFT_HOME of its own, none of the shell's ZooKeeper or data settings,
+    SIGTERM handled like Ctrl-C, and containers of dead earlier runs swept."""
+    saved = {k: os.environ.get(k) for k in ("GROUPSHIFT_HOME", "GROUPSHIFT_ZK", "GROUPSHIFT_DATA")}
+    os.environ["GROUPSHIFT_HOME"] = str(tmp_path_factory.mktemp("groupshift-home"))
+    os.environ.pop("GROUPSHIFT_ZK", None)
+    os.environ.pop("GROUPSHIFT_DATA", None)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     sweep_leftovers()  # containers of earlier runs whose process died without cleaning up
     yield
     signal.signal(signal.SIGTERM, previous)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")
@@ -71,10 +106,19 @@ def _status(server) -> str:
 
 
 @pytest.fixture
-def zk_connect(zk_server, request) -> str:
-    """`host:port/t-<test>-<uuid>`: a chroot no other test sees."""
-    name = "".join(ch if ch.isalnum() else "_" for ch in request.node.name)[:60]
-    return f"{zk_server.connect_string}/t-{name}-{uuid.uuid4().hex[:8]}"
+def zk_connect(zk_server, request):
+    """`host:port/t-<test>-<uuid>`: a chroot no other test sees, deleted when the test ends."""
+    connect_string = f"{zk_server.connect_string}/{chroot_for(request.node.name)}"
+    yield connect_string
+    remove_namespace(connect_string)
+
+
+@pytest.fixture(scope="module")
+def module_zk_connect(zk_server, request):
+    """`host:port/t-<module>-<uuid>`: a chroot for a module's shared fixtures, deleted after the module."""
+    connect_string = f"{zk_server.connect_string}/{chroot_for(request.module.__name__.rpartition('.')[2])}"
+    yield connect_string
+    remove_namespace(connect_string)
 
 
 @pytest.fixture

@@ -87,10 +87,10 @@ def test_kafka08_wildcards_and_mid_rebalance(kafka08, zk_connect):
 
 
 def test_read_only_commands_write_nothing(kafka08, zk_server, zk_connect):
-    before = zk_tree(zk_server.connect_string)
+    before = zk_tree(zk_connect)
     for args in (["groups", "list"], ["groups", "describe", STATIC], ["offsets", "export", "offsets-only"]):
         ok(*args, zk=zk_connect)
-    assert zk_tree(zk_server.connect_string) == before
+    assert zk_tree(zk_connect) == before
 
 
 def test_real_scheme_one_group(zk, zk_connect, log):

@@ -411,11 +411,11 @@ BAD = [
 
 
 @pytest.mark.parametrize("name,build,message", BAD, ids=[b[0] for b in BAD])
-def test_bad_input_changes_nothing(env, zk_server, tmp_path, name, build, message):
+def test_bad_input_changes_nothing(env, tmp_path, name, build, message):
     _, zk_connect, log = env
     args = build(tmp_path)
     data = None if "--data" in args else log.root
-    before = zk_tree(zk_server.connect_string), dir_tree(log.root), dir_tree(tmp_path / "home")
+    before = zk_tree(zk_connect), dir_tree(log.root), dir_tree(tmp_path / "home")
     r = run(
         *args,
         zk=zk_connect,
@@ -425,7 +425,7 @@ def test_bad_input_changes_nothing(env, zk_server, tmp_path, name, build, messag
     assert r.returncode != 0, r.stdout
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
-    assert (zk_tree(zk_server.connect_string), dir_tree(log.root), dir_tree(tmp_path / "home")) == before
+    assert (zk_tree(zk_connect), dir_tree(log.root), dir_tree(tmp_path / "home")) == before
 
 
 @pytest.mark.parametrize(
@@ -436,13 +436,13 @@ def test_bad_input_changes_nothing(env, zk_server, tmp_path, name, build, messag
         (["groups", "delete", GROUP], "chroot /nochroot does not exist"),
     ],
 )
-def test_missing_chroot_is_refused_and_not_created(env, zk_server, args, message):
-    before = zk_tree(zk_server.connect_string)
+def test_missing_chroot_is_refused_and_not_created(env, zk_server, zk_connect, args, message):
+    before = zk_tree(zk_connect)
     r = run(*args, zk=zk_server.connect_string + "/nochroot")
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 1, r.stderr
     assert lines[0].startswith(f"error: ZooKeeper {message} on {zk_server.connect_string};"), r.stderr
-    assert zk_tree(zk_server.connect_string) == before
+    assert zk_tree(zk_connect) == before
 
 
 def test_zookeeper_down_is_one_line(tmp_path):
@@ -477,7 +477,7 @@ def test_coordinator_down_is_refused(zk, zk_connect, zk_server, tmp_path):
         proc = nodes.nodes[1].proc
         proc.send_signal(signal.SIGSTOP)
         try:
-            before = zk_tree(zk_server.connect_string)
+            before = zk_tree(zk_connect)
             r = run(
                 "offsets",
                 "reset",
@@ -490,6 +490,6 @@ def test_coordinator_down_is_refused(zk, zk_connect, zk_server, tmp_path):
             )
             assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
             assert "does not answer" in r.stderr
-            assert zk_tree(zk_server.connect_string) == before
+            assert zk_tree(zk_connect) == before
         finally:
             proc.send_signal(signal.SIGCONT)

@@ -212,9 +212,9 @@ class Node:
 
 
 @pytest.fixture(scope="module")
-def node(zk_server, tmp_path_factory):
+def node(module_zk_connect, tmp_path_factory):
     """One fast node shared by the module (its own chroot, like `zk_connect`)."""
-    zk = f"{zk_server.connect_string}/t-conformance-{uuid.uuid4().hex[:8]}"
+    zk = module_zk_connect
     n = Node(zk, 1, FAST, str(tmp_path_factory.mktemp("conformance")))
     yield n
     n.stop()

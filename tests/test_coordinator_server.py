@@ -46,8 +46,8 @@ NODE_ARGS = (
 
 
 @pytest.fixture(scope="module")
-def node(zk_server, tmp_path_factory):
-    zk = f"{zk_server.connect_string}/t-coord-server-{uuid.uuid4().hex[:8]}"
+def node(module_zk_connect, tmp_path_factory):
+    zk = module_zk_connect
     log = tmp_path_factory.mktemp("node") / "node-1.log"
     proc = NodeProcess.start(zk, 1, *NODE_ARGS, log_path=log)
     proc.zk = zk

@@ -29,7 +29,7 @@ def test_demo_consumes_exactly_once_under_both_rebalancers_and_leaves_nothing(
     zk_server, zk, zk_connect, tmp_path
 ):
     zk.ensure_path("/")  # the test's chroot exists before, so the snapshot holds it
-    before = zk_tree(zk_server.connect_string)
+    before = zk_tree(zk_connect)
     out = tmp_path / "out" / "results.json"
     data = tmp_path / "data"
     data.mkdir()
@@ -41,7 +41,7 @@ def test_demo_consumes_exactly_once_under_both_rebalancers_and_leaves_nothing(
         assert r.first_stable_s > 0 and r.join_settle_s > 0
     assert len(json.loads(out.read_text())) == 2
     assert "join settle time" in format_table(results)
-    assert zk_tree(zk_server.connect_string) == before
+    assert zk_tree(zk_connect) == before
     assert dir_tree(data) == {}
     plot(results, tmp_path / "demo.png")
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -51,7 +51,7 @@ def test_main_job_migrates_spark_consumers_live_exactly_once_and_leaves_nothing(
     zk_server, zk, zk_connect, tmp_path
 ):
     zk.ensure_path("/")
-    before = zk_tree(zk_server.connect_string)
+    before = zk_tree(zk_connect)
     data = tmp_path / "data"
     data.mkdir()
     png = tmp_path / "timeline.png"
@@ -72,7 +72,7 @@ def test_main_job_migrates_spark_consumers_live_exactly_once_and_leaves_nothing(
     assert any("bridged" in line for line in said) and any("done" in line for line in said)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "r.json").read_text())["migration"] == "done"
-    assert zk_tree(zk_server.connect_string) == before
+    assert zk_tree(zk_connect) == before
     assert dir_tree(data) == {}
 
 
@@ -95,19 +95,20 @@ def test_demo_beside_an_operators_nodes_1_and_2_succeeds_and_changes_nothing(
 ):
     # The operator's own coordinator nodes 1 and 2 serve the namespace the demo is pointed at.
     with CoordinatorNodes(zk_connect, count=2, shard_handoff=False) as operator:
-        _wait(lambda: _leaders(zk) == 50, 60, "the operator's nodes to lead every shard")
-        before = zk_tree(zk_server.connect_string)
+        shards = operator.options["shards"]
+        _wait(lambda: _leaders(zk) == shards, 60, "the operator's nodes to lead every shard")
+        before = zk_tree(zk_connect)
         results = run_demo(zk_connect, tmp_path, partitions=2, records_per_partition=200, members=2)
         for r in results:
             assert (r.delivered, r.duplicates, r.missing, r.committed_at_end) == (400, 0, 0, True), r
-        assert zk_tree(zk_server.connect_string) == before
+        assert zk_tree(zk_connect) == before
         assert all(node.alive for node in operator.nodes.values())
         assert sorted(zk.get_children("/groupshift/coordinators/ids")) == ["1", "2"]
     assert dir_tree(tmp_path) == {}
 
 
 def test_demo_namespace_removes_the_chroot_parents_it_created(zk_server, zk_connect, tmp_path):
-    before = zk_tree(zk_server.connect_string)
+    before = zk_tree(zk_connect)
     with DemoNamespace(zk_connect + "/deeper", tmp_path) as ns:
         assert ns.zk_connect.startswith(zk_connect + "/deeper/groupshift-demo-")
         root = KazooClient(hosts=zk_server.connect_string)
@@ -119,13 +120,13 @@ def test_demo_namespace_removes_the_chroot_parents_it_created(zk_server, zk_conn
         finally:
             root.stop()
             root.close()
-        assert zk_tree(zk_server.connect_string) == before
+        assert zk_tree(zk_connect) == before
     assert dir_tree(tmp_path) == {}
 
 
 def test_interrupted_demo_cleans_up(zk_server, zk, zk_connect, tmp_path):
     zk.ensure_path("/")
-    before = zk_tree(zk_server.connect_string)
+    before = zk_tree(zk_connect)
     env = dict(os.environ, GROUPSHIFT_HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [
@@ -175,5 +176,5 @@ def test_interrupted_demo_cleans_up(zk_server, zk, zk_connect, tmp_path):
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err and lines[-1] == "error: aborted", err
     assert all(line.startswith(("phase ", "migrate ")) for line in lines[:-1]), err  # progress only
-    assert zk_tree(zk_server.connect_string) == before
+    assert zk_tree(zk_connect) == before
     assert dir_tree(tmp_path) == {}

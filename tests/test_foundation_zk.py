@@ -29,9 +29,9 @@ def test_kazoo_round_trip_in_a_fresh_chroot(zk, zk_connect):
         root.close()
 
 
-def test_chroots_do_not_see_each_other(zk_server):
-    a = connect(f"{zk_server.connect_string}/iso-a")
-    b = connect(f"{zk_server.connect_string}/iso-b")
+def test_chroots_do_not_see_each_other(zk_connect):
+    a = connect(f"{zk_connect}/iso-a")
+    b = connect(f"{zk_connect}/iso-b")
     try:
         a.ensure_path("/only-in-a")
         assert not b.exists("/only-in-a")

@@ -8,8 +8,6 @@ pipelined before a frame it refuses by closing.
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from bench.fuzz_frames import RSS_GROWTH_TARGET_MB, FrameFuzzer, Target, run
@@ -18,8 +16,8 @@ FRAMES = 2_000
 
 
 @pytest.fixture(scope="module")
-def report(zk_server):
-    return run(f"{zk_server.connect_string}/t-fuzz-{uuid.uuid4().hex[:8]}", FRAMES, seed=2)
+def report(module_zk_connect):
+    return run(module_zk_connect, FRAMES, seed=2)
 
 
 def test_the_generator_is_reproducible_and_covers_every_kind():

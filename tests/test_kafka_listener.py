@@ -40,8 +40,8 @@ CONSUMER = dict(
 
 
 @pytest.fixture(scope="module")
-def node(zk_server, tmp_path_factory):
-    zk = f"{zk_server.connect_string}/t-kafka-listener-{uuid.uuid4().hex[:8]}"
+def node(module_zk_connect, tmp_path_factory):
+    zk = module_zk_connect
     data = tmp_path_factory.mktemp("kafka-data")
     with kafka_node(zk, data, tmp_path_factory.mktemp("node") / "node-1.log") as proc:
         yield proc

@@ -165,7 +165,7 @@ def group_subtrees(zk_connect: str, group: str) -> dict:
     out = {}
     for sub in (f"consumers/{group}", f"groupshift/groups/{group}", f"groupshift/migrations/{group}"):
         try:
-            out[sub] = zk_tree(hosts, root=f"/{chroot}/{sub}")
+            out[sub] = zk_tree(f"{hosts}/{chroot}/{sub}", around=False)
         except NoNodeError:
             out[sub] = None
     return out

@@ -34,8 +34,8 @@ PARTITIONS = 4  # the mock cluster creates topics with 4 partitions when first p
 
 
 @pytest.fixture(scope="module")
-def zk(zk_server):
-    connect_string = f"{zk_server.connect_string}/t-migrate-kafka-{uuid.uuid4().hex[:8]}"
+def zk(module_zk_connect):
+    connect_string = module_zk_connect
     client = connect(connect_string, session_timeout=6.0)
     client.connect_string = connect_string
     yield client
@@ -252,7 +252,7 @@ def _member(broker, group: str, topic: str) -> Consumer:
     return c
 
 
-def test_bad_input_changes_nothing(zk_server, zk, broker):
+def test_bad_input_changes_nothing(zk, broker):
     topic = broker.topic(zk)
     group = scheme_one(zk, topic, {0: 10, 1: 20})
     active = scheme_one(zk, topic, {0: 7})
@@ -262,7 +262,7 @@ def test_bad_input_changes_nothing(zk_server, zk, broker):
     try:
         member.poll(0.1)
         before = (
-            zk_tree(zk_server.connect_string),
+            zk_tree(zk.connect_string),
             broker.offsets(group, topic),
             broker.offsets(active, topic),
         )
@@ -286,7 +286,7 @@ def test_bad_input_changes_nothing(zk_server, zk, broker):
         assert "needs --bootstrap" in lines["no bootstrap"]
         assert "live member" in lines["active target"] or "refused the commit" in lines["active target"]
         assert "offline" in lines["live mode"]
-        after = zk_tree(zk_server.connect_string), broker.offsets(group, topic), broker.offsets(active, topic)
+        after = zk_tree(zk.connect_string), broker.offsets(group, topic), broker.offsets(active, topic)
         assert after == before
     finally:
         member.close()
@@ -294,17 +294,17 @@ def test_bad_input_changes_nothing(zk_server, zk, broker):
     # a topic the target does not have (not even registered: the listener serves those it is): refused
     missing = f"t-{uuid.uuid4().hex[:8]}"
     lonely = scheme_one(zk, missing, {0: 1})
-    before = zk_tree(zk_server.connect_string)
+    before = zk_tree(zk.connect_string)
     line = one_line(migrate("run", lonely, *to, "--bootstrap", broker.bootstrap, zk=zk))
     assert f"topic {missing!r} does not exist on" in line
-    assert zk_tree(zk_server.connect_string) == before
+    assert zk_tree(zk.connect_string) == before
 
     if broker.kind == "listener":  # a coordinator group "moved" onto the listener that serves it
         from migrate.writes import commit
 
         own = f"g-{uuid.uuid4().hex[:8]}"
         commit(zk, "coordinator", own, {TP(topic, 0): 5})
-        before = zk_tree(zk_server.connect_string)
+        before = zk_tree(zk.connect_string)
         for command in ("plan", "run"):
             line = one_line(
                 migrate(
@@ -320,7 +320,7 @@ def test_bad_input_changes_nothing(zk_server, zk, broker):
                 )
             )
             assert "is the Kafka listener of this ZooKeeper's coordinator nodes" in line
-        assert zk_tree(zk_server.connect_string) == before
+        assert zk_tree(zk.connect_string) == before
 
 
 def test_offsets_export_and_import_through_the_broker(zk, broker, tmp_path):

@@ -165,7 +165,7 @@ def dest_tree(zk_connect: str, group: str) -> dict:
     finally:
         client.stop()
         client.close()
-    return zk_tree(hosts, root=f"/{chroot}/groupshift/groups/{group}") if there else {}
+    return zk_tree(f"{hosts}/{chroot}/groupshift/groups/{group}", around=False) if there else {}
 
 
 def test_bad_input_one_line_nothing_changed(zk, zk_connect, zk_server):
