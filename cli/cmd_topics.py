@@ -191,7 +191,9 @@ def delete(topic: str, zk, data) -> None:
     help="Target partition (default: by key, Kafka's partitioner).",
 )
 @click.option(
-    "--key-separator", default=None, help="--file: split each line into KEY<SEP>VALUE at the first SEP."
+    "--key-separator",
+    default=None,
+    help="--file: split each line into KEY<SEP>VALUE at the first SEP (a line without SEP is refused).",
 )
 @click.option(
     "--keys",
@@ -233,7 +235,8 @@ def produce(topic, file, count, partition, key_separator, keys, value_size, batc
     num_partitions = log.partitions(topic)  # UnknownTopic before reading any input
     if partition is not None and partition >= num_partitions:
         raise UnknownPartition(TopicPartition(topic, partition), num_partitions)
-    lines = _read_records(file) if file is not None else None
+    sep = key_separator.encode() if key_separator else None
+    lines = _read_records(file, sep) if file is not None else None
     totals: dict[int, list[int]] = {}
     started = time.perf_counter()
 
@@ -255,12 +258,11 @@ def produce(topic, file, count, partition, key_separator, keys, value_size, batc
                 cols["key"] = pa.array([f"key-{i % keys}".encode() for i in idx.tolist()], pa.binary())
             send(pa.table(cols))
     else:
-        sep = key_separator.encode() if key_separator else None
         for start in range(0, len(lines), batch_size):
             batch_k: list[bytes | None] = []
             batch_v: list[bytes] = []
             for line in lines[start : start + batch_size]:
-                if sep is not None and sep in line:
+                if sep is not None:  # _read_records saw it in every line
                     k, _, v = line.partition(sep)
                 else:
                     k, v = None, line
@@ -275,8 +277,10 @@ def produce(topic, file, count, partition, key_separator, keys, value_size, batc
     click.echo(f"produced {n} records to {topic} in {elapsed:.2f}s")
 
 
-def _read_records(file) -> list[bytes]:
-    """The lines of --file, each checked against the record bound, before anything is written."""
+def _read_records(file, sep: bytes | None = None) -> list[bytes]:
+    """The lines of --file, each checked before anything is written: against the record bound,
+    and with --key-separator SEP for a SEP in it (Kafka's console producer with parse.key=true
+    refuses a line without its key separator too)."""
     name = getattr(file, "name", "-")
     raw = file.read(L.MAX_FILE_BYTES + 1)
     if len(raw) > L.MAX_FILE_BYTES:
@@ -293,6 +297,12 @@ def _read_records(file) -> list[bytes]:
         if len(line) > L.MAX_RECORD_BYTES:
             raise click.BadParameter(
                 f"line {i} of {name} is {len(line)} bytes; a record holds at most {L.MAX_RECORD_BYTES}",
+                param_hint="'--file'",
+            )
+        if sep is not None and sep not in line:
+            raise click.BadParameter(
+                f"line {i} of {name} has no key separator {sep.decode(errors='replace')!r}; "
+                "write every line as KEY<SEP>VALUE, or drop --key-separator for null keys",
                 param_hint="'--file'",
             )
     return lines

@@ -218,6 +218,21 @@ TOPICS_DATA = [
         stdin=b"k v\n",
     ),
     case("produce-keys-with-file", "topics", "produce", "victim", "--file", "-", "--keys", "3", stdin=b"a\n"),
+    case(
+        "produce-line-without-key-separator",
+        *("topics", "produce", "victim", "--file", "-", "--key-separator", ":"),
+        stdin=b"k1:v1\nno-separator-here\nk2:v2\n",
+    ),
+    case(
+        "produce-last-line-without-key-separator-after-batches",
+        *("topics", "produce", "victim", "--file", "-", "--key-separator", ":", "--batch-size", "1"),
+        stdin=b"k1:v1\nk2:v2\nk3:v3\nlast-line-without\n",
+    ),
+    case(
+        "produce-empty-line-with-key-separator",
+        *("topics", "produce", "victim", "--file", "-", "--key-separator", ":"),
+        stdin=b"k1:v1\n\nk2:v2\n",
+    ),
     case("produce-data-is-a-file", "topics", "produce", "victim", "-n", "5", "--data", "{tmp}/a-file"),
     case("tail-n-negative", "topics", "tail", "victim", "-n", "-5"),
     case("tail-limit-negative", "topics", "tail", "victim", "--limit", "-1"),
@@ -366,6 +381,15 @@ def test_verbose_after_any_command(world):
         done = _cli(["topics", "list", *flags], world["env"])
         assert done.returncode == 0 and done.stdout.decode().split() == ["victim"], done.stderr.decode()
     assert _cli(["-v", "topics", "describe", "victim", "-v"], world["env"]).returncode == 0
+
+
+def test_produce_names_the_line_without_key_separator(world):
+    before = _snapshot(world)
+    argv = ["topics", "produce", "victim", "--file", "-", "--key-separator", ":"]
+    done = _cli(argv, world["env"], b"k1:v1\nno-separator-here\nk2:v2\n")
+    stderr = done.stderr.decode(errors="replace")
+    _check(world, before, done.returncode, stderr, done.stdout.decode())
+    assert done.returncode == 2 and "line 2 of " in stderr and "no key separator ':'" in stderr, stderr
 
 
 def test_destructive_commands_act_only_in_their_own_namespace(zk_server, zk_connect, tmp_path):
