@@ -83,6 +83,10 @@ def consume(
             "--incremental is scheme two's incremental form: use it with --rebalancer server"
         )
     fn = load_transform(transform)  # a bad MODULE:FUNCTION fails before anything starts
+    if data is None:  # the log root from the environment is checked as --data is, before Spark starts
+        from topics.log import default_root
+
+        data = default_root()
     stop = {"now": False}
 
     def on_signal(*_):

@@ -200,6 +200,10 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
         if settings["kafka_port"] and (settings["kafka_host"], settings["kafka_port"]) == (host, port):
             raise click.UsageError(f"--kafka-listen {kafka_listen} is the --listen address; pick another")
         _check_free(settings["kafka_host"], settings["kafka_port"], "--kafka-listen")
+        if settings["data"] is None:  # the log root from the environment, checked as --data is
+            from topics.log import default_root
+
+            settings["data"] = str(default_root())
     if metrics_port:
         if (settings["metrics_host"], metrics_port) == (host, port):
             raise click.UsageError(f"--metrics-port {metrics_port} is the --listen port; pick another")

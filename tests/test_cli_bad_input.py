@@ -56,6 +56,8 @@ def world(zk_server, tmp_path_factory):
     home.mkdir()
     (tmp / "a-directory").mkdir()
     (tmp / "a-file").write_text("not a directory\n")
+    (tmp / "home-data-is-a-file").mkdir()  # a GROUPSHIFT_HOME whose `data` is a file
+    (tmp / "home-data-is-a-file" / "data").write_text("not a directory\n")
     (tmp / "long-line").write_bytes(b"fine\n" + b"x" * ((1 << 20) + 1) + b"\n")
     busy = socket.socket()  # listening: "port in use"
     busy.bind(("127.0.0.1", 0))
@@ -390,6 +392,46 @@ def test_produce_names_the_line_without_key_separator(world):
     stderr = done.stderr.decode(errors="replace")
     _check(world, before, done.returncode, stderr, done.stdout.decode())
     assert done.returncode == 2 and "line 2 of " in stderr and "no key separator ':'" in stderr, stderr
+
+
+# Every command that reads the log root, with the root given by the environment only.
+LOG_READERS = [
+    pytest.param(["topics", "list"], id="list"),
+    pytest.param(["topics", "describe", "victim"], id="describe"),
+    pytest.param(["topics", "create", "fresh", "-p", "1"], id="create"),
+    pytest.param(["topics", "add-partitions", "victim", "-p", "4"], id="add-partitions"),
+    pytest.param(["topics", "delete", "victim"], id="delete"),
+    pytest.param(["topics", "produce", "victim", "-n", "5"], id="produce-count"),
+    pytest.param(["topics", "produce", "victim", "--file", "-"], id="produce-file"),
+    pytest.param(["topics", "tail", "victim"], id="tail"),
+    pytest.param(["topics", "retain", "victim", "--max-segments", "1"], id="retain"),
+    pytest.param(["groups", "describe", "no-such-group"], id="groups-describe"),
+    pytest.param(["groups", "watch", "no-such-group", "--count", "1"], id="groups-watch"),
+    pytest.param(
+        ["offsets", "reset", "no-such-group", "--all-topics", "--to-earliest", "--execute"],
+        id="offsets-reset",
+    ),
+    pytest.param(["consume", "--group", "g", "--topic", "victim", "--out", "{tmp}/consumed"], id="consume"),
+    pytest.param([*SERVE, "--node-id", "7", "--kafka-listen", "127.0.0.1:0"], id="serve-kafka-listener"),
+]
+
+
+@pytest.mark.parametrize("args", LOG_READERS)
+@pytest.mark.parametrize("root", ["GROUPSHIFT_DATA", "GROUPSHIFT_HOME/data"])
+def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, root, args):
+    """`$GROUPSHIFT_DATA` (or `$GROUPSHIFT_HOME/data`) naming a file is refused as `--data <a file>` is."""
+    env = dict(world["env"])
+    if root == "GROUPSHIFT_DATA":
+        env["GROUPSHIFT_DATA"] = str(world["tmp"] / "a-file")
+    else:
+        del env["GROUPSHIFT_DATA"]
+        env["GROUPSHIFT_HOME"] = str(world["tmp"] / "home-data-is-a-file")
+    argv = [a.format(**world["values"]) for a in args]
+    before = _snapshot(world)
+    done = _cli(argv, env, b"a record\n")
+    stderr = done.stderr.decode(errors="replace")
+    _check(world, before, done.returncode, stderr, done.stdout.decode())
+    assert done.returncode == 1 and f"(from ${root}) is not a directory" in stderr, stderr
 
 
 def test_destructive_commands_act_only_in_their_own_namespace(zk_server, zk_connect, tmp_path):
