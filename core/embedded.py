@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -28,6 +29,8 @@ from core.four_letter import four_letter
 ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 DEFAULT_PORT = 2181
+MAX_PID = 1 << 22  # Linux's highest pid_max
+STATE_MAX_BYTES = 1 << 16  # the state file holds two small numbers; anything bigger is not ours
 
 
 def groupshift_home() -> Path:
@@ -55,10 +58,72 @@ class EmbeddedZooKeeper:
         return f"127.0.0.1:{self.port}"
 
     def _state(self) -> dict | None:
+        """`{"pid": int, "port": int}` from the state file, or None when there is no state file.
+
+        A state file that cannot be read as one is an `EmbeddedZooKeeperError` that names it and
+        says what to do: it is never taken for "not running" (and removed or overwritten), since
+        the server it stood for may still run.
+        """
         try:
-            return json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
+            st = os.stat(self.state_file)
+        except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise self._unusable_state(exc.strerror or type(exc).__name__) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise self._unusable_state(
+                "it is a directory" if stat.S_ISDIR(st.st_mode) else "it is not a regular file"
+            )
+        try:
+            with open(self.state_file, "rb") as f:
+                raw = f.read(STATE_MAX_BYTES + 1)
+        except OSError as exc:
+            raise self._unusable_state(exc.strerror or type(exc).__name__) from None
+        if len(raw) > STATE_MAX_BYTES:
+            raise self._unusable_state(f"it is larger than {STATE_MAX_BYTES} bytes")
+        if not raw.strip():
+            raise self._unusable_state("it is empty")
+        try:
+            state = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise self._unusable_state("it is not JSON") from None
+        if not isinstance(state, dict):
+            raise self._unusable_state("it is not a JSON object")
+        for key, top in (("pid", MAX_PID), ("port", 65535)):
+            value = state.get(key)
+            if type(value) is not int or not 1 <= value <= top:  # bool is an int too: refused
+                raise self._unusable_state(f'its "{key}" is not a whole number in 1..{top}')
+        return state
+
+    def _unusable_state(self, why: str) -> EmbeddedZooKeeperError:
+        path = self.state_file
+        remove = f"remove it ({'rm -r' if path.is_dir() else 'rm'} {path})"
+        running = self._servers_from_dir()
+        if running:
+            todo = (
+                f"a ZooKeeper from {self.dir} still runs as pid {', '.join(map(str, running))}: "
+                f"stop it (kill {' '.join(map(str, running))}), then {remove}"
+            )
+        else:
+            todo = f"no ZooKeeper runs from {self.dir}: {remove}"
+        return EmbeddedZooKeeperError(
+            f"the embedded ZooKeeper's state file {path} is unusable ({why}); {todo} and try again"
+        )
+
+    def _servers_from_dir(self) -> list[int]:
+        """Pids of ZooKeeper servers started with this home's zoo.cfg, found without the state file."""
+        cfg = str(self.dir / "zoo.cfg").encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if MAIN_CLASS.encode() in args and cfg in args:
+                found.append(int(entry.name))
+        return sorted(found)
 
     def pid(self) -> int | None:
         """The pid of our running server, or None (a stale state file is ignored)."""

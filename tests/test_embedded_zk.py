@@ -6,6 +6,7 @@ never 2181, so an operator's or another test's embedded ZooKeeper is never touch
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from snapshots import dir_tree
 
 from core.errors import ZooKeeperUnavailable
+from core.four_letter import four_letter
 from core.zk import connect, resolve_zk
 
 REPO = Path(__file__).resolve().parent.parent
@@ -161,3 +163,65 @@ def test_an_explicit_zk_that_does_not_answer_says_what_it_waits_for(home):
     assert len(lines) == 2, proc.stderr
     assert lines[0] == f"groupshift: waiting up to 10s for ZooKeeper at 127.0.0.1:{port} ..."
     assert lines[1].startswith(f"error: cannot reach ZooKeeper at 127.0.0.1:{port} within 10s;")
+
+
+# State files the embedded ZooKeeper cannot use: refused by name, never taken for "not running".
+CORRUPT_STATES = {
+    "not-json": b"pid=123 port=12345\n",
+    "empty": b"",
+    "blank": b" \n",
+    "not-utf8": b"\xff\xfe\x00{",
+    "a-json-list": b"[123, 12345]",
+    "a-json-string": b'"running"',
+    "pid-missing": b'{"port": 12345}',
+    "pid-a-string": b'{"pid": "123", "port": 12345}',
+    "pid-a-boolean": b'{"pid": true, "port": 12345}',
+    "pid-negative": b'{"pid": -1, "port": 12345}',
+    "port-a-float": b'{"pid": 123, "port": 12345.0}',
+    "port-out-of-range": b'{"pid": 123, "port": 70000}',
+    "nested-too-deep": b"[" * 50_000,
+    "a-directory": None,
+}
+
+
+@pytest.mark.parametrize(
+    "command", [["status"], ["status", "--json"], ["start"], ["stop"], ["topics", "list"]], ids=" ".join
+)
+@pytest.mark.parametrize("content", list(CORRUPT_STATES.values()), ids=list(CORRUPT_STATES))
+def test_a_corrupt_state_file_is_one_line_naming_it_and_changes_nothing(home, content, command):
+    state = home / "zk" / "state.json"
+    state.parent.mkdir()
+    if content is None:
+        state.mkdir()
+        (state / "left-here").write_text("x")
+    else:
+        state.write_bytes(content)
+    before = dir_tree(home)
+    args = command if command[0] == "topics" else ["zk", *command]
+    proc = groupshift(*args, home=home, check=False)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert f"state file {state} is unusable" in lines[0]
+    assert f"no ZooKeeper runs from {state.parent}: remove it (rm" in lines[0]
+    assert dir_tree(home) == before  # nothing started (no zoo.cfg, no data), nothing removed
+
+
+def test_a_corrupt_state_file_of_a_running_server_names_its_pid(home):
+    port = free_port()
+    groupshift("zk", "start", "--port", str(port), home=home)
+    state = home / "zk" / "state.json"
+    good = state.read_bytes()
+    pid = json.loads(good)["pid"]
+    state.write_bytes(b"{garbage")
+    try:
+        for command in (["status"], ["stop"], ["start", "--port", str(port)]):
+            proc = groupshift("zk", *command, home=home, check=False)
+            assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
+            assert proc.stderr.count("\n") == 1, proc.stderr
+            what_to_do = f"still runs as pid {pid}: stop it (kill {pid}), then remove it (rm {state})"
+            assert what_to_do in proc.stderr
+        assert state.read_bytes() == b"{garbage"
+        assert four_letter("127.0.0.1", port, "ruok") == "imok"  # stop did not stop what it cannot name
+    finally:
+        state.write_bytes(good)  # the fixture stops it
