@@ -18,7 +18,6 @@ import os
 import socket
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import click
@@ -27,7 +26,7 @@ from click.testing import CliRunner
 from kazoo.security import ACL, Id, Permissions
 
 from core.zk import connect
-from tests.snapshots import dir_tree, zk_tree
+from tests.snapshots import changes, dir_tree, zk_tree
 from topics import registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,11 +45,11 @@ def _cli(args: list[str], env: dict[str, str], stdin: bytes | None = None) -> su
 
 
 @pytest.fixture(scope="module")
-def world(zk_server, tmp_path_factory):
+def world(zk_server, module_zk_connect, tmp_path_factory):
     """The namespace and files every case tries to damage; see the module docstring."""
     tmp = tmp_path_factory.mktemp("bad-input")
     hosts = zk_server.connect_string
-    base = f"/bad-input-{uuid.uuid4().hex[:8]}"
+    base = "/" + module_zk_connect.split("/", 1)[1]
     data = tmp / "data"
     home = tmp / "home"
     home.mkdir()
@@ -99,9 +98,8 @@ def world(zk_server, tmp_path_factory):
             tmp=str(tmp),
             data=str(data),
         )
-        yield {"env": env, "values": values, "tmp": tmp, "hosts": hosts}
+        yield {"env": env, "values": values, "tmp": tmp, "hosts": hosts, "namespace": module_zk_connect}
     finally:
-        root.delete(base, recursive=True)
         root.stop()
         root.close()
         busy.close()
@@ -320,7 +318,7 @@ OTHERS = [
 
 
 def _snapshot(world) -> tuple[dict, dict]:
-    return zk_tree(world["hosts"]), dir_tree(world["tmp"])
+    return zk_tree(world["namespace"]), dir_tree(world["tmp"])
 
 
 def _check(world, before, code: int, stderr: str, stdout: str) -> None:
@@ -331,11 +329,8 @@ def _check(world, before, code: int, stderr: str, stdout: str) -> None:
     assert stdout == "", f"printed {stdout!r}"
     after = _snapshot(world)
     if after != before:
-        zk_before, dir_before = before
-        zk_after, dir_after = after
-        changed = sorted(set(zk_before.items()) ^ set(zk_after.items()))
-        changed_dir = sorted(set(dir_before.items()) ^ set(dir_after.items()))
-        pytest.fail(f"bad input changed something: zk {changed[:10]} data {changed_dir[:10]}")
+        zk_changes, dir_changes = (changes(b, a) for b, a in zip(before, after, strict=True))
+        pytest.fail(f"bad input changed something: zk {zk_changes} data {dir_changes}")
 
 
 @pytest.mark.parametrize("args, stdin", TOPICS_ZK + TOPICS_DATA + OTHERS)
