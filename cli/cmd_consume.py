@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from cli.main import main, zk_option
-from pipeline.spark import MAX_RECORDS_PER_BATCH
+from pipeline.limits import MAX_RECORDS_PER_BATCH
 
 
 @main.command("consume")

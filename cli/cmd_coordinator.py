@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import logging
@@ -184,6 +183,8 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
     Prints `listening on HOST:PORT` once it accepts connections (then `kafka listening on
     HOST:PORT` with --kafka-listen); logs are JSON lines on stderr.
     """
+    import asyncio
+
     from coordinator.node.config import NodeConfig
     from coordinator.node.server import CoordinatorNode
 
@@ -224,6 +225,8 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
 
 
 async def _run(node, metrics_port) -> None:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     host, port = await node.start()

@@ -83,7 +83,6 @@ def _say(line: str) -> None:
 @zk_option
 def plan_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) -> None:
     """Print what `run` would do (partitions, offsets, members, checks); writes nothing."""
-    from migrate import live, to_kafka
     from migrate.offline import check_args, plan
     from migrate.render import render
 
@@ -92,8 +91,12 @@ def plan_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) 
         check_args(source, dest, mode)
     with zk_session(zk) as client:
         if kafka:
+            from migrate import to_kafka
+
             p = to_kafka.plan(client, group, source, bootstrap)
         elif mode == "live":
+            from migrate import live
+
             p = live.plan(client, group, legacy_assignor)
         else:
             p = plan(client, group, source, dest, mode)
@@ -142,7 +145,6 @@ def run_cmd(
     Live mode bridges the group and returns; run it again once the legacy consumers are replaced
     (or pass --wait) to finish.
     """
-    from migrate import live, to_kafka
     from migrate.offline import check_args, run, status
     from migrate.render import Progress
 
@@ -153,6 +155,8 @@ def run_cmd(
         raise GroupshiftError("--overwrite is for --mode offline; a live migration starts from no offsets")
     with zk_session(zk) as client:
         if kafka:
+            from migrate import to_kafka
+
             to_kafka.run(
                 client,
                 group,
@@ -166,6 +170,8 @@ def run_cmd(
             _show_status(status(client, group), output)
             return
         if mode == "live":
+            from migrate import live
+
             live.run(
                 client,
                 group,

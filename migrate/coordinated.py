@@ -14,9 +14,6 @@ import json
 import msgspec
 from kazoo.client import KazooClient
 
-from coordinator.assignors.payloads import decode_assignment, decode_subscription
-from coordinator.group.metadata import SERVER_PROTOCOL_TYPE
-from coordinator.member.wire_client import WireClient, WireError
 from coordinator.node.store import (
     DEFAULT_SHARDS,
     GROUPS,
@@ -29,9 +26,6 @@ from coordinator.node.store import (
     shard_path,
     znode_name,
 )
-from coordinator.server_side.assigned import DRAFT_STATES
-from coordinator.server_side.incremental import INCREMENTAL_PROTOCOL_TYPE
-from coordinator.wire import codec as P
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 from migrate import zkio
@@ -118,6 +112,11 @@ def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView |
     got = zkio.get_many(zk, [group_path(group)])[0]
     if got is None:
         return None
+    # The coordinator's modules only once there is a group to show (`groups list` of none needs none).
+    from coordinator.group.metadata import SERVER_PROTOCOL_TYPE
+    from coordinator.server_side.assigned import DRAFT_STATES
+    from coordinator.server_side.incremental import INCREMENTAL_PROTOCOL_TYPE
+
     notes: list[str] = []
     try:
         record = decode_group(got[0])
@@ -175,6 +174,8 @@ def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView |
 
 
 def _member(member_id, client_id, host, instance_id, assignment: bytes, protocols) -> Member:
+    from coordinator.assignors.payloads import decode_assignment, decode_subscription
+
     try:
         partitions = sorted(decode_assignment(assignment or b"").partitions)
     except ValueError:
@@ -191,6 +192,8 @@ def _member(member_id, client_id, host, instance_id, assignment: bytes, protocol
 
 
 def describe_live(lead: Leader, group: str) -> dict:
+    from coordinator.wire import codec as P
+
     body = request(lead, P.DESCRIBE_GROUPS, {"groups": [group]})
     groups = body.get("groups") or []
     if not groups:
@@ -205,6 +208,8 @@ def describe_live(lead: Leader, group: str) -> dict:
 
 
 def request(lead: Leader, api: int, body: dict, timeout: float = DESCRIBE_TIMEOUT_S) -> dict:
+    from coordinator.member.wire_client import WireClient, WireError
+
     try:
         with WireClient(lead.host, lead.port, client_id="groupshift-inspect", timeout=timeout) as client:
             return client.request(api, body, timeout=timeout)

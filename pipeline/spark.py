@@ -51,11 +51,11 @@ from typing import Any
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 from pipeline.consumer import Consumer
+from pipeline.limits import MAX_RECORDS_PER_BATCH
 from topics.segment import parse_segment_name
 
 log = logging.getLogger(__name__)
 
-MAX_RECORDS_PER_BATCH = 10_000_000
 OUTPUT_RE = re.compile(r"offsets=(\d{20})-(\d{20})")
 STAGING_RE = re.compile(r"_staging-offsets=(\d{20})-(\d{20})-[0-9a-f]{12}")
 

@@ -261,3 +261,27 @@ def test_coordinator_rooms_depend_downwards():
 def test_every_coordinator_module_is_in_a_room():
     loose = [m for m in MODULES if m.startswith("coordinator.") and _room(m) is None]
     assert loose == []
+
+
+# ---------------------------------------------------------------------------------------------
+# What a process pays to start: every CLI command is a process (the tests spawn hundreds), and
+# `import cli.main` registers every command, so each of them imports what any module-level import
+# of a cli/cmd_*.py pulls in. Facts, not timings (bench/cli_startup.py times them).
+
+HEAVY_FOR_THE_CLI = ("pyspark", "pandas", "pyarrow", "pyarrow.compute", "numpy", "kazoo.client", "asyncio")
+
+
+def _fresh(code: str, *args: str) -> str:
+    """Run `code` first thing in a fresh interpreter and return what it printed."""
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_registering_every_command_imports_no_data_stack():
+    """`--help` (and every command before it runs) needs click, not the data plane or a ZooKeeper
+    client: heavy imports belong inside the command functions that use them."""
+    code = f"import sys, cli.main; print(sorted(m for m in {HEAVY_FOR_THE_CLI!r} if m in sys.modules))"
+    assert _fresh(code) == "[]"

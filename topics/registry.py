@@ -20,13 +20,16 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
 from core.errors import UnknownTopic
 from topics.errors import InvalidPartitions, InvalidReplicationFactor, InvalidTopic, TopicAlreadyExists
 from topics.limits import MAX_PARTITIONS, MAX_REPLICATION_FACTOR
+
+if TYPE_CHECKING:  # a type only: topic-name checks (the CLI's parsing) need no ZooKeeper client
+    from kazoo.client import KazooClient
 
 TOPICS_PATH = "/brokers/topics"
 BROKER_IDS_PATH = "/brokers/ids"

@@ -18,7 +18,7 @@ does I/O. Third-party assignors register under the entry-point group ``groupshif
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -231,6 +231,8 @@ _BUILTIN: dict[str, str] = {
 
 
 def _plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    import importlib.metadata  # ~10 ms: only when a name is not a built-in assignor
+
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 

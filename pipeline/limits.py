@@ -1,0 +1,6 @@
+"""Bounds of the Spark consumers' settings, importable without pyspark, pyarrow or the fetcher
+(`groupshift consume --help` shows them as ranges)."""
+
+from __future__ import annotations
+
+MAX_RECORDS_PER_BATCH = 10_000_000  # SparkConsumer(max_records_per_batch=...), the CLI option
