@@ -217,9 +217,9 @@ def delete(topic: str, zk, data) -> None:
 @data_option
 def produce(topic, file, count, partition, key_separator, keys, value_size, batch_size, data) -> None:
     """Append records to TOPIC from --file (a record per line) or --count generated records."""
-    import numpy as np
     import pyarrow as pa
 
+    from topics.arrow import binary_array
     from topics.errors import UnknownPartition
     from topics.log import Log
 
@@ -251,11 +251,11 @@ def produce(topic, file, count, partition, key_separator, keys, value_size, batc
         batch_size = max(1, min(batch_size, L.MAX_BATCH_BYTES // value_size))
         for start in range(0, count, batch_size):
             n = min(batch_size, count - start)
-            idx = np.arange(start, start + n)
-            values = [f"record-{i}".encode().ljust(value_size, b".") for i in idx.tolist()]
-            cols = {"value": pa.array(values, pa.binary())}
+            idx = range(start, start + n)
+            values = [f"record-{i}".encode().ljust(value_size, b".") for i in idx]
+            cols = {"value": binary_array(values)}
             if keys:
-                cols["key"] = pa.array([f"key-{i % keys}".encode() for i in idx.tolist()], pa.binary())
+                cols["key"] = binary_array([f"key-{i % keys}".encode() for i in idx])
             send(pa.table(cols))
     else:
         for start in range(0, len(lines), batch_size):
@@ -268,7 +268,7 @@ def produce(topic, file, count, partition, key_separator, keys, value_size, batc
                     k, v = None, line
                 batch_k.append(k)
                 batch_v.append(v)
-            send(pa.table({"key": pa.array(batch_k, pa.binary()), "value": pa.array(batch_v, pa.binary())}))
+            send(pa.table({"key": binary_array(batch_k), "value": binary_array(batch_v)}))
     elapsed = time.perf_counter() - started
     n = sum(c for _, c in totals.values())
     for p in sorted(totals):

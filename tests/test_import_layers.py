@@ -285,3 +285,40 @@ def test_registering_every_command_imports_no_data_stack():
     client: heavy imports belong inside the command functions that use them."""
     code = f"import sys, cli.main; print(sorted(m for m in {HEAVY_FOR_THE_CLI!r} if m in sys.modules))"
     assert _fresh(code) == "[]"
+
+
+DATA_PATH = """
+import sys
+
+import pyarrow as pa
+
+from core.types import TopicPartition
+from coordinator.kafka_wire.records import decode_batches, encode_batch
+from topics.arrow import binary_array
+from topics.fetcher import records
+from topics.log import Log
+
+log = Log(sys.argv[1])
+log.create("t", 3)
+log.produce("t", [(b"k", b"v"), (None, b"w"), ("s", "x", 5), {"value": b"y", "timestamp": 7}])  # keyed
+log.produce("t", [b"a", b"b"], partition=1)
+log.produce("t", pa.table({"value": binary_array([b"c"])}), partition=2)  # columnar
+written = sum(log.latest(TopicPartition("t", p)) for p in range(3))
+for p in range(3):
+    tp = TopicPartition("t", p)
+    batch = log.read(tp, log.earliest(tp), 100).batch
+    assert log.read(tp, log.latest(tp), 100).batch.num_rows == 0
+    if batch.num_rows:
+        data, n = encode_batch(batch, 1 << 20)  # a Kafka Fetch answer, and a Produce of it back
+        log.produce("t", decode_batches(data), partition=p)
+        assert len(records(tp, batch)) == n == batch.num_rows
+assert log.offset_for_time(TopicPartition("t", 1), 0) is not None
+print(written, "pandas" in sys.modules)
+"""
+
+
+def test_producing_and_reading_through_the_log_does_not_import_pandas(tmp_path):
+    """pyarrow imports pandas (~300 ms) when it converts Python or numpy data, a tz-aware timestamp,
+    or a compute call's scalar: the log, its fetcher and the Kafka record batches, which run in
+    CLI processes and coordinator nodes, build their arrays from buffers (topics/arrow.py)."""
+    assert _fresh(DATA_PATH, str(tmp_path)) == "7 False"

@@ -35,10 +35,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
+from topics.arrow import (
+    TIMESTAMP_US,
+    binary_array,
+    empty_batch,
+    int64_array,
+    int64_values,
+    null_mask,
+    timestamp_array,
+    timestamps_from_millis,
+)
 from topics.errors import InvalidPartitions, OffsetOutOfRange, TopicAlreadyExists, UnknownPartition
 from topics.limits import MAX_RETAIN_AGE_S, MAX_RETAIN_BYTES, MAX_RETAIN_SEGMENTS
 from topics.partitioner import DefaultPartitioner
@@ -61,7 +70,7 @@ TOPIC_ID_NAME = ".topic-id"
 # after that mtime: file systems stamp mtimes with a coarse clock, so two renames within one
 # tick would otherwise look like one.
 _RACY_NS = 1_000_000_000
-_TS_TYPE = pa.timestamp("us", tz="UTC")
+_TS_TYPE = TIMESTAMP_US
 
 
 def default_root() -> Path:
@@ -267,7 +276,7 @@ class Log:
         parts = self.partitioner.partition_batch(table.column("key"), num_partitions, n)
         order = np.argsort(parts, kind="stable")
         sorted_parts = parts[order]
-        table = table.take(pa.array(order))
+        table = table.take(int64_array(order))
         results = []
         for p in np.unique(sorted_parts):
             lo, hi = np.searchsorted(sorted_parts, [p, p + 1])
@@ -283,7 +292,7 @@ class Log:
             base = end = self._info(tp, lst, len(lst.bases) - 1).end if lst.bases else 0
             for start in range(0, table.num_rows, self.segment_records):
                 chunk = table.slice(start, self.segment_records)
-                offsets = pa.array(np.arange(end, end + chunk.num_rows, dtype=np.int64))
+                offsets = int64_array(np.arange(end, end + chunk.num_rows, dtype=np.int64))
                 seg = pa.Table.from_arrays(
                     [offsets, chunk.column("key"), chunk.column("value"), chunk.column("timestamp")],
                     schema=SCHEMA,
@@ -298,11 +307,10 @@ class Log:
     def _remember(self, path: Path, base: int, seg: pa.Table) -> None:
         # The writer knows the footer's contents; caching them saves re-reading what it just wrote.
         st = path.stat()
-        ts = pc.min_max(seg.column("timestamp").cast(pa.int64()))
+        ts = _present(seg.column("timestamp"))
+        lo, hi = (int(ts.min()), int(ts.max())) if len(ts) else (None, None)
         rg = tuple(range(base, base + seg.num_rows, self.row_group_records))
-        info = SegmentInfo(
-            path, base, base + seg.num_rows, st.st_size, ts["min"].as_py(), ts["max"].as_py(), rg, st.st_ino
-        )
+        info = SegmentInfo(path, base, base + seg.num_rows, st.st_size, lo, hi, rg, st.st_ino)
         with self._lock:
             self._infos[(str(path), st.st_ino)] = info
 
@@ -340,10 +348,14 @@ class Log:
                 continue  # the footer rules the segment out without reading it
             for i in range(len(info.row_group_bases)):
                 batch = self._row_group(info, i)
-                ts = batch.column(3).cast(pa.int64())
-                hit = pc.index(pc.greater_equal(ts, target), True).as_py()
-                if hit >= 0:
-                    return OffsetAndTimestamp(batch.column(0)[hit].as_py(), ts[hit].as_py() // 1000)
+                ts = int64_values(batch.column(3))
+                at = ts >= target
+                if batch.column(3).null_count:
+                    at &= ~null_mask(batch.column(3))
+                hits = np.flatnonzero(at)
+                if len(hits):
+                    hit = int(hits[0])
+                    return OffsetAndTimestamp(batch.column(0)[hit].as_py(), int(ts[hit]) // 1000)
         return None
 
     def offsets_for_times(
@@ -525,7 +537,13 @@ def _check_retention(max_age: float | None, max_segments: int | None, max_bytes:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_EMPTY = pa.RecordBatch.from_pylist([], schema=SCHEMA)
+_EMPTY = empty_batch(SCHEMA)
+
+
+def _present(col: pa.ChunkedArray) -> np.ndarray:
+    """The non-null values of an int64 or timestamp column, as numpy int64."""
+    values = int64_values(col)
+    return values[~null_mask(col)] if col.null_count else values
 
 
 def _topic_id(topic_dir: Path) -> str:
@@ -569,7 +587,7 @@ def to_table(records: Any) -> pa.Table:
         if "timestamp" in names:
             ts = _timestamps(records.column("timestamp"))
         else:
-            ts = pa.array(np.full(n, time.time_ns() // 1000, dtype=np.int64)).cast(_TS_TYPE)
+            ts = timestamp_array(np.full(n, time.time_ns() // 1000, dtype=np.int64))
         return pa.table({"key": key, "value": value, "timestamp": ts})
     if isinstance(records, bytes | bytearray | str):
         raise GroupshiftError("records must be an iterable of records, not a single bytes/str value")
@@ -592,11 +610,7 @@ def to_table(records: Any) -> pa.Table:
         values.append(v.encode() if isinstance(v, str) else v)
         stamps.append(now_us if t is None else _to_micros(t))
     return pa.table(
-        {
-            "key": pa.array(keys, pa.binary()),
-            "value": pa.array(values, pa.binary()),
-            "timestamp": pa.array(stamps, pa.int64()).cast(_TS_TYPE),
-        }
+        {"key": binary_array(keys), "value": binary_array(values), "timestamp": timestamp_array(stamps)}
     )
 
 
@@ -627,7 +641,7 @@ def _timestamps(col: pa.ChunkedArray) -> pa.ChunkedArray:
     if pa.types.is_timestamp(col.type):
         return col.cast(pa.timestamp("us", tz=col.type.tz or "UTC")).cast(_TS_TYPE)
     if pa.types.is_integer(col.type):  # Kafka's epoch milliseconds
-        return pc.multiply(col.cast(pa.int64()), 1000).cast(_TS_TYPE)
+        return timestamps_from_millis(col.cast(pa.int64()))
     raise GroupshiftError(f"timestamp must be a timestamp or integer (epoch ms) column, not {col.type}")
 
 

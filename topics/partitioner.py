@@ -20,6 +20,8 @@ import threading
 import numpy as np
 import pyarrow as pa
 
+from topics.arrow import null_mask
+
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -131,7 +133,7 @@ class DefaultPartitioner:
             return ((np.arange(count, dtype=np.int64) + start) & 0x7FFFFFFF) % num_partitions
         out = (murmur2_batch(keys) & np.uint32(0x7FFFFFFF)).astype(np.int64) % num_partitions
         if keys.null_count:
-            nulls = np.asarray(keys.is_null().to_numpy(zero_copy_only=False))
+            nulls = null_mask(keys)
             start = self._next(int(nulls.sum()))
             out[nulls] = ((np.arange(int(nulls.sum()), dtype=np.int64) + start) & 0x7FFFFFFF) % num_partitions
         return out

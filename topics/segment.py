@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from topics.arrow import empty_batch
 from topics.errors import CorruptSegment
 
 SCHEMA = pa.schema(
@@ -142,7 +143,7 @@ def read_row_group(info: SegmentInfo, index: int) -> pa.RecordBatch:
     except (OSError, pa.ArrowException) as exc:
         raise CorruptSegment(info.path, f"row group {index} unreadable ({exc})") from None
     batch = table.combine_chunks().to_batches()
-    batch = batch[0] if len(batch) == 1 else pa.RecordBatch.from_pylist([], schema=SCHEMA)
+    batch = batch[0] if len(batch) == 1 else empty_batch(SCHEMA)
     first = info.row_group_bases[index]
     last = info.row_group_bases[index + 1] if index + 1 < len(info.row_group_bases) else info.end
     if batch.num_rows != last - first or (batch.num_rows and batch.column(0)[0].as_py() != first):

@@ -16,12 +16,12 @@ from __future__ import annotations
 import struct
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.errors import KafkaError
 from kafka.record.memory_records import MemoryRecords
 
 from coordinator.wire import error_codes as E
+from topics.arrow import binary_array, epoch_millis, int64_array
 
 _BASE_OFFSET = struct.Struct(">q")
 
@@ -46,7 +46,7 @@ def encode_batch(batch: pa.RecordBatch, max_bytes: int) -> tuple[bytes, int]:
         return b"", 0
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()
-    stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    stamps = epoch_millis(batch.column("timestamp"))
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=0,
@@ -107,9 +107,5 @@ def decode_batches(data: bytes) -> pa.Table:
     except (KafkaError, ValueError, TypeError, IndexError, AssertionError, OSError) as exc:
         raise InvalidRecords(E.CORRUPT_MESSAGE, f"unreadable record batch: {exc}") from None
     return pa.table(
-        {
-            "key": pa.array(keys, pa.binary()),
-            "value": pa.array(values, pa.binary()),
-            "timestamp": pa.array(stamps, pa.int64()),
-        }
+        {"key": binary_array(keys), "value": binary_array(values), "timestamp": int64_array(stamps)}
     )
