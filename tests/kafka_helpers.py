@@ -28,6 +28,8 @@ def kafka_node(zk: str, data: Path, log_path: Path) -> Iterator[NodeProcess]:
         "0",
         "--group-min-session-timeout-ms",
         "100",
+        "--shards",  # as TEST_DEFAULTS: no Kafka-listener test depends on the count
+        "4",
         log_path=log_path,
     )
     proc.zk = zk

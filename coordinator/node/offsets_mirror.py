@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.kafka_wire.offsets_topic import OFFSETS_TOPIC, offset_key, offset_value, partition_for
 from core.types import TopicPartition
 from topics import registry
 from topics.errors import TopicAlreadyExists
-from topics.log import Log
+
+if TYPE_CHECKING:
+    from topics.log import Log
 
 log = logging.getLogger("groupshift.coordinator")
 

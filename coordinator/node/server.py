@@ -30,7 +30,7 @@ import asyncio
 import errno
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.protocol.states import KazooState
 
@@ -56,7 +56,6 @@ from coordinator.group.state import (
 from coordinator.node.config import NodeConfig
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.node.metrics import Metrics, serve_metrics
-from coordinator.node.offsets_mirror import OffsetsMirror
 from coordinator.node.shards import ShardLeadership, ShardStatus
 from coordinator.node.store import (
     CoordinatorStore,
@@ -87,8 +86,10 @@ from coordinator.wire.schema import (
 )
 from core.errors import GroupshiftError
 from core.zk import connect
-from topics.log import Log
 from topics.registry import decode_assignment, topic_path
+
+if TYPE_CHECKING:
+    from coordinator.node.offsets_mirror import OffsetsMirror
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,10 @@ class CoordinatorNode:
                 ) from None
             self.metrics_port = self._metrics_server.sockets[0].getsockname()[1]
         if cfg.kafka_port is not None:
+            # The Kafka listener's data path (pyarrow, the log) is imported only by nodes that have one.
             from coordinator.node.kafka_listener import KafkaListener
+            from coordinator.node.offsets_mirror import OffsetsMirror
+            from topics.log import Log
 
             try:
                 self._kafka_server = await KafkaListener(self).start(cfg.kafka_host, cfg.kafka_port)

@@ -41,6 +41,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote, unquote
 
 import msgspec
@@ -260,14 +261,33 @@ class CoordinatorStore:
     # -- plumbing ----------------------------------------------------------------------------
 
     async def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Create the persistent znodes of the layout that are missing (every shard's `epoch`)."""
         self._loop = loop or asyncio.get_running_loop()
-        for path in (COORDINATORS, GROUPS, BROKERS):
-            await asyncio.to_thread(self.zk.ensure_path, path)
-        for s in range(self.shards):
-            try:
-                await self._aio(self.zk.create_async(f"{shard_path(s)}/epoch", b"", makepath=True))
-            except NodeExistsError:
-                pass
+        await self._ensure_paths(
+            [COORDINATORS, GROUPS, BROKERS, *(f"{shard_path(s)}/epoch" for s in range(self.shards))]
+        )
+
+    async def _ensure_paths(self, paths: Iterable[str]) -> None:
+        """`ensure_path` for many paths at once: every path and parent is looked up in one pipelined
+        round, then what is missing is created parents first, the creates of a depth sent together
+        (a fresh namespace costs a round trip per level, not one per znode)."""
+        wanted: set[str] = set()
+        for path in paths:
+            parts = path.strip("/").split("/")
+            wanted.update("/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1))
+        ordered = sorted(wanted)
+        found = await asyncio.gather(*(self._aio(self.zk.exists_async(p)) for p in ordered))
+        by_depth: dict[int, list[str]] = {}
+        for p, stat in zip(ordered, found, strict=True):
+            if stat is None:
+                by_depth.setdefault(p.count("/"), []).append(p)
+        for depth in sorted(by_depth):
+            results = await asyncio.gather(
+                *(self._aio(self.zk.create_async(p, b"")) for p in by_depth[depth]), return_exceptions=True
+            )
+            for r in results:
+                if isinstance(r, BaseException) and not isinstance(r, NodeExistsError):
+                    raise r
 
     def _aio(self, async_result, timeout: float = WRITE_TIMEOUT_S) -> asyncio.Future:
         loop = self._loop
@@ -389,8 +409,13 @@ class CoordinatorStore:
 
             return on_leader
 
-        for s in range(self.shards):
-            self._watches.append(DataWatch(self.zk, f"{shard_path(s)}/leader", leader_watcher(s)))
+        def leader_watch(s: int) -> DataWatch:
+            return DataWatch(self.zk, f"{shard_path(s)}/leader", leader_watcher(s))
+
+        # A DataWatch reads its znode before it returns (one or two round trips): the shards' are
+        # set up side by side, so their reads travel together.
+        with ThreadPoolExecutor(min(self.shards, 8), thread_name_prefix="leader-watch") as pool:
+            self._watches.extend(pool.map(leader_watch, range(self.shards)))
 
     # -- shard leadership --------------------------------------------------------------------
 
