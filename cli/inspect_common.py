@@ -20,7 +20,7 @@ def zk_session(zk: str | None, long_lived: bool = False):
     gives up when ZooKeeper stops answering in its middle; a `long_lived` one waits for it."""
     from migrate import zkio  # kazoo's client: only for commands that connect, not for --help
 
-    give_up = None if long_lived else zkio.GIVE_UP_AFTER_S
+    give_up = None if long_lived else zkio.give_up_after()
     client = zkio.open_zk(zk, connect_timeout=CONNECT_TIMEOUT_S, give_up_after_s=give_up)
     try:
         yield client

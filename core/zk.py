@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -33,6 +34,15 @@ class ChrootMissing(GroupshiftError):
 warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning)
 
 ENV_ZK = "GROUPSHIFT_ZK"
+# A command's ZooKeeper session timeout (its ephemeral znodes, e.g. a migration's lock, outlive a
+# killed command by this long), how long it waits to connect, and how long a one-shot command
+# waits for a ZooKeeper that stopped answering in its middle before it gives up. All three in
+# milliseconds; tests shorten them.
+ENV_SESSION_TIMEOUT_MS = "GROUPSHIFT_ZK_SESSION_TIMEOUT_MS"
+ENV_CONNECT_TIMEOUT_MS = "GROUPSHIFT_ZK_CONNECT_TIMEOUT_MS"
+ENV_GIVE_UP_MS = "GROUPSHIFT_ZK_GIVE_UP_MS"
+SESSION_TIMEOUT_S = 10.0
+MIN_ENV_MS, MAX_ENV_MS = 100, 3_600_000
 # Reconnect quickly: kazoo's default backoff grows to an hour between attempts.
 CONNECTION_RETRY = dict(max_tries=-1, delay=0.1, backoff=1.5, max_delay=1.0)
 # A connect slower than this prints what it waits for (a reachable server answers in milliseconds).
@@ -125,6 +135,20 @@ def _bad_path_char(ch: str) -> bool:
     return ch.isspace() or c <= 0x1F or 0x7F <= c <= 0x9F or 0xD800 <= c <= 0xF8FF or 0xFFF0 <= c <= 0xFFFF
 
 
+def env_seconds(name: str, default_s: float) -> float:
+    """`$name` (whole milliseconds, within [MIN_ENV_MS, MAX_ENV_MS]) in seconds, else `default_s`;
+    a malformed value raises `GroupshiftError` naming the variable."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default_s
+    if not raw.isdigit() or not MIN_ENV_MS <= int(raw) <= MAX_ENV_MS:
+        raise GroupshiftError(
+            f"${name}={raw!r} is not a whole number of milliseconds between {MIN_ENV_MS} and {MAX_ENV_MS}; "
+            f"unset it for the default ({default_s * 1000:.0f})"
+        )
+    return int(raw) / 1000
+
+
 def resolve_zk(explicit: str | None = None) -> str:
     """The connect string to use: `--zk`, else `$GROUPSHIFT_ZK`, else the embedded ZooKeeper.
 
@@ -149,7 +173,7 @@ def resolve_zk(explicit: str | None = None) -> str:
 def connect(
     connect_string: str | None = None,
     *,
-    session_timeout: float = 10.0,
+    session_timeout: float | None = None,
     connect_timeout: float = 10.0,
     digest: tuple[str, str] | None = None,
     read_only: bool = False,
@@ -158,6 +182,8 @@ def connect(
 ) -> KazooClient:
     """Start and return a kazoo client, or raise `ZooKeeperUnavailable` saying how to fix it.
 
+    The session timeout defaults to `$GROUPSHIFT_ZK_SESSION_TIMEOUT_MS`, else 10 s;
+    `$GROUPSHIFT_ZK_CONNECT_TIMEOUT_MS`, when set, replaces `connect_timeout`.
     `digest=(user, password)` authenticates with ZooKeeper digest auth and makes znodes created
     through this client readable by anyone and writable only by that user. The chroot is created
     when missing (as Kafka's tools do); with `create_chroot=False` nothing is ever created and a
@@ -167,6 +193,9 @@ def connect(
     When nothing accepts connections at any of the addresses, this fails at once instead of
     waiting `connect_timeout`.
     """
+    if session_timeout is None:
+        session_timeout = env_seconds(ENV_SESSION_TIMEOUT_MS, SESSION_TIMEOUT_S)
+    connect_timeout = env_seconds(ENV_CONNECT_TIMEOUT_MS, connect_timeout)
     address = parse_zk(resolve_zk(connect_string))
     _probe(address.hosts)
     if address.chroot and create_chroot:
@@ -199,7 +228,9 @@ def ensure_chroot(connect_string: str | None, *, connect_timeout: float = 10.0) 
     address = parse_zk(resolve_zk(connect_string))
     if not address.chroot:
         return
-    root = _start(address.hosts, 10.0, connect_timeout, None, False)
+    session_timeout = env_seconds(ENV_SESSION_TIMEOUT_MS, SESSION_TIMEOUT_S)
+    connect_timeout = env_seconds(ENV_CONNECT_TIMEOUT_MS, connect_timeout)
+    root = _start(address.hosts, session_timeout, connect_timeout, None, False)
     try:
         root.ensure_path(address.chroot)
     finally:
@@ -242,14 +273,25 @@ def _start(hosts, session_timeout, connect_timeout, digest, read_only) -> KazooC
     try:
         _start_waiting(client, hosts, connect_timeout)
     except (KazooTimeoutError, OSError):
-        client.stop()
-        client.close()
+        _stop_in_background(client)
         raise ZooKeeperUnavailable(
             f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g}s; "
             "check that it runs and the address is right, or pass another --zk HOST:PORT "
             "(or GROUPSHIFT_ZK; `groupshift zk start` runs the embedded one)"
         ) from None
     return client
+
+
+def _stop_in_background(client: KazooClient) -> None:
+    """Stop a client that never connected without waiting for it: its connection thread may sit in
+    a handshake with a server that accepted but never answers, for up to the session timeout, and
+    the caller (a command about to exit with its error) should not wait that out."""
+
+    def stop() -> None:
+        client.stop()
+        client.close()
+
+    threading.Thread(target=stop, name="zk-stop", daemon=True).start()
 
 
 def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> None:

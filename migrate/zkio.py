@@ -33,13 +33,14 @@ from kazoo.protocol.serialization import (
 from kazoo.protocol.states import KazooState, ZnodeStat
 
 from core.errors import ZooKeeperUnavailable
-from core.zk import connect
+from core.zk import ENV_GIVE_UP_MS, connect, env_seconds
 
 # Pipelined requests in flight at once (bounds client memory; ZooKeeper answers them in order).
 PIPELINE = 2_000
 REQUEST_TIMEOUT_S = 30.0
 # A command gives up when ZooKeeper stops answering in its middle for this long (kazoo would
-# otherwise queue the next request until ZooKeeper is back, however long that takes).
+# otherwise queue the next request until ZooKeeper is back, however long that takes);
+# `$GROUPSHIFT_ZK_GIVE_UP_MS` overrides it (see `give_up_after_s`).
 GIVE_UP_AFTER_S = 15.0
 
 # Requests sent by this process, by kind (`get`, `children`, `multi`, ...): the benchmark prints it.
@@ -50,17 +51,26 @@ def open_zk(
     connect_string: str | None,
     *,
     connect_timeout: float = 10.0,
-    give_up_after_s: float | None = GIVE_UP_AFTER_S,
+    give_up_after_s: float | None = -1.0,
 ) -> KazooClient:
     """A started client on `--zk` (or its defaults); a missing chroot is refused
     (`core.zk.ChrootMissing`), never created. When the connection is lost for `give_up_after_s`
     in the middle of the command, the client is stopped: the request waiting for ZooKeeper fails
     (`gave_up(client)` is then true) instead of waiting forever. A long-lived command (`groups
-    watch`) passes None: it waits for ZooKeeper to come back, however long that takes."""
+    watch`) passes None: it waits for ZooKeeper to come back, however long that takes. The default
+    (-1) is `give_up_after()`."""
+    if give_up_after_s is not None and give_up_after_s < 0:
+        give_up_after_s = give_up_after()
     client = connect(connect_string, connect_timeout=connect_timeout, create_chroot=False)
     if give_up_after_s is not None:
         _give_up_when_away(client, give_up_after_s)
     return client
+
+
+def give_up_after() -> float:
+    """Seconds a one-shot command waits for ZooKeeper to answer again: `$GROUPSHIFT_ZK_GIVE_UP_MS`,
+    else `GIVE_UP_AFTER_S`."""
+    return env_seconds(ENV_GIVE_UP_MS, GIVE_UP_AFTER_S)
 
 
 def gave_up(client: KazooClient) -> float | None:

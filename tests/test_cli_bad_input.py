@@ -429,6 +429,18 @@ def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, root, 
     assert done.returncode == 1 and f"(from ${root}) is not a directory" in stderr, stderr
 
 
+@pytest.mark.parametrize("name", ["GROUPSHIFT_ZK_SESSION_TIMEOUT_MS", "GROUPSHIFT_ZK_GIVE_UP_MS"])
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "1.5", "99999999999"])
+def test_a_malformed_timeout_in_the_environment_is_refused(world, name, value):
+    """The ZooKeeper timeouts a command reads from the environment are checked like its options."""
+    env = dict(world["env"], **{name: value})
+    before = _snapshot(world)
+    done = _cli(["topics", "describe", "victim"] if "SESSION" in name else ["groups", "list"], env)
+    stderr = done.stderr.decode(errors="replace")
+    _check(world, before, done.returncode, stderr, done.stdout.decode())
+    assert f"${name}={value!r} is not a whole number of milliseconds" in stderr, stderr
+
+
 def test_destructive_commands_act_only_in_their_own_namespace(zk_server, zk_connect, tmp_path):
     """Defect 2's counterpart: in the namespace the topic was created in, delete and retain work."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPSHIFT_")}

@@ -23,9 +23,11 @@ import pytest
 from core.types import TopicPartition as TP
 from core.zk import connect
 from experiments.cluster import ZkServer
-from migrate import legacy, zkio
+from migrate import legacy
 from tests.inspect_helpers import REPO, make_topic, run
 from topics.log import Log
+
+pytestmark = pytest.mark.faults  # a ZooKeeper container of its own, stopped and started
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,9 @@ def test_watch_outlives_a_zookeeper_outage_and_one_shot_commands_give_up(own_zk,
     make_topic(zk, log, "t", 2, 5)
     legacy.write_offsets(zk, "g", {TP("t", 0): 3, TP("t", 1): 4}, batch=10)
     zk.stop()
-    env = dict(os.environ, GROUPSHIFT_HOME=str(tmp_path / "home"))
+    # A one-shot command's patience is 1 s here (the default is 15 s): an outage of a few seconds
+    # is longer than any one-shot command would wait.
+    env = dict(os.environ, GROUPSHIFT_HOME=str(tmp_path / "home"), GROUPSHIFT_ZK_GIVE_UP_MS="1000")
     env.pop("GROUPSHIFT_ZK", None)
     cmd = [sys.executable, "-m", "cli", "groups", "watch", "g", "--interval", "0.2", "--zk", zk_connect]
     cmd += ["--data", str(tmp_path / "data")]
@@ -63,7 +67,9 @@ def test_watch_outlives_a_zookeeper_outage_and_one_shot_commands_give_up(own_zk,
         # a one-shot command facing the dead ZooKeeper: one line, exit 1
         r = run("groups", "describe", "g", zk=zk_connect, data=tmp_path / "data", timeout=60)
         assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r
-        time.sleep(zkio.GIVE_UP_AFTER_S + 3)  # longer than a one-shot command waits
+        outage_ends = time.monotonic() + 3.0  # three times a one-shot command's patience (1 s)
+        while watch.poll() is None and time.monotonic() < outage_ends:
+            time.sleep(0.1)
         assert watch.poll() is None, watch.stderr.read()
         seen = len(lines)
         own_zk.start()
@@ -82,6 +88,7 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on():
         port = silent.getsockname()[1]
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli", "groups", "list", "--zk", f"127.0.0.1:{port}"],
+            env=dict(os.environ, GROUPSHIFT_ZK_CONNECT_TIMEOUT_MS="2000"),  # gives up after 2 s, not 5 s
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

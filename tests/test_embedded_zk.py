@@ -25,8 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 NOT_RUNNING = "error: the embedded ZooKeeper is not running; start it with `groupshift zk start` or pass --zk"
 
 
-def groupshift(*args: str, home: Path, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GROUPSHIFT_HOME=str(home), PYTHONPATH=str(REPO))
+def groupshift(
+    *args: str, home: Path, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GROUPSHIFT_HOME=str(home), PYTHONPATH=str(REPO), **(env or {}))
     env.pop("GROUPSHIFT_ZK", None)
     env.pop("GROUPSHIFT_DATA", None)
     proc = subprocess.run(
@@ -157,12 +159,14 @@ def test_an_explicit_zk_that_does_not_answer_says_what_it_waits_for(home):
         s.bind(("127.0.0.1", 0))
         s.listen(16)
         port = s.getsockname()[1]
-        proc = groupshift("topics", "list", "--zk", f"127.0.0.1:{port}", home=home, check=False)
+        # 2 s instead of the default 10 s (the notice comes after 1 s)
+        env = {"GROUPSHIFT_ZK_CONNECT_TIMEOUT_MS": "2000"}
+        proc = groupshift("topics", "list", "--zk", f"127.0.0.1:{port}", home=home, check=False, env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 2, proc.stderr
-    assert lines[0] == f"groupshift: waiting up to 10s for ZooKeeper at 127.0.0.1:{port} ..."
-    assert lines[1].startswith(f"error: cannot reach ZooKeeper at 127.0.0.1:{port} within 10s;")
+    assert lines[0] == f"groupshift: waiting up to 2s for ZooKeeper at 127.0.0.1:{port} ..."
+    assert lines[1].startswith(f"error: cannot reach ZooKeeper at 127.0.0.1:{port} within 2s;")
 
 
 # State files the embedded ZooKeeper cannot use: refused by name, never taken for "not running".
