@@ -12,9 +12,11 @@ session, so the session fixtures below exist once per worker:
 * Every worker has a `GROUPSHIFT_HOME` of its own, and no `GROUPSHIFT_ZK` / `GROUPSHIFT_DATA`
   leaks in from the shell that started the run.
 
-Tests that must not share the machine's two cores with each other — the ensemble, Spark, fault
-injection on ZooKeeper containers of their own, the experiments — are marked `serial` (by
-marker or by the fixtures they use, below): they all run on one worker, one after the other.
+Tests that must never run beside another of their kind go in lanes (xdist groups: one worker runs a
+lane's tests one after the other), chosen by marker or by the fixtures a test uses:
+`ensemble` (the shared 3-node ensemble, and the experiments, which start ensembles of their own),
+`spark` (a Spark driver: ~2 GB and a core each) and `faults` (ZooKeeper containers of their own,
+stopped, paused or cut off under timing-sensitive clients). Other tests go to any free worker.
 """
 
 from __future__ import annotations
@@ -32,18 +34,27 @@ from core.zk import connect
 from experiments.cluster import ZkEnsemble, ZkServer, sweep_leftovers
 from tests.namespaces import chroot_for, remove_namespace
 
-# The one xdist group of tests that must not run beside each other (see the module docstring).
-SERIAL_GROUP = "serial"
-SERIAL_MARKERS = ("ensemble", "spark", "serial")
-SERIAL_FIXTURES = ("zk_ensemble", "ensemble", "spark")
+# Lanes (see the module docstring): lane -> (markers, fixtures) that put a test in it.
+LANES = {
+    "ensemble": (("ensemble",), ("zk_ensemble", "ensemble")),
+    "spark": (("spark",), ("spark",)),
+    "faults": (("faults",), ()),
+}
+
+
+def lane_of(item) -> str | None:
+    fixtures = getattr(item, "fixturenames", ())
+    for lane, (markers, uses) in LANES.items():
+        if any(item.get_closest_marker(m) for m in markers) or any(f in fixtures for f in uses):
+            return lane
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if any(item.get_closest_marker(m) for m in SERIAL_MARKERS) or any(
-            f in getattr(item, "fixturenames", ()) for f in SERIAL_FIXTURES
-        ):
-            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+        lane = lane_of(item)
+        if lane:
+            item.add_marker(pytest.mark.xdist_group(lane))
 
 
 def _interrupt(signum, frame):  # run fixture finalizers (container removal) on SIGTERM too

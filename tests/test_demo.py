@@ -2,7 +2,8 @@
 node processes and Spark.
 
 The demo works in a namespace of its own (a chroot and a log directory) and leaves nothing
-behind: these tests compare the whole ZooKeeper tree, from the server's root, before and after.
+behind: these tests compare the test's namespace, and the names around it up to the server's
+root, before and after.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from kazoo.client import KazooClient
-from snapshots import dir_tree, zk_tree
 
 from coordinator.node.process import CoordinatorNodes
 from experiments.demo import DemoNamespace, format_table, plot, run_demo
 from experiments.main_job import format_summary, run_main_job
+from tests.snapshots import dir_tree, zk_tree
 
 REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.spark  # the main job runs Spark consumers
 
 
 def test_demo_consumes_exactly_once_under_both_rebalancers_and_leaves_nothing(

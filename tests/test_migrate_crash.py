@@ -122,6 +122,7 @@ def stopped(proc: subprocess.Popen, timeout: float = 60.0) -> bool:
     return False
 
 
+@pytest.mark.faults
 def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
     """ZooKeeper stops between two copy transactions: the run ends with one line and exit 1; once
     ZooKeeper is back, `run` again finishes with exactly the source's offsets."""

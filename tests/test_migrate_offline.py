@@ -152,6 +152,8 @@ def migrate(*args, zk_connect, exit_at=None):
     env.pop("GROUPSHIFT_ZK", None)
     if exit_at is not None:
         env["GROUPSHIFT_MIGRATE_EXIT_AT"] = str(exit_at)
+        # the killed run's ephemeral lock outlives it by its session: 2 s here, not the default 10 s
+        env["GROUPSHIFT_ZK_SESSION_TIMEOUT_MS"] = "2000"
     cmd = [sys.executable, "-m", "cli", "migrate", *args, "--zk", zk_connect]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
 

@@ -39,6 +39,8 @@ from topics.log import Log
 from topics.registry import create_topic
 from zk_rebalance.member import ZkGroupMember
 
+pytestmark = pytest.mark.faults  # a ZooKeeper container of its own, stopped, cut off and expired
+
 SESSION_MS = 4000  # ZooKeeper sessions of every component (`long`, `expiry`)
 SHORT_SESSION_MS = 10_000  # `short`: the stop/start (about 3 s) stays well inside it
 PARTITIONS = 4

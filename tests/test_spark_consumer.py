@@ -25,7 +25,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime"),
+    pytest.mark.spark,
+]
 
 
 def options(rebalancer: str, bootstrap: str | None) -> dict:

@@ -44,6 +44,7 @@ def dump_inside(server) -> str:
     return out.stdout
 
 
+@pytest.mark.faults
 def test_paused_server_past_session_timeout_re_registers_and_rejoins(zk_server, zk_connect, tmp_path):
     admin = connect(zk_connect)
     create_topic(admin, "t", 4)
