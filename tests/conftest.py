@@ -50,6 +50,7 @@ def lane_of(item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         lane = lane_of(item)
@@ -59,6 +60,11 @@ def pytest_collection_modifyitems(config, items):
 
 def _interrupt(signum, frame):  # run fixture finalizers (container removal) on SIGTERM too
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the xdist master (workers: `_worker_environment`)
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 @pytest.fixture(scope="session", autouse=True)
