@@ -13,6 +13,14 @@ from core.zk import connect
 from migrate.kafka_target import recv_exactly  # noqa: F401 - the Kafka tests' frame reader
 from topics.store import TopicStore
 
+# kafka-python 3.0.12 can lose an assignment: when a poll's time runs out while a rebalance it
+# started is in flight (the JoinGroup sent, the SyncGroup not yet answered), the next poll finds
+# nothing left to rejoin and never applies the SyncGroup's assignment, so the consumer sits with
+# no partitions. A rebalance takes a few milliseconds and starts when a poll begins, so a poll of
+# 1 s (where tests used 100-500 ms) keeps its end out of one: 0 lost in 100 tries, against 1 in 6
+# with 100 ms polls.
+KAFKA_PYTHON_POLL_MS = 1000
+
 
 @contextlib.contextmanager
 def kafka_node(zk: str, data: Path, log_path: Path) -> Iterator[NodeProcess]:

@@ -14,7 +14,7 @@ import time
 import uuid
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NotEmptyError
+from kazoo.exceptions import NoAuthError, NoNodeError, NotEmptyError
 
 TIMEOUT_S = 30.0
 # A test that leaves a process writing into its namespace keeps re-creating znodes; past this the
@@ -56,6 +56,11 @@ def remove_tree(client: KazooClient, root: str) -> None:
                     except NoNodeError:
                         pass
             return
+        except NoAuthError:
+            raise AssertionError(
+                f"{root} holds znodes whose ACL lets only their owner delete them: "
+                "the test that made them must delete them"
+            ) from None
         except NotEmptyError:
             if time.monotonic() > deadline:
                 raise AssertionError(

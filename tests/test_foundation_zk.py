@@ -77,6 +77,8 @@ def test_digest_auth_protects_writes(zk_connect):
         with pytest.raises(NoAuthError):
             other.set("/guarded", b"x")
     finally:
+        if owner.exists("/guarded"):
+            owner.delete("/guarded")  # only its owner may: the namespace's teardown could not
         for c in (owner, other):
             c.stop()
             c.close()

@@ -33,7 +33,7 @@ from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from core.types import TopicPartition
-from tests.kafka_helpers import Polling, kafka_node, new_topic, produce, recv_exactly
+from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, Polling, kafka_node, new_topic, produce, recv_exactly
 from zk_rebalance.layout import offset_path
 from zk_rebalance.member import ZkGroupMember
 
@@ -191,7 +191,7 @@ def test_confluent_consumers_share_partitions_and_rebalance(node):
             c2.close()
 
 
-def _kp_values(c: KafkaConsumer, timeout_ms: int = 500) -> list[bytes]:
+def _kp_values(c: KafkaConsumer, timeout_ms: int = KAFKA_PYTHON_POLL_MS) -> list[bytes]:
     return [r.value for records in c.poll(timeout_ms=timeout_ms).values() for r in records]
 
 

@@ -25,7 +25,7 @@ from coordinator.kafka_wire import codec as K
 from coordinator.node.store import BROKERS
 from core.types import TopicPartition as TP
 from core.zk import connect
-from tests.kafka_helpers import Polling, kafka_node, new_topic, produce, recv_exactly
+from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, Polling, kafka_node, new_topic, produce, recv_exactly
 
 REPO = Path(__file__).resolve().parent.parent
 CONSUMER = dict(
@@ -99,7 +99,9 @@ def test_two_consumers_share_the_partitions_and_rebalance(node):
     def polling(c: KafkaConsumer) -> Polling:
         # Each consumer polls in a thread of its own: alternating polls in one thread starve a
         # rebalance (kafka-python drops a SyncGroup answer that arrives after its poll timed out).
-        return Polling(lambda: c.poll(timeout_ms=100) and [], lambda: _assigned(c), lambda: None)
+        return Polling(
+            lambda: c.poll(timeout_ms=KAFKA_PYTHON_POLL_MS) and [], lambda: _assigned(c), lambda: None
+        )
 
     def wait(what: str, cond) -> None:
         deadline = time.monotonic() + 40

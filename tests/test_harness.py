@@ -1,10 +1,12 @@
 """The test harness's own checks: a snapshot sees its namespace and every write around it, costs only
-its namespace, and a test's namespace is removed whole when the test ends."""
+its namespace, a test's namespace is removed whole when the test ends, and a lane holds (its tests
+run on one worker)."""
 
 from __future__ import annotations
 
 import uuid
 
+import pytest
 from kazoo.client import KazooClient
 
 from core.zk import connect
@@ -93,3 +95,13 @@ def test_a_namespace_and_its_siblings_are_removed_whole(zk_server, zk_connect):
         for c in clients:
             c.stop()
             c.close()
+
+
+@pytest.mark.ensemble
+def test_a_lane_is_one_xdist_group(request):
+    """Under `--dist loadgroup` a test of the ensemble lane carries the group xdist schedules by. If
+    pytest or xdist stop honouring it (pytest 9.2 with xdist 3.8 silently did), the lane's tests
+    would run side by side on every worker: this fails instead."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not run by xdist with --dist loadgroup (scripts/test.sh does)")
+    assert request.node.nodeid.endswith("@ensemble"), request.node.nodeid
