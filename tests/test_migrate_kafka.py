@@ -266,26 +266,31 @@ def test_bad_input_changes_nothing(zk, broker):
             broker.offsets(group, topic),
             broker.offsets(active, topic),
         )
-        started = time.monotonic()
-        unreachable = migrate("run", group, *to, "--bootstrap", "127.0.0.1:1", zk=zk)
-        assert time.monotonic() - started < 40
-        cases = {
-            "no such group": migrate("run", "no-such-group", *to, "--bootstrap", broker.bootstrap, zk=zk),
-            "unreachable": unreachable,
-            "bad bootstrap": migrate("run", group, *to, "--bootstrap", "nonsense", zk=zk),
-            "no bootstrap": migrate("run", group, *to, zk=zk),
-            "active target": migrate("run", active, *to, "--bootstrap", broker.bootstrap, zk=zk),
-            "live mode": migrate("run", group, *to, "--mode", "live", "--bootstrap", broker.bootstrap, zk=zk),
-        }
+        # A target group with a live member: the broker itself refuses (each broker in its words).
+        cases = {"active target": migrate("run", active, *to, "--bootstrap", broker.bootstrap, zk=zk)}
+        if broker.kind == "listener":
+            # Refused before any broker answers (the same whichever broker it is): once, not per broker.
+            started = time.monotonic()
+            cases["unreachable"] = migrate("run", group, *to, "--bootstrap", "127.0.0.1:1", zk=zk)
+            assert time.monotonic() - started < 40
+            cases |= {
+                "no such group": migrate("run", "no-such-group", *to, "--bootstrap", broker.bootstrap, zk=zk),
+                "bad bootstrap": migrate("run", group, *to, "--bootstrap", "nonsense", zk=zk),
+                "no bootstrap": migrate("run", group, *to, zk=zk),
+                "live mode": migrate(
+                    "run", group, *to, "--mode", "live", "--bootstrap", broker.bootstrap, zk=zk
+                ),
+            }
         member.poll(0.1)
         lines = {name: one_line(r) for name, r in cases.items()}
-        assert "does not exist under scheme zk" in lines["no such group"]
-        assert "cannot reach a Kafka-protocol broker at 127.0.0.1:1" in lines["unreachable"]
-        assert "nothing accepts connections there" in lines["unreachable"]  # said at once
-        assert "expected HOST:PORT" in lines["bad bootstrap"]
-        assert "needs --bootstrap" in lines["no bootstrap"]
         assert "live member" in lines["active target"] or "refused the commit" in lines["active target"]
-        assert "offline" in lines["live mode"]
+        if broker.kind == "listener":
+            assert "does not exist under scheme zk" in lines["no such group"]
+            assert "cannot reach a Kafka-protocol broker at 127.0.0.1:1" in lines["unreachable"]
+            assert "nothing accepts connections there" in lines["unreachable"]  # said at once
+            assert "expected HOST:PORT" in lines["bad bootstrap"]
+            assert "needs --bootstrap" in lines["no bootstrap"]
+            assert "offline" in lines["live mode"]
         after = zk_tree(zk.connect_string), broker.offsets(group, topic), broker.offsets(active, topic)
         assert after == before
     finally:
