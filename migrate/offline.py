@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 import time
+from collections import deque
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -35,7 +36,9 @@ from migrate import record as R
 from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK, check_scheme
 
 EXIT_CODE = 99
-_reached = 0
+_reached = 0  # checkpoints this process passed (the k of GROUPSHIFT_MIGRATE_EXIT_AT=k)
+# Their names, the newest last (tests choose kill points by name: clear it, run, read it).
+passed: deque[str] = deque(maxlen=1_000)
 
 
 class MigrationBusy(GroupshiftError):
@@ -54,14 +57,16 @@ def checkpoint(name: str) -> None:
     """A step boundary: the test hook may end the process here, as a kill would."""
     global _reached
     _reached += 1
+    reached = _reached
+    passed.append(name)
     at = os.environ.get("GROUPSHIFT_MIGRATE_EXIT_AT")
-    if at and (at == name or at == str(_reached)):
-        sys.stderr.write(f"test hook: exiting at checkpoint {_reached} ({name})\n")
+    if at and (at == name or at == str(reached)):
+        sys.stderr.write(f"test hook: exiting at checkpoint {reached} ({name})\n")
         sys.stderr.flush()
         os._exit(EXIT_CODE)
     at = os.environ.get("GROUPSHIFT_MIGRATE_STOP_AT")
-    if at and (at == name or at == str(_reached)):
-        sys.stderr.write(f"test hook: stopped at checkpoint {_reached} ({name})\n")
+    if at and (at == name or at == str(reached)):
+        sys.stderr.write(f"test hook: stopped at checkpoint {reached} ({name})\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGSTOP)
 

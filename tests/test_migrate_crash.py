@@ -2,8 +2,10 @@
 
 The test hook `GROUPSHIFT_MIGRATE_EXIT_AT=k` ends the `groupshift migrate` process at its k-th
 checkpoint (a step boundary: after the lock, before and after each record transition, before and
-after each copy transaction), as a kill would: no cleanup, the lock left behind. One group per
-kill point, so the killed runs, the resumes and the rollbacks each run side by side.
+after each copy transaction), as a kill would: no cleanup, the lock left behind. Scheme one to
+scheme three is killed at every named checkpoint (tests/kill_sweep.py), the way back at spot
+checks around the copy and the switch. One group per kill point, so the killed runs, the resumes
+and the rollbacks each run side by side.
 
 After a resume, the destination holds exactly the source's offsets and the record says done;
 after a rollback, the destination holds exactly what it had before (nothing) and the record says
@@ -30,11 +32,11 @@ from migrate import legacy, offline
 from migrate import record as R
 from migrate.writes import commit
 from tests.inspect_helpers import REPO
+from tests.kill_sweep import every_named, spots
 from tests.snapshots import zk_tree
 
-PARTITIONS = {"a": 4, "b": 3}  # 7 offsets; with --batch 2, four copy transactions
+PARTITIONS = {"a": 4, "b": 3}  # 7 offsets; with --batch 2, several copy transactions
 BATCH = "2"
-KILL_POINTS = 20
 
 
 def offsets_for(scheme: str, zk, group: str) -> dict[TP, int]:
@@ -62,19 +64,27 @@ def finish(procs: dict[str, subprocess.Popen]) -> dict[str, tuple[int, str]]:
     return {g: (p.wait(120), p.communicate()[1]) for g, p in procs.items()}
 
 
-def checkpoints_of_one_run(zk, source: str, dest: str) -> int:
-    """How many checkpoints an uninterrupted run passes (counted in this process)."""
+def checkpoints_of_one_run(zk, source: str, dest: str) -> list[str]:
+    """The checkpoints an uninterrupted run passes (run in this process), by name."""
     offsets_for(source, zk, "count")
-    before = offline._reached
+    offline.passed.clear()
     offline.run(zk, "count", source, dest, batch=int(BATCH))
-    return offline._reached - before
+    return list(offline.passed)
 
 
-@pytest.mark.parametrize("source, dest", [("zk", "coordinator"), ("coordinator", "zk")])
-def test_killed_at_every_checkpoint_run_again_finishes_and_rollback_undoes(zk, zk_connect, source, dest):
-    total = checkpoints_of_one_run(zk, source, dest)
-    assert total >= KILL_POINTS, f"a run has only {total} checkpoints"
-    points = sorted({round(1 + i * (total - 1) / (KILL_POINTS - 1)) for i in range(KILL_POINTS)})
+@pytest.mark.parametrize(
+    "source, dest, choose",
+    [
+        pytest.param("zk", "coordinator", every_named, id="zk-coordinator-every-named-checkpoint"),
+        pytest.param("coordinator", "zk", spots, id="coordinator-zk-spot-checks"),
+    ],
+)
+def test_killed_at_a_checkpoint_run_again_finishes_and_rollback_undoes(zk, zk_connect, source, dest, choose):
+    names = checkpoints_of_one_run(zk, source, dest)
+    points = choose(names)
+    if choose is every_named:  # every step of the state machine, the lock and the copy
+        steps = {"locked", "before:frozen", "copy:1", "before:switched", "switched", "done"}
+        assert steps <= set(points.values()), points
     want = {}
     killed = {}
     direction = ["--from", source, "--to", dest, "--batch", BATCH]
