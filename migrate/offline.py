@@ -57,16 +57,15 @@ def checkpoint(name: str) -> None:
     """A step boundary: the test hook may end the process here, as a kill would."""
     global _reached
     _reached += 1
-    reached = _reached
     passed.append(name)
     at = os.environ.get("GROUPSHIFT_MIGRATE_EXIT_AT")
-    if at and (at == name or at == str(reached)):
-        sys.stderr.write(f"test hook: exiting at checkpoint {reached} ({name})\n")
+    if at and (at == name or at == str(_reached)):
+        sys.stderr.write(f"test hook: exiting at checkpoint {_reached} ({name})\n")
         sys.stderr.flush()
         os._exit(EXIT_CODE)
     at = os.environ.get("GROUPSHIFT_MIGRATE_STOP_AT")
-    if at and (at == name or at == str(reached)):
-        sys.stderr.write(f"test hook: stopped at checkpoint {reached} ({name})\n")
+    if at and (at == name or at == str(_reached)):
+        sys.stderr.write(f"test hook: stopped at checkpoint {_reached} ({name})\n")
         sys.stderr.flush()
         os.kill(os.getpid(), signal.SIGSTOP)
 
