@@ -55,7 +55,8 @@ LONG = 20000  # a session / rebalance timeout that never fires during a test
 ENC = msgspec.msgpack.Encoder()
 DEC = msgspec.msgpack.Decoder()
 
-FAST = ["--group-min-session-timeout-ms", "100", "--group-initial-rebalance-delay-ms", "0"]
+# 4 shards, not 50: a node starts faster, and no case here depends on the count
+FAST = ["--group-min-session-timeout-ms", "100", "--group-initial-rebalance-delay-ms", "0", "--shards", "4"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -1601,8 +1602,8 @@ def test_client_gone_while_join_is_parked(node):
 
 
 def test_not_coordinator_and_failover_after_sigterm(start_node):
-    n1 = start_node(*FAST, "--shards", "4", node_id=1)
-    n2 = start_node(*FAST, "--shards", "4", node_id=2)
+    n1 = start_node(*FAST, node_id=1)
+    n2 = start_node(*FAST, node_id=2)
     nodes = {1: n1, 2: n2}
     g = gid()
 
@@ -1781,7 +1782,7 @@ def test_offset_retention(start_node):
 def test_two_nodes_agree_on_coordinators_after_shards_move(start_node):
     """FindCoordinator on either node names the node that actually serves the group, also after
     shards were handed from the first node to the second."""
-    opts = [*FAST, "--shards", "4", "--handoff-delay-ms", "300"]
+    opts = [*FAST, "--handoff-delay-ms", "300"]
     n1 = start_node(*opts, node_id=1)
     n2 = start_node(*opts, node_id=2)
     nodes = {1: n1, 2: n2}

@@ -59,6 +59,8 @@ def listener(zk, tmp_path_factory):
         "0",
         "--group-min-session-timeout-ms",
         "100",
+        "--shards",
+        "4",
         log_path=tmp_path_factory.mktemp("node") / "node-1.log",
     )
     proc.store = TopicStore(data, zk)
