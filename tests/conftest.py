@@ -12,11 +12,16 @@ session, so the session fixtures below exist once per worker:
 * Every worker has a `GROUPSHIFT_HOME` of its own, and no `GROUPSHIFT_ZK` / `GROUPSHIFT_DATA`
   leaks in from the shell that started the run.
 
-Tests that must never run beside another of their kind go in lanes (xdist groups: one worker runs a
-lane's tests one after the other), chosen by marker or by the fixtures a test uses:
-`ensemble` (the shared 3-node ensemble, and the experiments, which start ensembles of their own),
-`spark` (a Spark driver: ~2 GB and a core each) and `faults` (ZooKeeper containers of their own,
-stopped, paused or cut off under timing-sensitive clients). Other tests go to any free worker.
+Where a test runs (`scripts/test.sh`), chosen by marker or by the fixtures it uses:
+
+* `faults`: fault injection under timing-sensitive clients — ZooKeeper containers of the test's
+  own stopped, paused or cut off, and every test of the shared 3-node ensemble (marker `ensemble`,
+  or the `ensemble` / `zk_ensemble` fixtures). They run after the parallel phase, alone, one after
+  the other: a loaded machine would stretch the sessions and pauses they time.
+* lanes, in the parallel phase: one worker runs a lane's tests one after the other, never two at
+  once — `spark` (a Spark driver: ~2 GB and a core each) and `experiments` (each starts ZooKeeper
+  ensembles, coordinator nodes and worker processes of its own).
+* every other test, in the parallel phase, on any free worker.
 """
 
 from __future__ import annotations
@@ -34,26 +39,28 @@ from core.zk import connect
 from experiments.cluster import ZkEnsemble, ZkServer, sweep_leftovers
 from tests.namespaces import chroot_for, remove_namespace
 
-# Lanes (see the module docstring): lane -> (markers, fixtures) that put a test in it.
+# See the module docstring. The tests run alone (marked `faults` here, so `-m faults` selects them):
+ALONE = (("faults", "ensemble"), ("zk_ensemble", "ensemble"))  # markers, fixtures
+# lane -> (markers, fixtures) that put a test in it
 LANES = {
-    "ensemble": (("ensemble",), ("zk_ensemble", "ensemble")),
     "spark": (("spark",), ("spark",)),
-    "faults": (("faults",), ()),
+    "experiments": (("experiments",), ()),
 }
 
 
-def lane_of(item) -> str | None:
-    fixtures = getattr(item, "fixturenames", ())
-    for lane, (markers, uses) in LANES.items():
-        if any(item.get_closest_marker(m) for m in markers) or any(f in fixtures for f in uses):
-            return lane
-    return None
+def _has(item, markers: tuple[str, ...], fixtures: tuple[str, ...]) -> bool:
+    uses = getattr(item, "fixturenames", ())
+    return any(item.get_closest_marker(m) for m in markers) or any(f in uses for f in fixtures)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+# First: before the mark plugin deselects by `-m` and before xdist reads the xdist_group marks.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        lane = lane_of(item)
+        if _has(item, *ALONE):
+            item.add_marker(pytest.mark.faults)
+            continue
+        lane = next((name for name, (m, f) in LANES.items() if _has(item, m, f)), None)
         if lane:
             item.add_marker(pytest.mark.xdist_group(lane))
 

@@ -15,7 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 COORDINATOR = ("two", "two-incremental", "three-eager", "three-cooperative")
 
-pytestmark = pytest.mark.ensemble
+pytestmark = pytest.mark.experiments  # the experiments lane: ensembles, nodes, workers of their own
 
 
 def groupshift(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -97,11 +97,18 @@ def test_a_namespace_and_its_siblings_are_removed_whole(zk_server, zk_connect):
             c.close()
 
 
-@pytest.mark.ensemble
+@pytest.mark.experiments
 def test_a_lane_is_one_xdist_group(request):
-    """Under `--dist loadgroup` a test of the ensemble lane carries the group xdist schedules by. If
-    pytest or xdist stop honouring it (pytest 9.2 with xdist 3.8 silently did), the lane's tests
-    would run side by side on every worker: this fails instead."""
+    """Under `--dist loadgroup` a test of a lane carries the group xdist schedules by. If pytest or
+    xdist stop honouring it (pytest 9.2 with xdist 3.8 silently did), the lane's tests would run
+    side by side on every worker: this fails instead."""
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not run by xdist with --dist loadgroup (scripts/test.sh does)")
-    assert request.node.nodeid.endswith("@ensemble"), request.node.nodeid
+    assert request.node.nodeid.endswith("@experiments"), request.node.nodeid
+
+
+@pytest.mark.ensemble
+def test_the_ensembles_tests_run_alone(request):
+    """A test of the shared ensemble is a fault-injection test: marked `faults`, so scripts/test.sh
+    runs it in the phase where nothing else runs."""
+    assert request.node.get_closest_marker("faults") is not None
