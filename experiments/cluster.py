@@ -51,6 +51,9 @@ RUOK = [
     "exec 3<>/dev/tcp/127.0.0.1/2181 && printf ruok >&3 && grep -q imok <&3",
 ]
 REPO = Path(__file__).resolve().parent.parent
+# What docker says when a host port it was asked to publish is taken; how often to pick another.
+PORT_TAKEN = ("port is already allocated", "address already in use")
+PORT_ATTEMPTS = 5
 
 
 class ClusterError(GroupshiftError):
@@ -171,11 +174,30 @@ class ZkServer:
         return server
 
     def _run(self) -> None:
-        try:
-            self.container.start()
-        except Exception as exc:  # docker errors come in many classes; name the step
-            raise ClusterError(f"start ZooKeeper container {self.name} from {IMAGE}: {exc}") from exc
+        # The pinned port was free when chosen, but another process (a parallel test, another
+        # container) may bind it before docker does: then start again on a new one.
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self.container.start()
+                break
+            except Exception as exc:  # docker errors come in many classes; name the step
+                if attempt < PORT_ATTEMPTS and any(m in str(exc) for m in PORT_TAKEN):
+                    log.info("port %d was taken before %s bound it; trying another", self.port, self.name)
+                    self._discard_created()
+                    self.port = free_port()
+                    self.container.with_bind_ports(CLIENT_PORT, self.port)
+                    continue
+                raise ClusterError(f"start ZooKeeper container {self.name} from {IMAGE}: {exc}") from exc
         self.host = self.container.get_container_host_ip()
+
+    def _discard_created(self) -> None:
+        """Remove the container a failed start created, so the next start can create it again."""
+        created, self.container._container = self.container._container, None
+        if created is not None:
+            try:
+                created.remove(force=True)
+            except Exception:
+                pass
 
     def wait_until(self, check, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -20,6 +20,7 @@ from snapshots import dir_tree
 from core.errors import ZooKeeperUnavailable
 from core.four_letter import four_letter
 from core.zk import connect, resolve_zk
+from tests.ports import free_port, on_a_free_port
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_RUNNING = "error: the embedded ZooKeeper is not running; start it with `groupshift zk start` or pass --zk"
@@ -39,10 +40,14 @@ def groupshift(
     return proc
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_on_a_free_port(home: Path) -> int:
+    """`zk start --port P` on a free P (another one if something bound P first); returns P."""
+    port, proc = on_a_free_port(
+        lambda p: groupshift("zk", "start", "--port", str(p), home=home, check=False),
+        taken=lambda proc: proc.returncode != 0 and "is already in use" in proc.stderr,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return port
 
 
 @pytest.fixture
@@ -76,8 +81,7 @@ def wait_for(check, timeout: float, what: str) -> None:
 
 
 def test_stop_then_start_at_once_while_the_old_connections_are_in_time_wait(home):
-    port = free_port()
-    groupshift("zk", "start", "--port", str(port), home=home)
+    port = start_on_a_free_port(home)
     client = connect(f"127.0.0.1:{port}")
     try:
         client.ensure_path("/before-restart")
@@ -95,8 +99,7 @@ def test_stop_then_start_at_once_while_the_old_connections_are_in_time_wait(home
 
 
 def test_start_on_another_port_names_the_address_that_runs(home):
-    port, other = free_port(), free_port()
-    groupshift("zk", "start", "--port", str(port), home=home)
+    port, other = start_on_a_free_port(home), free_port()
     proc = groupshift("zk", "start", "--port", str(other), home=home, check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
@@ -109,8 +112,7 @@ def test_start_on_another_port_names_the_address_that_runs(home):
 
 
 def test_start_without_port_reports_the_running_address(home):
-    port = free_port()
-    groupshift("zk", "start", "--port", str(port), home=home)
+    port = start_on_a_free_port(home)
     out = groupshift("zk", "start", home=home).stdout
     assert out.startswith(f"already running: 127.0.0.1:{port} ")
     out = groupshift("zk", "start", "--port", str(port), home=home).stdout
@@ -145,8 +147,7 @@ def test_resolve_zk_fails_fast_when_the_embedded_zookeeper_is_down(home, monkeyp
 
 
 def test_resolve_zk_finds_the_running_embedded_zookeeper(home, monkeypatch):
-    port = free_port()
-    groupshift("zk", "start", "--port", str(port), home=home)
+    port = start_on_a_free_port(home)
     monkeypatch.setenv("GROUPSHIFT_HOME", str(home))
     monkeypatch.delenv("GROUPSHIFT_ZK", raising=False)
     assert resolve_zk() == f"127.0.0.1:{port}"
@@ -212,8 +213,7 @@ def test_a_corrupt_state_file_is_one_line_naming_it_and_changes_nothing(home, co
 
 
 def test_a_corrupt_state_file_of_a_running_server_names_its_pid(home):
-    port = free_port()
-    groupshift("zk", "start", "--port", str(port), home=home)
+    port = start_on_a_free_port(home)
     state = home / "zk" / "state.json"
     good = state.read_bytes()
     pid = json.loads(good)["pid"]

@@ -14,6 +14,7 @@ from kazoo.protocol.states import KazooState
 
 from core.errors import GroupshiftError, ZooKeeperUnavailable
 from core.zk import connect, parse_zk
+from tests.ports import free_port, on_a_free_port
 
 
 def test_kazoo_round_trip_in_a_fresh_chroot(zk, zk_connect):
@@ -195,15 +196,13 @@ def _groupshift(*args, home, check=True):
     return proc
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_embedded_zookeeper_start_round_trip_stop(tmp_path):
-    port = _free_port()
-    out = _groupshift("zk", "start", "--port", str(port), home=tmp_path).stdout
+    port, started = on_a_free_port(
+        lambda p: _groupshift("zk", "start", "--port", str(p), home=tmp_path, check=False),
+        taken=lambda proc: proc.returncode != 0 and "is already in use" in proc.stderr,
+    )
+    assert started.returncode == 0, started.stderr
+    out = started.stdout
     try:
         assert f"127.0.0.1:{port}" in out
         assert "running" in _groupshift("zk", "status", home=tmp_path).stdout
@@ -240,7 +239,7 @@ def test_embedded_zookeeper_port_taken_is_one_line_and_leaves_nothing(tmp_path):
 def test_embedded_zookeeper_without_java_is_one_line(tmp_path):
     env = dict(os.environ, GROUPSHIFT_HOME=str(tmp_path), PATH="/nonexistent")
     proc = subprocess.run(
-        [sys.executable, "-m", "cli", "zk", "start", "--port", str(_free_port())],
+        [sys.executable, "-m", "cli", "zk", "start", "--port", str(free_port())],
         capture_output=True,
         text=True,
         env=env,

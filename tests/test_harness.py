@@ -112,3 +112,24 @@ def test_the_ensembles_tests_run_alone(request):
     """A test of the shared ensemble is a fault-injection test: marked `faults`, so scripts/test.sh
     runs it in the phase where nothing else runs."""
     assert request.node.get_closest_marker("faults") is not None
+
+
+def test_a_zookeeper_container_whose_port_was_taken_starts_on_another(monkeypatch):
+    """The port a server is pinned to is chosen free, but another process can bind it first (tests
+    run in parallel): the start is retried on a new port, never left to luck."""
+    import socket
+
+    from experiments import cluster
+
+    taken = socket.socket()
+    taken.bind(("0.0.0.0", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    real = cluster.free_port
+    monkeypatch.setattr(cluster, "free_port", lambda: next(ports, None) or real())
+    try:
+        with cluster.ZkServer.start_single() as server:
+            assert server.port != taken.getsockname()[1]
+            assert server.ruok()
+    finally:
+        taken.close()

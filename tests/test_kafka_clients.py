@@ -34,6 +34,7 @@ from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from core.types import TopicPartition
 from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, Polling, kafka_node, new_topic, produce, recv_exactly
+from tests.ports import on_a_free_port
 from zk_rebalance.layout import offset_path
 from zk_rebalance.member import ZkGroupMember
 
@@ -384,16 +385,10 @@ needs_burrow = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _burrow_config(node, tmp: Path, http_port: int, offsets_topic: bool = False) -> Path:
     """Burrow 1.2.1 with its defaults' kafka-version 0.8 (Metadata v0, ListOffsets v0, no ApiVersions):
     a kafka cluster module on the Kafka listener, a kafka_zk consumer module on the chroot's
-    /consumers, coordination under a private root path of the same ZooKeeper."""
+    /consumers, coordination under a private path in the same chroot (removed with it)."""
     servers, _, chroot = node.zk.partition("/")
     zk_servers = ", ".join(f'"{s}"' for s in servers.split(","))
     config = tmp / "burrow.toml"
@@ -408,7 +403,7 @@ level="debug"
 [zookeeper]
 servers=[{zk_servers}]
 timeout=6
-root-path="/burrow-{uuid.uuid4().hex[:8]}"
+root-path="/{chroot}/burrow-{uuid.uuid4().hex[:8]}"
 
 [client-profile.modern]
 kafka-version="1.0.0"
@@ -477,16 +472,32 @@ class _Burrow:
 
     def __init__(self, node, tmp_path: Path, offsets_topic: bool = False):
         self.tmp = tmp_path
-        port = _free_port()
-        config = _burrow_config(node, tmp_path, port, offsets_topic)
-        self.out = open(tmp_path / "burrow.out", "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
+        self.out = None
+        port, self.proc = on_a_free_port(
+            lambda p: self._start(node, p, offsets_topic), taken=lambda proc: proc is None
+        )
+        self.base = f"http://127.0.0.1:{port}/v3/kafka/gs"
+
+    def _start(self, node, port: int, offsets_topic: bool) -> subprocess.Popen | None:
+        """Burrow with its HTTP API on `port`, once it answers there; None when the port was taken."""
+        config = _burrow_config(node, self.tmp, port, offsets_topic)
+        if self.out is not None:
+            self.out.close()
+        self.out = open(self.tmp / "burrow.out", "w")  # noqa: SIM115 - closed in stop()
+        proc = subprocess.Popen(
             [BURROW, "--config-dir", str(config.parent)],
-            cwd=tmp_path,
+            cwd=self.tmp,
             stdout=self.out,
             stderr=subprocess.STDOUT,
         )
-        self.base = f"http://127.0.0.1:{port}/v3/kafka/gs"
+        deadline = time.monotonic() + 30
+        while _http_json(f"http://127.0.0.1:{port}/v3/kafka") is None and proc.poll() is None:
+            assert time.monotonic() < deadline, "Burrow never answered on its HTTP port: " + self.output()
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            assert "address already in use" in self.output(), self.output()
+            return None
+        return proc
 
     def output(self) -> str:
         return (self.tmp / "burrow.out").read_text()[-3000:]
