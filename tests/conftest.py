@@ -98,7 +98,21 @@ def zk_server():
     server = ZkServer.start_single()
     atexit.register(server.remove)
     yield server
-    server.remove()
+    try:
+        left = _left_at_the_root(server)
+    finally:
+        server.remove()
+    assert not left, f"tests left znodes at the ZooKeeper server's root, outside any test's namespace: {left}"
+
+
+def _left_at_the_root(server) -> list[str]:
+    """What remains at the root once every test and module deleted its namespace."""
+    client = connect(server.connect_string)
+    try:
+        return sorted(set(client.get_children("/")) - {"zookeeper"})
+    finally:
+        client.stop()
+        client.close()
 
 
 @pytest.fixture(scope="session")
