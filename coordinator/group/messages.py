@@ -5,8 +5,10 @@ its driver to do: `Respond` (answer a request, now or later), a `Write` (one fro
 kind: group metadata, a static member's replacement, offsets, offset deletion, group deletion;
 the driver matches on the type and, when it carries a token, reports back with `persisted`),
 `StateChanged` (metrics) and `Discarded` (a parked request Kafka never answers). Records
-(`GroupRecord`, `MemberRecord`, `OffsetRecord`) are plain msgspec structs: what the store
-writes and what a node taking a shard over loads back with `GroupCoordinator.load_group`.
+(`GroupRecord`, `MemberRecord`, `OffsetRecord`, `GroupSnapshot`) are plain msgspec structs: what
+the store writes and what a node taking a shard over loads back with
+`GroupCoordinator.load_group`. They live in `coordinator/group/records.py` (the ZooKeeper layout's
+readers need them without the rest) and are re-exported here.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import msgspec
-
+from coordinator.group.records import GroupRecord as GroupRecord
+from coordinator.group.records import GroupSnapshot as GroupSnapshot
+from coordinator.group.records import MemberRecord as MemberRecord
+from coordinator.group.records import OffsetRecord as OffsetRecord
+from coordinator.group.records import ProtocolRecord as ProtocolRecord
 from coordinator.group.state import GroupState
 from coordinator.wire.schema import Response
 from core.types import TopicPartition
@@ -107,58 +112,3 @@ class Discarded(NamedTuple):
 
 
 Output = Respond | Write | StateChanged | Discarded
-
-# ------------------------------------------------------------------------------------- records
-
-
-class ProtocolRecord(msgspec.Struct):
-    name: str
-    metadata: bytes
-
-
-class MemberRecord(msgspec.Struct):
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[ProtocolRecord]
-    assignment: bytes
-
-
-class GroupRecord(msgspec.Struct):
-    """Group metadata as persisted (Kafka's GroupMetadataValue, with every member's protocols)."""
-
-    group_id: str
-    protocol_type: str | None
-    protocol_name: str | None
-    generation_id: int
-    leader_id: str | None
-    state_timestamp: int | None
-    members: list[MemberRecord]
-
-
-class OffsetRecord(msgspec.Struct):
-    topic: str
-    partition: int
-    offset: int
-    metadata: str
-    commit_timestamp: int
-    # Explicit expiry (Kafka v2-v4 retention_time_ms); None = the group's retention rules
-    # (docs/coordinator-core.md, Offsets).
-    expire_timestamp: int | None = None
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-
-class GroupSnapshot(msgspec.Struct):
-    """Everything a node needs to take a group over: its metadata (None for offsets-only groups)
-    and its committed offsets."""
-
-    group_id: str
-    group: GroupRecord | None
-    offsets: list[OffsetRecord]
