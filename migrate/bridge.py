@@ -41,7 +41,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from coordinator.assignors.base import Assignment, Assignor, Subscription
-from coordinator.node.store import znode_name
+from coordinator.layout import bridge_marker_dir, migration_path
 from core.errors import CommitFailed, GroupshiftError
 from core.membership import call_listener
 from core.types import OffsetAndMetadata, TopicPartition
@@ -73,26 +73,18 @@ BRIDGING = (R.PLANNED, R.BRIDGED, R.COPIED, R.VERIFIED)  # a live record in thes
 CLAIM_RETRY_S = 0.1
 
 
-def marker_dir(group: str) -> str:
-    return f"{R.MARKERS}/{znode_name(group)}"
-
-
-def record_path(group: str) -> str:
-    return f"{R.ROOT}/{znode_name(group)}"
-
-
 def read_record(zk: KazooClient, group: str) -> R.Migration | None:
     try:
-        data, _ = zk.get(record_path(group))
+        data, _ = zk.get(migration_path(group))
     except NoNodeError:
         return None
-    return R.decode(data, record_path(group))
+    return R.decode(data, migration_path(group))
 
 
 def registered(zk: KazooClient, group: str) -> tuple[list[str], list[str]]:
     """(legacy consumer ids, bridged coordinator members' ids) registered under `/consumers/<g>/ids`."""
     ids = set(zkio.children(zk, ids_dir(group)) or [])
-    bridged = set(zkio.children(zk, marker_dir(group)) or [])
+    bridged = set(zkio.children(zk, bridge_marker_dir(group)) or [])
     return sorted(ids - bridged), sorted(ids & bridged)
 
 
@@ -214,7 +206,7 @@ class BridgedMember:
         self._register()
         self.zk.add_listener(self._on_session)
         self.zk.ChildrenWatch(ids_dir(self.group), self._on_ids, send_event=False)
-        self.zk.DataWatch(record_path(self.group), self._on_record)
+        self.zk.DataWatch(migration_path(self.group), self._on_record)
         self.events.emit("bridge_start", strategy=self.strategy, topics=self.topics)
         self.member.start()
 
@@ -307,10 +299,10 @@ class BridgedMember:
 
     def _register(self) -> None:
         ids = f"{ids_dir(self.group)}/{self.consumer_id}"
-        marker = f"{marker_dir(self.group)}/{self.consumer_id}"
+        marker = f"{bridge_marker_dir(self.group)}/{self.consumer_id}"
         data = encode_registration(TopicCount.static(dict.fromkeys(self.topics, 1)), int(time.time() * 1000))
         self._calls.ensure(ids_dir(self.group))
-        self._calls.ensure(marker_dir(self.group))
+        self._calls.ensure(bridge_marker_dir(self.group))
 
         def build(tx):
             tx.create(ids, data, ephemeral=True)
@@ -331,7 +323,7 @@ class BridgedMember:
         self._registered = False
         for path in (
             f"{ids_dir(self.group)}/{self.consumer_id}",
-            f"{marker_dir(self.group)}/{self.consumer_id}",
+            f"{bridge_marker_dir(self.group)}/{self.consumer_id}",
         ):
             try:
                 self.zk.delete(path)
@@ -370,7 +362,7 @@ class BridgedMember:
         if data is None:
             return None
         try:
-            rec = R.decode(data, record_path(self.group))
+            rec = R.decode(data, migration_path(self.group))
         except GroupshiftError as exc:
             log.warning("%s", exc)
             return None

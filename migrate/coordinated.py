@@ -14,7 +14,7 @@ import json
 import msgspec
 from kazoo.client import KazooClient
 
-from coordinator.node.store import (
+from coordinator.layout import (
     DEFAULT_SHARDS,
     GROUPS,
     SHARDS,
@@ -24,7 +24,6 @@ from coordinator.node.store import (
     offset_path,
     shard_of,
     shard_path,
-    znode_name,
 )
 from core.errors import GroupshiftError
 from core.types import TopicPartition
@@ -218,7 +217,3 @@ def request(lead: Leader, api: int, body: dict, timeout: float = DESCRIBE_TIMEOU
             f"coordinator {lead.address} leads the group's shard but does not answer ({exc}); "
             "start it again or wait until its ZooKeeper session expires"
         ) from None
-
-
-def group_znode(group: str) -> str:
-    return f"{GROUPS}/{znode_name(group)}"

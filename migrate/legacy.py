@@ -14,12 +14,11 @@ from __future__ import annotations
 import msgspec
 from kazoo.client import KazooClient
 
-from coordinator.node.store import znode_name
+from coordinator.layout import bridge_marker_dir
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 from migrate import zkio
 from migrate.model import DEAD, EMPTY, REBALANCING, SCHEME_ZK, STABLE, Committed, GroupView, Member
-from migrate.record import MARKERS
 from topics.registry import decode_assignment
 from zk_rebalance.layout import (
     INTERNAL_TOPICS,
@@ -101,7 +100,7 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     top = zkio.get_many(zk, [group_dir(group)])[0]
     if top is None:
         return None
-    ids, bridged = zkio.children_many(zk, [f"{group_dir(group)}/ids", f"{MARKERS}/{znode_name(group)}"])
+    ids, bridged = zkio.children_many(zk, [f"{group_dir(group)}/ids", bridge_marker_dir(group)])
     ids, bridged = ids or [], set(bridged or [])
     regs = zkio.get_many(zk, [f"{group_dir(group)}/ids/{c}" for c in ids])
     owners = _read_owners(zk, group)

@@ -28,7 +28,15 @@ from collections import deque
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from coordinator.node.store import decode_group, group_path, znode_name
+from coordinator.layout import (
+    MIGRATION_LOCKS,
+    MIGRATIONS,
+    ROOT,
+    decode_group,
+    group_path,
+    migration_lock_path,
+    migration_path,
+)
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
 from migrate import bridge, coordinated, legacy, writes, zkio
@@ -43,14 +51,6 @@ passed: deque[str] = deque(maxlen=1_000)
 
 class MigrationBusy(GroupshiftError):
     """Another migration of the group holds the lock, or an unfinished one has other arguments."""
-
-
-def record_path(group: str) -> str:
-    return f"{R.ROOT}/{znode_name(group)}"
-
-
-def lock_path(group: str) -> str:
-    return f"{R.LOCKS}/{znode_name(group)}"
 
 
 def checkpoint(name: str) -> None:
@@ -74,10 +74,10 @@ def checkpoint(name: str) -> None:
 
 
 def read_record(zk: KazooClient, group: str) -> tuple[R.Migration | None, int]:
-    got = zkio.get_many(zk, [record_path(group)])[0]
+    got = zkio.get_many(zk, [migration_path(group)])[0]
     if got is None:
         return None, -1
-    return R.decode(got[0], record_path(group)), got[1].version
+    return R.decode(got[0], migration_path(group)), got[1].version
 
 
 def exists(zk: KazooClient, scheme: str, group: str) -> bool:
@@ -105,7 +105,7 @@ def live_members(zk: KazooClient, scheme: str, group: str) -> list[str]:
 
 
 def lock_holder(zk: KazooClient, group: str) -> dict | None:
-    got = zkio.get_many(zk, [lock_path(group)])[0]
+    got = zkio.get_many(zk, [migration_lock_path(group)])[0]
     if got is None:
         return None
     try:
@@ -207,10 +207,10 @@ class _Run:
 
     def lock(self) -> None:
         data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since_ms": _now()}).encode()
-        zkio.ensure_shared(self.zk, ["/groupshift", R.ROOT, R.LOCKS])
+        zkio.ensure_shared(self.zk, [ROOT, MIGRATIONS, MIGRATION_LOCKS])
         for attempt in range(3):
             try:
-                self.zk.create(lock_path(self.group), data, ephemeral=True)
+                self.zk.create(migration_lock_path(self.group), data, ephemeral=True)
             except NodeExistsError:
                 holder = lock_holder(self.zk, self.group)
                 if holder is None:
@@ -228,16 +228,16 @@ class _Run:
 
     def unlock(self) -> None:
         try:
-            self.zk.delete(lock_path(self.group))
+            self.zk.delete(migration_lock_path(self.group))
         except NoNodeError:
             pass
 
     def write(self, new: R.Migration) -> None:
         """One transition: one multi, guarded by the lock and the record's version."""
-        path = record_path(self.group)
+        path = migration_path(self.group)
         checkpoint(f"before:{new.state}")
         txn = self.zk.transaction()
-        txn.check(lock_path(self.group), version=0)
+        txn.check(migration_lock_path(self.group), version=0)
         if self.version < 0:
             txn.create(path, R.encode(new))
         else:
@@ -338,7 +338,7 @@ def _clear_dead_lock(zk: KazooClient, group: str) -> None:
     holder = lock_holder(zk, group)
     if holder is not None and _dead_here(holder):
         try:
-            zk.delete(lock_path(group), version=holder["version"])
+            zk.delete(migration_lock_path(group), version=holder["version"])
         except (NoNodeError, BadVersionError):
             pass
 

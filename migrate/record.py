@@ -9,7 +9,8 @@ source's offsets (the snapshot every later step compares with). `bridged` (live 
 and coordinator consumers share the group (`migrate.bridge`); the members carry the offsets over
 by committing to both schemes, so a live `copied` means "no legacy member is left". Nothing here does I/O: the
 engine (`migrate.offline`) reads, decides with these functions, and writes each transition as
-one ZooKeeper `multi` guarded by the record's version.
+one ZooKeeper `multi` guarded by the record's version. Its path, the engine's lock and the bridge's
+markers are `coordinator/layout.py`'s (`migration_path`, `migration_lock_path`, `bridge_marker_dir`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,6 @@ import msgspec
 
 from core.errors import GroupshiftError
 from core.types import TopicPartition
-
-ROOT = "/groupshift/migrations"
-LOCKS = "/groupshift/migration-locks"
-MARKERS = "/groupshift/bridge"  # /groupshift/bridge/<g>/<consumer id>: a bridged coordinator member
 
 PLANNED, FROZEN, BRIDGED, COPIED, VERIFIED, SWITCHED, DONE, ROLLED_BACK = (
     "planned",

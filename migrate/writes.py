@@ -18,9 +18,18 @@ import time
 
 from kazoo.client import KazooClient
 
-from coordinator.group.messages import OffsetRecord
+from coordinator.group.records import OffsetRecord
+from coordinator.layout import (
+    GROUPS,
+    ROOT,
+    decode_group,
+    encode_offset,
+    group_path,
+    offset_path,
+    shard_path,
+    znode_name,
+)
 from coordinator.member.wire_client import commit_body
-from coordinator.node.store import GROUPS, encode_offset, group_path, offset_path, shard_path, znode_name
 from coordinator.wire import codec as P
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
@@ -55,8 +64,6 @@ def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coord
         return lead
     got = zkio.get_many(zk, [group_path(group)])[0]
     if got is not None and got[0]:
-        from coordinator.node.store import decode_group
-
         record = decode_group(got[0])
         if record is not None and record.members:
             raise GroupActive(
@@ -124,7 +131,7 @@ def _commit_in_zk(
     tps = sorted(offsets)
     gpath = group_path(group)
     # a namespace no coordinator ever ran in has no /groupshift/groups yet
-    zkio.ensure_shared(zk, ["/groupshift", GROUPS])
+    zkio.ensure_shared(zk, [ROOT, GROUPS])
     parents = [gpath, f"{gpath}/offsets"]
     parents += sorted({f"{gpath}/offsets/{znode_name(tp.topic)}" for tp in tps})
     have = zkio.get_many(zk, parents)

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from coordinator.layout import shard_of
 from coordinator.member.wire_client import (
     WireClient,
     WireError,
@@ -23,7 +24,6 @@ from coordinator.member.wire_client import (
     sync_body,
 )
 from coordinator.node.process import NodeProcess
-from coordinator.node.store import shard_of
 from coordinator.wire import codec as P
 
 E = P.ErrorCode

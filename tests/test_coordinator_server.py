@@ -14,6 +14,7 @@ import uuid
 import msgspec
 import pytest
 
+from coordinator.layout import BROKERS, COORDINATORS
 from coordinator.member.wire_client import (
     WireClient,
     WireError,
@@ -26,7 +27,6 @@ from coordinator.member.wire_client import (
     sync_body,
 )
 from coordinator.node.process import NodeProcess
-from coordinator.node.store import BROKERS, COORDINATORS
 from coordinator.wire import codec as P
 from core.zk import connect
 
@@ -177,7 +177,7 @@ def test_delete_groups_and_offsets_of_a_simple_group_reach_zookeeper(node):
         assert r["topics"][0]["partitions"][0]["error_code"] == 0
         zk = connect(node.zk, session_timeout=4.0)
         try:
-            from coordinator.node.store import offset_path
+            from coordinator.layout import offset_path
 
             stored = json.loads(zk.get(offset_path(g, "t", 3))[0])
             assert stored["offset"] == 42 and stored["metadata"] == "m" and stored["generation"] == -1

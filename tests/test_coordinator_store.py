@@ -8,18 +8,16 @@ import json
 import pytest
 
 from coordinator.group.messages import GroupRecord, MemberRecord, OffsetRecord, ProtocolRecord
-from coordinator.node.store import (
+from coordinator.layout import (
     BROKERS,
     COORDINATORS,
-    CoordinatorStore,
-    Fenced,
-    NodeIdInUse,
     group_path,
     name_from_znode,
     offset_path,
     shard_of,
     znode_name,
 )
+from coordinator.node.store import CoordinatorStore, Fenced, NodeIdInUse
 from core.types import TopicPartition
 from core.zk import connect
 

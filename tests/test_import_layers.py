@@ -233,10 +233,13 @@ ROOMS_MAY_IMPORT = {
     },
     # Kafka's binary protocol (the Kafka listener's codec and record batches), pure
     "coordinator.kafka_wire": {"coordinator.wire"},
+    # the /groupshift znodes: paths, names and the codecs of the group's records, pure
+    "coordinator.layout": {"coordinator.group"},
     "coordinator.node": {
         "coordinator.wire",
         "coordinator.kafka_wire",
         "coordinator.group",
+        "coordinator.layout",
         "coordinator.member",
         "coordinator.server_side",
     },

@@ -22,7 +22,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from coordinator.kafka_wire import codec as K
-from coordinator.node.store import BROKERS
+from coordinator.layout import BROKERS
 from core.types import TopicPartition as TP
 from core.zk import connect
 from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, Polling, kafka_node, new_topic, produce, recv_exactly

@@ -446,6 +446,7 @@ def test_a_live_run_killed_at_every_named_checkpoint_resumes_or_rolls_back(zk, z
 
 
 def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect, node, tmp_path):
+    from coordinator.layout import migration_path
     from migrate import bridge, legacy
     from migrate import offline as O
     from pipeline.consumer import Consumer
@@ -480,7 +481,7 @@ def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect
         wait_for(
             lambda: plain.poll(50) is not None and plain.assignment(), 30, "the plain coordinator consumer"
         )
-        record_before = zk.exists(bridge.record_path("g"))
+        record_before = zk.exists(migration_path("g"))
         # A coordinator consumer that is not bridged: refused, nothing written.
         r = subprocess.run(
             [sys.executable, "-m", "cli", "migrate", "run", "g", *LIVE, "--zk", zk_connect],
@@ -490,7 +491,7 @@ def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect
             timeout=120,
         )
         assert r.returncode == 1 and "not bridged" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
-        assert zk.exists(bridge.record_path("g")) == record_before is None
+        assert zk.exists(migration_path("g")) == record_before is None
         plain.close()
         consumers.remove(plain)
         # Bridge it; a coordinator consumer joins through the bridge beside the legacy one.
@@ -522,7 +523,7 @@ def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect
         }, kinds
         assert any("bridged by a live migration" in n for n in view.notes), view.notes
         # Rolling back while the bridged member runs: refused, naming it; the record unchanged.
-        data_before = zk.get(bridge.record_path("g"))[0]
+        data_before = zk.get(migration_path("g"))[0]
         r = subprocess.run(
             [sys.executable, "-m", "cli", "migrate", "rollback", "g", "--zk", zk_connect],
             cwd=REPO,
@@ -531,7 +532,7 @@ def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect
             timeout=120,
         )
         assert r.returncode == 1 and "coordinator member(s) of the live migration" in r.stderr, r.stderr
-        assert zk.get(bridge.record_path("g"))[0] == data_before
+        assert zk.get(migration_path("g"))[0] == data_before
         for _ in range(3):
             both_consume()
         bridged.close()

@@ -22,9 +22,10 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.group.messages import OffsetRecord
+from coordinator.layout import offset_path, shard_of
 from coordinator.member.wire_client import WireClient, WireError, fetch_body
 from coordinator.node.process import NodeProcess
-from coordinator.node.store import CoordinatorStore, Fenced, offset_path, shard_of
+from coordinator.node.store import CoordinatorStore, Fenced
 from coordinator.wire import codec as P
 from core.zk import connect
 

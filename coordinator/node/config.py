@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from coordinator.group.coordinator import CoordinatorConfig
-from coordinator.node.store import DEFAULT_SHARDS
+from coordinator.layout import DEFAULT_SHARDS
 from coordinator.wire import codec as P
 
 

@@ -22,7 +22,7 @@ from kazoo.exceptions import NoNodeError
 from coordinator.kafka_wire import messages as M
 from coordinator.kafka_wire.offsets_topic import OFFSETS_TOPIC
 from coordinator.kafka_wire.records import InvalidRecords, decode_batches, encode_batch
-from coordinator.node.store import COORDINATORS, CoordinatorRecord
+from coordinator.layout import COORDINATORS, decode_coordinator
 from coordinator.wire import error_codes as E
 from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
@@ -34,7 +34,6 @@ from topics.registry import describe, list_topics
 _READ_ROWS = 2000
 # How often a long-polling Fetch looks at the log again.
 _POLL_S = 0.05
-_record_decoder = msgspec.json.Decoder(CoordinatorRecord)
 
 
 class DataPlane:
@@ -73,7 +72,7 @@ class DataPlane:
             if not child.isdigit():
                 continue
             try:
-                record = _record_decoder.decode(zk.get(f"{COORDINATORS}/{child}")[0])
+                record = decode_coordinator(zk.get(f"{COORDINATORS}/{child}")[0])
             except (NoNodeError, msgspec.DecodeError, msgspec.ValidationError):
                 continue
             if record.kafka_host:

@@ -22,7 +22,7 @@ import logging
 import time
 from typing import Any
 
-from coordinator.node.store import shard_of
+from coordinator.layout import shard_of
 from coordinator.wire.error_codes import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,

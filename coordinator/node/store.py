@@ -1,16 +1,7 @@
 """The coordinator's shared metadata in ZooKeeper: registration, shard leadership, groups and offsets.
 
-Layout (documented in `docs/coordinator.md`; every payload is UTF-8 JSON):
-
-    /groupshift/coordinators/ids/<node>            ephemeral  {"version":1,"host","port","started"}
-    /groupshift/shards/<s>/epoch                   persistent its *version* is the shard epoch
-    /groupshift/shards/<s>/leader                  ephemeral  {"version":1,"node","epoch","host","port"}
-    /groupshift/groups/<g>                         persistent group metadata (GroupRecord), or empty
-    /groupshift/groups/<g>/offsets/<t>/<p>         persistent {"offset","metadata","generation","commit_ts"}
-    /brokers/ids/<node>                            ephemeral  Kafka 0.8 broker JSON (v4 with a Kafka listener)
-
-Both records also carry `kafka_host`/`kafka_port`, present only on nodes with a Kafka-protocol listener
-(docs/kafka-listener.md); `host`/`port` are always the native listener's.
+The znodes, their names and payloads are `coordinator/layout.py`'s (pure; documented in
+`docs/coordinator.md`); this is the node's asyncio access to them through one kazoo client.
 
 A node becomes leader of shard `s` with one transaction that creates the ephemeral `leader` znode
 and bumps `epoch` (expected version = the version it read), so the new epoch is the version after
@@ -23,9 +14,6 @@ node must claim again, which gives it a new epoch. A node whose session survived
 that gave its shards up meanwhile reclaims its own leader znode in one transaction (delete it,
 create it again, bump the epoch), so that reclaim also yields a new epoch.
 
-Group and topic names are znode names after escaping (`znode_name`): characters outside
-`[A-Za-z0-9._-]` are %-encoded as UTF-8, `.`/`..` are encoded, and the empty group id is `%`.
-
     store = CoordinatorStore(zk, node_id=1, shards=50)
     await store.start()
     await store.register("127.0.0.1", 9092)
@@ -37,12 +25,10 @@ Group and topic names are znode names after escaping (`znode_name`): characters 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import quote, unquote
 
 import msgspec
 from kazoo.client import KazooClient
@@ -58,27 +44,40 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
-from msgspec import UNSET, UnsetType
 
-from coordinator.group.messages import GroupRecord, GroupSnapshot, OffsetRecord
+from coordinator.group.records import GroupRecord, GroupSnapshot, OffsetRecord
+from coordinator.layout import (
+    BROKERS,
+    COORDINATORS,
+    DEFAULT_SHARDS,
+    GROUPS,
+    CoordinatorRecord,
+    KafkaEndpoint,
+    LeaderRecord,
+    broker_json,
+    decode_group,
+    decode_leader,
+    decode_offset,
+    encode_coordinator,
+    encode_group,
+    encode_leader,
+    encode_offset,
+    group_path,
+    name_from_znode,
+    offset_path,
+    shard_of,
+    shard_path,
+    znode_name,
+)
 from core.errors import GroupshiftError
-from core.javahash import java_abs, java_string_hash
 from core.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-ROOT = "/groupshift"
-COORDINATORS = f"{ROOT}/coordinators/ids"
-SHARDS = f"{ROOT}/shards"
-GROUPS = f"{ROOT}/groups"
-BROKERS = "/brokers/ids"
-DEFAULT_SHARDS = 50
 
 # ZooKeeper refuses requests above jute.maxbuffer (1 MiB by default) by dropping the connection,
 # which would hurt every shard of the node: refuse such writes before sending them.
 MAX_WRITE_BYTES = 900_000
 WRITE_TIMEOUT_S = 10.0
-_SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 
 
 class StoreError(GroupshiftError):
@@ -109,130 +108,8 @@ class NodeIdInUse(GroupshiftError):
     """Another live coordinator node is registered with the same node id."""
 
 
-# ---------------------------------------------------------------------------------------------
-# Names and records
-
-
-@functools.lru_cache(maxsize=65_536)
-def znode_name(name: str) -> str:
-    """A group or topic name as a znode name (reversible, see the module docstring; cached: it is
-    called once per partition when offsets are read or written)."""
-    if name == "":
-        return "%"
-    if name in (".", ".."):
-        return name.replace(".", "%2E")
-    return quote(name, safe=_SAFE)
-
-
-def name_from_znode(znode: str) -> str:
-    return "" if znode == "%" else unquote(znode)
-
-
-def shard_of(group_id: str, shards: int) -> int:
-    """Kafka's rule: `abs(java_string_hash(group_id)) % shards`."""
-    return java_abs(java_string_hash(group_id)) % shards
-
-
-def group_path(group_id: str) -> str:
-    return f"{GROUPS}/{znode_name(group_id)}"
-
-
-def offset_path(group_id: str, topic: str, partition: int) -> str:
-    return f"{GROUPS}/{znode_name(group_id)}/offsets/{znode_name(topic)}/{partition}"
-
-
-def shard_path(shard: int) -> str:
-    return f"{SHARDS}/{shard}"
-
-
-class OffsetZnode(msgspec.Struct, frozen=True):
-    """`/groupshift/groups/<g>/offsets/<t>/<p>`: the next offset to read, as Kafka commits it."""
-
-    offset: int
-    metadata: str | None = ""
-    generation: int = -1
-    commit_ts: int = 0
-    expire_ts: int | None = None
-
-
-class _GroupZnode(GroupRecord, frozen=False):
-    """`/groupshift/groups/<g>`: the core's GroupRecord plus a format version."""
-
-    version: int = 1
-
-
-class LeaderRecord(msgspec.Struct, frozen=True):
-    node: int
-    epoch: int
-    host: str = ""
-    port: int = -1
-    version: int = 1
-    kafka_host: str | UnsetType = UNSET  # the leader's Kafka listener, if it has one
-    kafka_port: int | UnsetType = UNSET
-
-
-class CoordinatorRecord(msgspec.Struct, frozen=True):
-    host: str
-    port: int
-    started: int
-    version: int = 1
-    kafka_host: str | UnsetType = UNSET
-    kafka_port: int | UnsetType = UNSET
-
-
-KafkaEndpoint = tuple[str, int]
-
-
 def _kafka_fields(kafka: KafkaEndpoint | None) -> dict:
     return {} if kafka is None else {"kafka_host": kafka[0], "kafka_port": kafka[1]}
-
-
-_json = msgspec.json.Encoder()
-_group_decoder = msgspec.json.Decoder(GroupRecord)
-_offset_decoder = msgspec.json.Decoder(OffsetZnode)
-_leader_decoder = msgspec.json.Decoder(LeaderRecord)
-
-
-def encode_group(record: GroupRecord) -> bytes:
-    """Group metadata JSON: the record's fields (bytes as base64) and `"version": 1`."""
-    return _json.encode(_GroupZnode(**msgspec.structs.asdict(record)))
-
-
-def decode_group(data: bytes) -> GroupRecord | None:
-    """The group record of a group znode, or None for a group that so far only has offsets."""
-    return _group_decoder.decode(data) if data else None
-
-
-def encode_offset(record: OffsetRecord, generation: int) -> bytes:
-    return _json.encode(
-        OffsetZnode(
-            record.offset, record.metadata, generation, record.commit_timestamp, record.expire_timestamp
-        )
-    )
-
-
-def decode_offset(topic: str, partition: int, data: bytes) -> OffsetRecord:
-    z = _offset_decoder.decode(data)
-    return OffsetRecord(topic, partition, z.offset, z.metadata or "", z.commit_ts, z.expire_ts)
-
-
-def broker_json(host: str, port: int, timestamp_ms: int, kafka: KafkaEndpoint | None = None) -> bytes:
-    """Kafka 0.8's `/brokers/ids/<id>` registration (version 1), in Kafka's key order.
-
-    A node with a Kafka listener registers that endpoint instead, as Kafka 0.10 does (version 4:
-    `endpoints` and the listener map; `host`/`port` kept for 0.8 readers)."""
-    if kafka is not None:
-        khost, kport = kafka
-        return (
-            b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":["PLAINTEXT://%s:%d"],'
-            b'"jmx_port":-1,"host":%s,"timestamp":"%d","port":%d,"version":4}'
-            % (khost.encode(), kport, _json.encode(khost), timestamp_ms, kport)
-        )
-    return b'{"version":1,"host":%s,"port":%d,"jmx_port":-1,"timestamp":"%d"}' % (
-        _json.encode(host),
-        port,
-        timestamp_ms,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +230,7 @@ class CoordinatorStore:
         waited for up to `wait_s`; a live one raises `NodeIdInUse`.
         """
         now = int(time.time() * 1000)
-        mine = _json.encode(CoordinatorRecord(host, port, now, **_kafka_fields(kafka)))
+        mine = encode_coordinator(CoordinatorRecord(host, port, now, **_kafka_fields(kafka)))
         for path, data in (
             (f"{COORDINATORS}/{self.node_id}", mine),
             (f"{BROKERS}/{self.node_id}", broker_json(host, port, now, kafka)),
@@ -401,7 +278,7 @@ class CoordinatorStore:
                 record = None
                 if data:
                     try:
-                        record = _leader_decoder.decode(data)
+                        record = decode_leader(data)
                     except (msgspec.DecodeError, msgspec.ValidationError):
                         log.warning("unreadable leader znode of shard %d: %r", s, data[:100])
                 self.leaders[s] = record
@@ -440,7 +317,7 @@ class CoordinatorStore:
             return None
         epoch = stat.version + 1
         record = LeaderRecord(self.node_id, epoch, host, port, **_kafka_fields(kafka))
-        leader = _json.encode(record)
+        leader = encode_leader(record)
         txn = self.zk.transaction()
         if stale is not None:
             txn.delete(leader_path, version=stale.version)
@@ -460,7 +337,7 @@ class CoordinatorStore:
         except NoNodeError:
             return None
         try:
-            record = _leader_decoder.decode(data)
+            record = decode_leader(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return False
         if record.node != self.node_id or stat.ephemeralOwner != self.session_id:
@@ -483,7 +360,7 @@ class CoordinatorStore:
         self._forget(lambda g: shard_of(g, self.shards) == shard)
         try:
             data, stat = await self._aio(self.zk.get_async(path))
-            record = _leader_decoder.decode(data)
+            record = decode_leader(data)
             if record.node == self.node_id and record.epoch == epoch:
                 await self._aio(self.zk.delete_async(path, version=stat.version))
         except (NoNodeError, BadVersionError, msgspec.DecodeError, KazooException, TimeoutError):
@@ -496,7 +373,7 @@ class CoordinatorStore:
         except NoNodeError:
             return None
         try:
-            return _leader_decoder.decode(data)
+            return decode_leader(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
 
