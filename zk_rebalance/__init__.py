@@ -8,8 +8,33 @@
 See docs/zk_rebalance.md.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from zk_rebalance.layout import Blacklist, InvalidGroupId, InvalidRegistration, Whitelist
-from zk_rebalance.member import ConsumerRebalanceFailed, RebalanceListener, ZkGroupMember, ZkMemberState
+
+if TYPE_CHECKING:
+    from zk_rebalance.member import ConsumerRebalanceFailed, RebalanceListener, ZkGroupMember, ZkMemberState
+
+# The member (the rebalancer, its watches and assignors) is imported on first use of one of its
+# names, so that reading the layout (`import zk_rebalance.layout`, e.g. `groupshift groups list`)
+# does not run it.
+_FROM_MEMBER = frozenset({"ConsumerRebalanceFailed", "RebalanceListener", "ZkGroupMember", "ZkMemberState"})
+
+
+def __getattr__(name: str):
+    if name in _FROM_MEMBER:
+        from zk_rebalance import member
+
+        value = globals()[name] = getattr(member, name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FROM_MEMBER})
+
 
 __all__ = [
     "Blacklist",
