@@ -56,13 +56,16 @@ def describe(group, scheme, view, samples, output, data, zk) -> None:
     from migrate.groups import find
     from migrate.render import render
     from migrate.watch import WatchState, samples_path
-    from topics.log import Log
+    from topics.root import default_root
 
     view = view or "offsets"
-    log = Log(data)
+    root = data if data is not None else default_root()  # refused before ZooKeeper is asked
     results = []
     with zk_session(zk) as client:
         views = find(client, group, scheme)
+    from topics.log import Log  # pyarrow: only for a group that exists
+
+    log = Log(root)
     now = int(time.time() * 1000)
     for s, v in views.items():
         path = samples_path(s, group, resolve_zk(zk), samples)

@@ -1,6 +1,7 @@
 """Per-partition rows of `groups describe`: committed offset, log end, lag, owner and status.
 
-Pure, except `log_offsets`, which reads the log's start and end offsets from its directory.
+Pure, except `log_offsets`, which reads the log's start and end offsets from its directory (and
+imports the log, pyarrow, only then).
 
     ends = log_offsets(Log(root), partitions_of(view))
     rows = partition_rows(view, ends, watch_state, now_ms)
@@ -9,6 +10,7 @@ Pure, except `log_offsets`, which reads the log's start and end offsets from its
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -17,8 +19,9 @@ from core.types import TopicPartition
 from migrate.model import GroupView
 from migrate.status import evaluate, group_status
 from migrate.watch import WatchState
-from topics.log import PARTITION_PREFIX, Log
-from topics.segment import parse_segment_name
+
+if TYPE_CHECKING:
+    from topics.log import Log
 
 
 class PartitionRow(msgspec.Struct):
@@ -47,6 +50,9 @@ def partitions_of(view: GroupView) -> list[TopicPartition]:
 
 def log_offsets(log: Log, tps: list[TopicPartition]) -> dict[TopicPartition, LogRange | None]:
     """Start and end offset of each partition's log; None where the log has no such partition."""
+    from topics.log import PARTITION_PREFIX
+    from topics.segment import parse_segment_name
+
     out: dict[TopicPartition, LogRange | None] = {}
     for tp in tps:
         # one listing per partition; only a partition with segments needs the log (newest footer)

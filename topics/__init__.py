@@ -29,7 +29,7 @@ _EXPORTS = {
     "TopicDescription": "topics.registry",
     "TopicStore": "topics.store",
     "UnknownPartition": "topics.errors",
-    "default_root": "topics.log",
+    "default_root": "topics.root",
     "records": "topics.fetcher",
     "validate_topic_name": "topics.registry",
 }

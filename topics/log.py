@@ -52,6 +52,7 @@ from topics.errors import InvalidPartitions, OffsetOutOfRange, TopicAlreadyExist
 from topics.limits import MAX_RETAIN_AGE_S, MAX_RETAIN_BYTES, MAX_RETAIN_SEGMENTS
 from topics.partitioner import DefaultPartitioner
 from topics.registry import check_partitions, validate_topic_name
+from topics.root import default_root
 from topics.segment import (
     SCHEMA,
     TMP_SUFFIX,
@@ -62,7 +63,6 @@ from topics.segment import (
     write_segment,
 )
 
-ENV_DATA = "GROUPSHIFT_DATA"
 PARTITION_PREFIX = "partition="
 LOCK_NAME = ".lock"
 TOPIC_ID_NAME = ".topic-id"
@@ -71,23 +71,6 @@ TOPIC_ID_NAME = ".topic-id"
 # tick would otherwise look like one.
 _RACY_NS = 1_000_000_000
 _TS_TYPE = TIMESTAMP_US
-
-
-def default_root() -> Path:
-    """`$GROUPSHIFT_DATA`, else `$GROUPSHIFT_HOME/data` (default `./.groupshift/data`).
-
-    Checked as `--data` is: a path that exists must be a directory (`GroupshiftError` otherwise);
-    one that does not exist yet is fine (`create` makes it, commands that only read see no topics).
-    """
-    root, source = Path(os.environ.get("GROUPSHIFT_HOME", ".groupshift")) / "data", "$GROUPSHIFT_HOME/data"
-    if os.environ.get(ENV_DATA):
-        root, source = Path(os.environ[ENV_DATA]), f"${ENV_DATA}"
-    if root.exists() and not root.is_dir():
-        raise GroupshiftError(
-            f"the log root {root} (from {source}) is not a directory; "
-            f"set ${ENV_DATA} or --data to a directory"
-        )
-    return root
 
 
 class ProduceResult(NamedTuple):
