@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import stat
-import subprocess
 import time
 from pathlib import Path
 
@@ -168,6 +166,10 @@ class EmbeddedZooKeeper:
                 )
             self._port = running
             return self.connect_string()
+        # Only here: every command resolves its ZooKeeper through this module, few start it.
+        import shutil
+        import subprocess
+
         java = shutil.which("java")
         if not java:
             raise EmbeddedZooKeeperError(
