@@ -7,13 +7,26 @@ client to hold a group mid-rebalance).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from coordinator.member.wire_client import WireClient, join_body, sync_body
 from coordinator.node.process import CoordinatorNodes
 from coordinator.wire import codec as P
 from tests.fixtures.kafka08_tree import BLACK_ID, STATIC, STATIC_ID, WILD_IDS, write_tree
-from tests.inspect_helpers import as_json, consume, coordinator_consumer, make_topic, ok, run, wait_for
+from tests.inspect_helpers import (
+    REPO,
+    as_json,
+    consume,
+    coordinator_consumer,
+    make_topic,
+    ok,
+    run,
+    wait_for,
+)
 from tests.snapshots import zk_tree
 from topics.log import Log
 from zk_rebalance import ZkGroupMember
@@ -91,6 +104,27 @@ def test_read_only_commands_write_nothing(kafka08, zk_server, zk_connect):
     for args in (["groups", "list"], ["groups", "describe", STATIC], ["offsets", "export", "offsets-only"]):
         ok(*args, zk=zk_connect)
     assert zk_tree(zk_connect) == before
+
+
+def test_nothing_to_show_imports_no_coordinator_node_nor_log(zk, zk_connect, tmp_path):
+    """`groups list` of an empty namespace and `groups describe` of a group that does not exist
+    read a few znodes, and import neither the coordinator node's store (asyncio), nor scheme one's
+    member, nor the log (pyarrow): what each process imports, from `-X importtime`."""
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1", GROUPSHIFT_DATA=str(tmp_path / "data"))
+    for args, code in ((["groups", "list"], 0), (["groups", "describe", "no-such-group"], 1)):
+        done = subprocess.run(
+            [sys.executable, "-m", "cli", *args, "--zk", zk_connect],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == code, done.stderr[-2000:]
+        imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if "|" in line}
+        assert "migrate.groups" in imported
+        heavy = {"asyncio", "coordinator.node", "zk_rebalance.member", "pyarrow"} & imported
+        assert not heavy, (args, heavy)
 
 
 def test_real_scheme_one_group(zk, zk_connect, log):

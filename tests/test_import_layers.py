@@ -290,6 +290,55 @@ def test_registering_every_command_imports_no_data_stack():
     assert _fresh(code) == "[]"
 
 
+def _imports_in(path: Path, function: str) -> list[str]:
+    """The repository modules `function` (in `path`) imports in its body: the commands import lazily."""
+    fn = next(
+        n
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, ast.FunctionDef) and n.name == function
+    )
+    out = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.update(
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                for a in node.names
+            )
+    return sorted(m for m in out if m in MODULES)
+
+
+# `groups list` reads two listings (and the znodes of each group it finds): the /groupshift layout
+# (`coordinator.layout`) and Kafka 0.8's (`zk_rebalance.layout`) are pure, so it needs neither the
+# coordinator node's store (asyncio), nor the group core's outputs, nor scheme one's member, nor the log.
+NOT_FOR_GROUPS_LIST = (
+    "asyncio",
+    "coordinator.node",
+    "coordinator.group.messages",
+    "zk_rebalance.member",
+    "pyarrow",
+    "numpy",
+)
+
+
+def test_listing_groups_imports_no_coordinator_node_member_nor_log():
+    """The modules `groupshift groups list` imports (its function's and `zk_session`'s, which
+    connects), imported after `cli.main`: none of NOT_FOR_GROUPS_LIST comes with them."""
+    modules = sorted(
+        {
+            *_imports_in(REPO / "cli" / "cmd_groups.py", "list_"),
+            *_imports_in(REPO / "cli" / "inspect_common.py", "zk_session"),
+        }
+    )
+    assert "migrate.groups" in modules and "migrate.zkio" in modules, modules
+    code = (
+        f"import sys, cli.main, {', '.join(modules)}\n"
+        f"print(sorted(m for m in {NOT_FOR_GROUPS_LIST!r} if m in sys.modules))"
+    )
+    assert _fresh(code) == "[]"
+
+
 DATA_PATH = """
 import sys
 
