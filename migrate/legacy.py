@@ -19,13 +19,6 @@ from core.errors import GroupshiftError
 from core.types import TopicPartition
 from migrate import zkio
 from migrate.model import DEAD, EMPTY, REBALANCING, SCHEME_ZK, STABLE, Committed, GroupView, Member
-from topics.registry import decode_assignment
-from zk_rebalance.layout import (
-    INTERNAL_TOPICS,
-    InvalidRegistration,
-    decode_registration,
-    parse_thread_id,
-)
 
 CONSUMERS = "/consumers"
 BROKER_TOPICS = "/brokers/topics"
@@ -54,6 +47,8 @@ def _valid_name(group: str) -> bool:
 
 def topic_partitions(zk: KazooClient, topics: list[str]) -> dict[str, int | None]:
     """Partition counts from `/brokers/topics/<t>` (None for a topic that is not registered)."""
+    from topics.registry import decode_assignment
+
     out: dict[str, int | None] = {}
     for topic, got in zip(topics, zkio.get_many(zk, [f"{BROKER_TOPICS}/{t}" for t in topics]), strict=True):
         if got is None:
@@ -100,6 +95,9 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     top = zkio.get_many(zk, [group_dir(group)])[0]
     if top is None:
         return None
+    # Kafka 0.8's codecs only once there is a group to show (`groups list` of none needs none).
+    from zk_rebalance.layout import INTERNAL_TOPICS, InvalidRegistration, decode_registration
+
     ids, bridged = zkio.children_many(zk, [f"{group_dir(group)}/ids", bridge_marker_dir(group)])
     ids, bridged = ids or [], set(bridged or [])
     regs = zkio.get_many(zk, [f"{group_dir(group)}/ids/{c}" for c in ids])
@@ -165,6 +163,8 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
 
 def _read_owners(zk: KazooClient, group: str) -> dict[TopicPartition, str]:
     """tp -> owning consumer id (the owner znode holds a thread id `<consumerId>-<n>`)."""
+    from zk_rebalance.layout import parse_thread_id
+
     base = f"{group_dir(group)}/owners"
     tps = _partition_znodes(zk, base)
     out = {}
