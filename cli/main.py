@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import logging
 import signal
 import sys
@@ -13,6 +14,19 @@ from kazoo.exceptions import KazooException
 from core.errors import GroupshiftError
 
 _VERBOSE_HELP = "Log to stderr: -v warnings (kazoo's too), -vv debug. Accepted before or after the command."
+# Each command's module, imported when the command runs (or `--help` lists it): a command pays for
+# its own imports only. Importing the module registers the command on `main`.
+COMMANDS = {
+    "consume": "cli.cmd_consume",
+    "coordinator": "cli.cmd_coordinator",
+    "demo": "cli.cmd_demo",
+    "experiment": "cli.cmd_experiment",
+    "groups": "cli.cmd_groups",
+    "migrate": "cli.cmd_migrate",
+    "offsets": "cli.cmd_offsets",
+    "topics": "cli.cmd_topics",
+    "zk": "cli.cmd_zk",
+}
 
 
 class GroupshiftGroup(click.Group):
@@ -51,6 +65,14 @@ class GroupshiftGroup(click.Group):
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
         _add_verbose(cmd)
         super().add_command(cmd, name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(COMMANDS[cmd_name])  # registers it
+        return self.commands.get(cmd_name)
 
 
 def _dump_stacks_on_sigusr1() -> None:
@@ -138,18 +160,3 @@ def zk_option(f):
         help="ZooKeeper connect string (default: $GROUPSHIFT_ZK, else the embedded `groupshift zk start`). "
         "The chroot must be canonical (/a/b: no //, trailing /, . or .., whitespace).",
     )(f)
-
-
-def _register() -> None:
-    # Sub-command groups live in their own modules; importing them attaches them to `main`.
-    import importlib
-    import pkgutil
-
-    import cli
-
-    for mod in pkgutil.iter_modules(cli.__path__):
-        if mod.name.startswith("cmd_"):
-            importlib.import_module(f"cli.{mod.name}")
-
-
-_register()

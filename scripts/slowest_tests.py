@@ -1,6 +1,6 @@
 """Print the N slowest tests of one or more JUnit XML reports (scripts/test.sh's phases).
 
-    python scripts/slowest_tests.py 20 parallel.xml alone.xml
+python scripts/slowest_tests.py 20 parallel.xml alone.xml
 """
 
 from __future__ import annotations

@@ -111,7 +111,8 @@ def _zk_port_bounded() -> bool:
     # not safe to run (port 0 would start a server on the default port).
     from cli.main import main
 
-    port = next(p for p in main.commands["zk"].commands["start"].params if p.name == "port")
+    zk = main.get_command(click.Context(main), "zk")
+    port = next(p for p in zk.commands["start"].params if p.name == "port")
     return isinstance(port.type, click.IntRange)
 
 
@@ -367,12 +368,16 @@ def test_verbose_after_any_command(world):
     from cli.main import main
 
     def commands(group: click.Group, path: tuple[str, ...] = ()):
-        for name, cmd in group.commands.items():
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)  # the top level imports the command's module here
             yield path + (name,), cmd
             if isinstance(cmd, click.Group):
                 yield from commands(cmd, path + (name,))
 
-    missing = [" ".join(p) for p, cmd in commands(main) if not any(o.name == "verbose" for o in cmd.params)]
+    every = list(commands(main))
+    assert {p[0] for p, _ in every} == set(main.list_commands(click.Context(main)))
+    missing = [" ".join(p) for p, cmd in every if not any(o.name == "verbose" for o in cmd.params)]
     assert not missing
     for flags in (["-v"], ["-vv"], ["-v", "-v"]):
         done = _cli(["topics", "list", *flags], world["env"])

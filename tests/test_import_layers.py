@@ -267,9 +267,10 @@ def test_every_coordinator_module_is_in_a_room():
 
 
 # ---------------------------------------------------------------------------------------------
-# What a process pays to start: every CLI command is a process (the tests spawn hundreds), and
-# `import cli.main` registers every command, so each of them imports what any module-level import
-# of a cli/cmd_*.py pulls in. Facts, not timings (bench/cli_startup.py times them).
+# What a process pays to start: every CLI command is a process (the tests spawn hundreds). cli.main
+# imports a command's module when the command runs, and `--help` imports every one of them, so
+# whatever a cli/cmd_*.py imports at module level, `--help` pays for. Facts, not timings
+# (bench/cli_startup.py times them).
 
 HEAVY_FOR_THE_CLI = ("pyspark", "pandas", "pyarrow", "pyarrow.compute", "numpy", "kazoo.client", "asyncio")
 
@@ -286,7 +287,12 @@ def _fresh(code: str, *args: str) -> str:
 def test_registering_every_command_imports_no_data_stack():
     """`--help` (and every command before it runs) needs click, not the data plane or a ZooKeeper
     client: heavy imports belong inside the command functions that use them."""
-    code = f"import sys, cli.main; print(sorted(m for m in {HEAVY_FOR_THE_CLI!r} if m in sys.modules))"
+    code = (
+        "import importlib, sys, cli.main\n"
+        "for module in cli.main.COMMANDS.values():\n"
+        "    importlib.import_module(module)\n"
+        f"print(sorted(m for m in {HEAVY_FOR_THE_CLI!r} if m in sys.modules))"
+    )
     assert _fresh(code) == "[]"
 
 
@@ -374,3 +380,21 @@ def test_producing_and_reading_through_the_log_does_not_import_pandas(tmp_path):
     or a compute call's scalar: the log, its fetcher and the Kafka record batches, which run in
     CLI processes and coordinator nodes, build their arrays from buffers (topics/arrow.py)."""
     assert _fresh(DATA_PATH, str(tmp_path)) == "7 False"
+
+
+def test_every_command_module_is_in_the_cli_table():
+    """cli.main imports a command's module only when the command runs: its table names every
+    cli/cmd_*.py, and importing each module registers exactly the command the table gives it."""
+    script = (
+        "import importlib, click, cli.main as m\n"
+        "for name, module in sorted(m.COMMANDS.items()):\n"
+        "    before = set(m.main.commands)\n"
+        "    importlib.import_module(module)\n"
+        "    print(name, sorted(set(m.main.commands) - before))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True)
+    from cli.main import COMMANDS
+
+    assert out.stdout.splitlines() == [f"{name} {[name]}" for name in sorted(COMMANDS)], out.stdout
+    modules = {f"cli.{p.stem}" for p in (REPO / "cli").glob("cmd_*.py")}
+    assert set(COMMANDS.values()) == modules
