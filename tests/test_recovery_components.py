@@ -325,13 +325,16 @@ def test_every_component_comes_back_by_itself(own_zk_running, tmp_path, kind):
             wait_for(
                 lambda r=rebalancer: sc.consuming(r, back), limit, f"the {rebalancer} group consuming again"
             )
+        # Read before finish() stops the consumers one by one: the first to leave its group makes
+        # the other rebalance, which would read as a rebalance during the outage.
+        after_outage = sc.generations()
         sc.finish()
         for rebalancer in sc.workers:
             sc.check_nothing_skipped(rebalancer, committed_before[rebalancer])
         events = sc.member.events.counters
         log = sc.node_log()
         if kind == "short":
-            assert sc.generations() == generations, "a coordinator group rebalanced during a short outage"
+            assert after_outage == generations, "a coordinator group rebalanced during a short outage"
             assert events["session_expired"] == 0
             assert "giving up" not in log
         elif kind == "long":
