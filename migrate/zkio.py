@@ -40,7 +40,7 @@ PIPELINE = 2_000
 REQUEST_TIMEOUT_S = 30.0
 # A command gives up when ZooKeeper stops answering in its middle for this long (kazoo would
 # otherwise queue the next request until ZooKeeper is back, however long that takes);
-# `$GROUPSHIFT_ZK_GIVE_UP_MS` overrides it (see `give_up_after_s`).
+# `$GROUPSHIFT_ZK_GIVE_UP_MS` overrides it (see `give_up_after`).
 GIVE_UP_AFTER_S = 15.0
 
 # Requests sent by this process, by kind (`get`, `children`, `multi`, ...): the benchmark prints it.

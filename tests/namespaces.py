@@ -2,7 +2,7 @@
 
     connect = f"{hosts}/{chroot_for('test_x')}"     # host:port/t-test_x-1a2b3c4d
     ... the test works below it (and may add siblings named `<chroot>-<suffix>`) ...
-    remove_namespace(hosts, connect)                # the chroot and its siblings, pipelined
+    remove_namespace(connect)                       # the chroot and its siblings, pipelined
 
 A test reads and cleans only its own namespace, so the server holds what the running tests hold,
 never what every earlier test left behind.
@@ -70,7 +70,8 @@ def remove_tree(client: KazooClient, root: str) -> None:
 
 
 def remove_namespace(connect: str) -> None:
-    """Delete the chroot of `connect` (`host:port/chroot`) and its siblings named `<chroot>-...`."""
+    """Delete the top-level znode of `connect`'s chroot (`host:port/top[/...]`) with everything
+    below it, and its siblings named `<top>-...`."""
     hosts, _, chroot = connect.partition("/")
     top = chroot.split("/", 1)[0]
     assert top, f"{connect!r} names no chroot: refusing to delete a whole server"

@@ -10,19 +10,15 @@ server says its port is taken:
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from typing import TypeVar
+
+from experiments.cluster import free_port  # the one the ZooKeeper containers pin, retried the same way
 
 T = TypeVar("T")
 ATTEMPTS = 5
 
-
-def free_port() -> int:
-    """A port nothing listens on right now, on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["free_port", "on_a_free_port"]
 
 
 def on_a_free_port(start: Callable[[int], T], taken: Callable[[T], bool]) -> tuple[int, T]:

@@ -2,7 +2,7 @@
 
     before = zk_tree(zk_connect), dir_tree(data_dir)
     ... run the command that must be refused ...
-    assert_unchanged(before, (zk_tree(zk_connect), dir_tree(data_dir)))
+    assert (zk_tree(zk_connect), dir_tree(data_dir)) == before   # changes(b, a) says what differs
 
 `zk_tree` reads the namespace its connect string names (the chroot; the whole server when there is
 none): every znode's data and data version. Around it, it reads the names of the children of every
