@@ -50,6 +50,7 @@ MIGRATIONS = f"{ROOT}/migrations"
 MIGRATION_LOCKS = f"{ROOT}/migration-locks"
 BRIDGE_MARKERS = f"{ROOT}/bridge"
 DEFAULT_SHARDS = 50
+MAX_NODES = 10_000  # coordinator registrations read at most
 
 _SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 

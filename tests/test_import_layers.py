@@ -223,7 +223,8 @@ ROOMS_MAY_IMPORT = {
     "coordinator.assignors": set(),
     # the group reads consumer subscriptions' topics (assignors.payloads), as Kafka's coordinator does
     "coordinator.group": {"coordinator.wire", "coordinator.assignors"},
-    "coordinator.member": {"coordinator.wire", "coordinator.assignors"},
+    # a member with ZooKeeper finds the nodes in their registrations (coordinator.layout's paths)
+    "coordinator.member": {"coordinator.wire", "coordinator.assignors", "coordinator.layout"},
     # scheme two: the coordinator runs the assignors on the classic core (server-side assignment)
     "coordinator.server_side": {
         "coordinator.wire",

@@ -43,6 +43,7 @@ from coordinator.wire.schema import (
 from core.four_letter import four_letter
 from core.types import TopicPartition as TP
 from pipeline.consumer import Consumer
+from tests.commit_loop import CommitLoop as Loop
 from topics.log import Log
 from topics.registry import add_partitions, create_topic
 
@@ -222,38 +223,6 @@ def server_consumer(zk_connect, nodes, log, group="g2", incremental=False, **kw)
         membership_options={"retry_backoff_ms": 50},
         **kw,
     )
-
-
-class Loop(threading.Thread):
-    """poll + commit; records delivered only once their commit succeeded."""
-
-    def __init__(self, consumer: Consumer, delivered: list, name: str):
-        super().__init__(daemon=True, name=name)
-        self.consumer, self.delivered = consumer, delivered
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-        self.fetched_at: list[float] = []  # when each poll that returned records returned
-
-    def run(self) -> None:
-        try:
-            while not self.stop_event.is_set():
-                got = self.consumer.poll(timeout_ms=50)
-                if got:
-                    self.fetched_at.append(time.monotonic())
-                    batch = [(tp, r.offset) for tp, rs in got.items() for r in rs]
-                    try:
-                        self.consumer.commit()
-                        self.delivered.extend(batch)
-                    except Exception:  # noqa: BLE001 - CommitFailed: delivered again
-                        pass
-            self.consumer.close()
-        except BaseException as exc:
-            self.error = exc
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(30)
-        assert not self.is_alive() and self.error is None, self.error
 
 
 def wait_for(cond, timeout: float, what: str) -> None:

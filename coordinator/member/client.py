@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -90,9 +89,11 @@ from coordinator.member.consumer_protocol import (
     rebalance_protocol,
     resolve_assignors,
 )
+from coordinator.member.nodes import KnownNodes
 from coordinator.wire import codec as wire
 from coordinator.wire.codec import ErrorCode as E
 from coordinator.wire.schema import (
+    DescribeClusterRequest,
     FindCoordinatorRequest,
     HeartbeatRequest,
     JoinGroupRequest,
@@ -194,6 +195,7 @@ class CoordinatorMember:
         poll_driven: bool = False,
         coordinator_timeout_ms: int = 30_000,
         server_assigned: bool = False,
+        metadata_max_age_ms: int = 30_000,
     ):
         if not assignors:
             raise GroupshiftError("a member needs at least one assignor (partition.assignment.strategy)")
@@ -233,6 +235,11 @@ class CoordinatorMember:
         self._bootstrap = [parse_address(b) for b in bootstrap or []]
         if not self._bootstrap and zk is None:
             raise GroupshiftError("pass bootstrap='host:port,...' or a ZooKeeper client to find coordinators")
+        if not isinstance(metadata_max_age_ms, int) or metadata_max_age_ms <= 0:
+            raise GroupshiftError(
+                f"metadata_max_age_ms must be a positive integer (milliseconds), not {metadata_max_age_ms!r}"
+            )
+        self._nodes = KnownNodes(self._bootstrap, metadata_max_age_ms / 1000)
         if partitions_for is None and server_assigned:
             partitions_for = _not_the_leader  # the coordinator assigns
         elif partitions_for is None:
@@ -276,6 +283,7 @@ class CoordinatorMember:
             "rebalances": 0,
             "zk_requests": 0,
             "coordinator_lookups": 0,
+            "node_refreshes": 0,
         }
         self.rebalance_listeners: list[Callable[[int, set[TopicPartition]], None]] = []
 
@@ -292,6 +300,13 @@ class CoordinatorMember:
         """The assignor the group voted for in this member's latest generation."""
         with self._cv:
             return self._generation.protocol_name
+
+    @property
+    def known_nodes(self) -> list[str]:
+        """`host:port` of the coordinator nodes this member would ask next: those learned from the
+        cluster, then its bootstrap addresses."""
+        with self._cv:
+            return self._nodes.known()
 
     @property
     def member_id(self) -> str:
@@ -387,8 +402,9 @@ class CoordinatorMember:
         where = []
         if self._zk is not None:
             where.append(zk_address(self._zk))
-        if self._bootstrap:
-            where.append("bootstrap " + ",".join(f"{h}:{p}" for h, p in self._bootstrap))
+        known = self._nodes.known()
+        if known:
+            where.append("nodes " + ",".join(known))
         at = " and ".join(where) or "no address"
         zk = zk_address(self._zk) if self._zk is not None else "HOST:PORT[/CHROOT]"
         return (
@@ -528,13 +544,34 @@ class CoordinatorMember:
 
     # -- coordinator discovery and requests ------------------------------------------------------
 
-    def _bootstrap_nodes(self) -> list[tuple[str, int]]:
-        nodes = list(self._bootstrap)
+    def _candidate_nodes(self) -> list[tuple[str, int]]:
+        registered: list[tuple[str, int]] = []
         if self._zk is not None:
             self.stats["zk_requests"] += 1
-            nodes += [n for n in zk_bootstrap(self._zk) if n not in nodes]
-        random.shuffle(nodes)
-        return nodes
+            registered = zk_bootstrap(self._zk)
+        return self._nodes.candidates(registered)
+
+    def _refresh_nodes(self, conn: Connection) -> None:
+        """Learn the live nodes from `conn`'s node (DescribeCluster); a failure changes nothing
+        (the caller notices a broken connection on its own request)."""
+        self.stats["node_refreshes"] += 1
+        try:
+            resp = conn.request(wire.DESCRIBE_CLUSTER, DescribeClusterRequest(), self.request_timeout)
+        except ConnectionLost as exc:
+            log.debug("DescribeCluster via %s:%s failed: %s", *conn.address, exc)
+            return
+        if resp.error_code:
+            log.debug("DescribeCluster via %s:%s: %s", *conn.address, error_name(resp.error_code))
+            return
+        with self._cv:
+            self._nodes.learn([(b.host, b.port) for b in resp.brokers], time.monotonic())
+
+    def _refresh_nodes_if_due(self, conn: Connection) -> None:
+        """The heartbeat thread's periodic refresh (Kafka's `metadata.max.age.ms`)."""
+        with self._cv:
+            due = self._nodes.due(time.monotonic())
+        if due:
+            self._refresh_nodes(conn)
 
     def _ensure_coordinator(self, deadline: float | None = None, stop_on_close: bool = True) -> bool:
         """Phase one: find the group's coordinator and connect to it.
@@ -566,7 +603,7 @@ class CoordinatorMember:
 
     def _find_coordinator(self) -> bool:
         self.stats["coordinator_lookups"] += 1
-        for host, port in self._bootstrap_nodes():
+        for host, port in self._candidate_nodes():
             try:
                 conn = Connection(host, port, self.client_id)
                 try:
@@ -575,6 +612,8 @@ class CoordinatorMember:
                         FindCoordinatorRequest(key=self.group_id, key_type=0),
                         self.request_timeout,
                     )
+                    if not resp.error_code:
+                        self._refresh_nodes(conn)  # every discovery brings the node list up to date
                 finally:
                     conn.close()
             except ConnectionLost as exc:
@@ -1247,6 +1286,7 @@ class CoordinatorMember:
                 if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
                     self._last_heartbeat_ok = time.monotonic()
             if code == E.NONE:
+                self._refresh_nodes_if_due(conn)
                 continue
             if code == E.REBALANCE_IN_PROGRESS:
                 self.request_rejoin("heartbeat answered REBALANCE_IN_PROGRESS")

@@ -16,12 +16,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
+from coordinator.layout import COORDINATORS as COORDINATORS_PATH
+from coordinator.layout import MAX_NODES
 from coordinator.wire import codec as wire
 from coordinator.wire.schema import Message
 from core.errors import GroupshiftError
-
-COORDINATORS_PATH = "/groupshift/coordinators/ids"
-MAX_NODES = 10_000  # registrations read from ZooKeeper at most
 
 
 class CoordinatorUnavailable(GroupshiftError):

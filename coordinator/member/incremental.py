@@ -225,7 +225,9 @@ class IncrementalMember(CoordinatorMember):
             if time.monotonic() - self._last_heartbeat_ok > self.session_timeout_ms / 1000:
                 self.mark_coordinator_unknown("no heartbeat answer within the session timeout")
                 continue
-            self._beat(conn, gen)
+            resp = self._beat(conn, gen)
+            if resp is not None and resp.error_code == E.NONE:
+                self._refresh_nodes_if_due(conn)
 
     def _leave(self, member_id: str, reason: str) -> None:
         """Leave: a heartbeat with member epoch -1."""

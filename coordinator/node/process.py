@@ -7,7 +7,8 @@
     with CoordinatorNodes(zk, count=2) as nodes:     # several nodes on one ZooKeeper
         member = CoordinatorMember("g", ["t"], bootstrap=nodes.bootstrap, zk=zk)
         nodes.kill(1)                                # SIGKILL: another node takes its shards over
-        nodes.start_node(1)                          # the same node id again, on a new port
+        nodes.start_node(1)                          # the same node id again, on its old address
+        nodes.start_node(1, new_address=True)        # ... or replaced by a node on a new port
 
 Each node is its own process (never an in-process server), started as
 `python -m cli coordinator serve --zk ZK --listen 127.0.0.1:0 --node-id N ...`, and up once it
@@ -233,11 +234,20 @@ class CoordinatorNodes:
             raise
         return self
 
-    def start_node(self, node_id: int, wait: bool = True) -> NodeProcess:
+    def start_node(self, node_id: int, wait: bool = True, new_address: bool = False) -> NodeProcess:
+        """Start node `node_id`; a node that ran before comes back on its previous address (and
+        Kafka listener address), as a restarted server of a real deployment does, unless
+        `new_address` (a replacement on fresh ports: members must learn of it from the cluster)."""
         old = self.nodes.get(node_id)
         if old is not None and old.alive:
             raise CoordinatorNodeError(f"coordinator node {node_id} is already running")
-        node = NodeProcess.spawn(self.zk_connect, node_id, **self.options)
+        options = dict(self.options)
+        listen = "127.0.0.1:0"
+        if old is not None and old.port and not new_address:
+            listen = old.address
+            if old.kafka_port and "kafka_listen" in options:
+                options["kafka_listen"] = old.kafka_bootstrap
+        node = NodeProcess.spawn(self.zk_connect, node_id, listen=listen, **options)
         self.nodes[node_id] = node
         if wait:
             node.wait_listening(self.start_timeout)

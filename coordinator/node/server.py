@@ -77,6 +77,8 @@ from coordinator.wire.error_codes import (
 from coordinator.wire.schema import (
     DeleteGroupsResponse,
     DeleteGroupsResult,
+    DescribeClusterBroker,
+    DescribeClusterResponse,
     DescribeGroupsResponse,
     ErrorResponse,
     FindCoordinatorRequest,
@@ -334,6 +336,8 @@ class CoordinatorNode:
             return P.api_versions_body()
         if api == P.FIND_COORDINATOR:
             return self._find_coordinator(body, kafka)
+        if api == P.DESCRIBE_CLUSTER:
+            return self._describe_cluster()
         if not self.serving or self._stopping:
             # ZooKeeper is away: answer without the core, so that nothing in it moves (no timer
             # fires, no parked request completes) until the node knows it still leads its shards.
@@ -358,6 +362,22 @@ class CoordinatorNode:
         if api != P.HEARTBEAT or self._timer is None:
             self._schedule_timer()
         return None
+
+    def _describe_cluster(self) -> DescribeClusterResponse:
+        """The live nodes' native listeners, from the registrations this node watches (itself first
+        known even before its watch reports it). Answered while ZooKeeper is away too: the last
+        view is the best a member can get, and a member only uses it to find nodes."""
+        me = self.config.node_id
+        nodes = {n: (r.host, r.port) for n, r in dict(self.store.registrations).items()}
+        nodes[me] = (self.host, self.port)
+        return DescribeClusterResponse(
+            error_code=0,
+            cluster_id="groupshift",
+            controller_id=me,
+            brokers=[
+                DescribeClusterBroker(broker_id=n, host=h, port=p) for n, (h, p) in sorted(nodes.items())
+            ],
+        )
 
     def _find_coordinator(self, body: FindCoordinatorRequest, kafka: bool = False) -> Message:
         if body.key_type != 0:

@@ -51,10 +51,12 @@ from coordinator.layout import (
     COORDINATORS,
     DEFAULT_SHARDS,
     GROUPS,
+    MAX_NODES,
     CoordinatorRecord,
     KafkaEndpoint,
     LeaderRecord,
     broker_json,
+    decode_coordinator,
     decode_group,
     decode_leader,
     decode_offset,
@@ -132,6 +134,9 @@ class CoordinatorStore:
         self._existing: set[str] = set()  # znodes known to exist (groups of shards we lead)
         self.leaders: dict[int, LeaderRecord | None] = {}
         self.coordinators: set[int] = set()
+        # The live nodes' registrations (their addresses), for DescribeCluster: a member keeps its
+        # list of nodes current from it. Written by kazoo's threads; readers copy it.
+        self.registrations: dict[int, CoordinatorRecord] = {}
         self._watches: list[object] = []
         self._listeners: list[Callable[[], None]] = []
 
@@ -266,7 +271,14 @@ class CoordinatorStore:
         """Keep `leaders` (per shard) and `coordinators` (live node ids) current from watches."""
 
         def on_coordinators(children) -> None:
-            self.coordinators = {int(c) for c in children if c.isdigit()}
+            ids = {int(c) for c in children if c.isdigit()}
+            self.coordinators = ids
+            for gone in set(self.registrations) - ids:
+                self.registrations.pop(gone, None)
+            # Every registration is read again: a node replaced under the same id between two
+            # events leaves the same children but a new address.
+            for node in sorted(ids)[:MAX_NODES]:
+                self.zk.get_async(f"{COORDINATORS}/{node}").rawlink(self._registration_read(node))
             self._notify()
 
         self._watches.append(ChildrenWatch(self.zk, COORDINATORS, on_coordinators))
@@ -293,6 +305,18 @@ class CoordinatorStore:
         # set up side by side, so their reads travel together.
         with ThreadPoolExecutor(min(self.shards, 8), thread_name_prefix="leader-watch") as pool:
             self._watches.extend(pool.map(leader_watch, range(self.shards)))
+
+    def _registration_read(self, node: int) -> Callable:
+        def done(result) -> None:
+            try:
+                record = decode_coordinator(result.get()[0])
+            except (NoNodeError, KazooException, msgspec.DecodeError, msgspec.ValidationError):
+                self.registrations.pop(node, None)
+                return
+            if node in self.coordinators:
+                self.registrations[node] = record
+
+        return done
 
     # -- shard leadership --------------------------------------------------------------------
 

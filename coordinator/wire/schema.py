@@ -53,6 +53,7 @@ SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 API_VERSIONS = 18
+DESCRIBE_CLUSTER = 60  # the live nodes, so a member follows a cluster whose nodes are replaced
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848's API, version 0's fields (docs/protocol.md)
@@ -77,6 +78,10 @@ class ApiVersionsRequest(Message):
 class FindCoordinatorRequest(Message):
     key: str
     key_type: Int8
+
+
+class DescribeClusterRequest(Message):
+    pass
 
 
 class JoinGroupProtocol(Message):
@@ -259,6 +264,22 @@ class FindCoordinatorResponse(Message):
     node_id: int = -1
     host: str = ""
     port: int = -1
+
+
+class DescribeClusterBroker(Message):
+    broker_id: int
+    host: str
+    port: int
+
+
+class DescribeClusterResponse(Message):
+    """The coordinator nodes alive in the cluster, as the answering node sees them (itself included)."""
+
+    error_code: int
+    error_message: str | None = None
+    cluster_id: str = ""
+    controller_id: int = -1  # the answering node
+    brokers: list[DescribeClusterBroker] = []
 
 
 class JoinGroupMember(Message):
@@ -447,6 +468,7 @@ APIS: dict[int, Api] = {
         Api(LIST_GROUPS, "ListGroups", 0, 0, ListGroupsRequest, ListGroupsResponse),
         Api(API_VERSIONS, "ApiVersions", 0, 0, ApiVersionsRequest, ApiVersionsResponse),
         Api(DELETE_GROUPS, "DeleteGroups", 0, 0, DeleteGroupsRequest, DeleteGroupsResponse),
+        Api(DESCRIBE_CLUSTER, "DescribeCluster", 0, 0, DescribeClusterRequest, DescribeClusterResponse),
         Api(OFFSET_DELETE, "OffsetDelete", 0, 0, OffsetDeleteRequest, OffsetDeleteResponse),
         Api(
             CONSUMER_GROUP_HEARTBEAT,
@@ -464,11 +486,12 @@ APIS: dict[int, Api] = {
 API_NAMES: dict[int, str] = {key: api.name for key, api in APIS.items()}
 
 # The APIs the group coordinator core serves (the node answers the others itself).
-GROUP_APIS = frozenset(APIS) - {API_VERSIONS, FIND_COORDINATOR}
+GROUP_APIS = frozenset(APIS) - {API_VERSIONS, FIND_COORDINATOR, DESCRIBE_CLUSTER}
 
 Request = (
     ApiVersionsRequest
     | FindCoordinatorRequest
+    | DescribeClusterRequest
     | JoinGroupRequest
     | SyncGroupRequest
     | HeartbeatRequest
@@ -488,6 +511,7 @@ Response = (
     ErrorResponse
     | ApiVersionsResponse
     | FindCoordinatorResponse
+    | DescribeClusterResponse
     | JoinGroupResponse
     | SyncGroupResponse
     | HeartbeatResponse
