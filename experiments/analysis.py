@@ -134,8 +134,9 @@ def in_doubt(events: list[dict]) -> list[dict]:
     """Commits whose outcome the member could not know, each with the batches the group's next reads
     show were committed after all: a member killed before logging the result (`commit_begin` not
     followed by a `commit`), and a failed commit (the client may report a refusal although an
-    earlier attempt of the same commit landed). A batch `[tp, a, b]` was committed when another
-    member's next read of `tp` began at `b + 1`."""
+    earlier attempt of the same commit landed). A batch `[tp, a, b]` was committed when the group's
+    next read of `tp` from the committed offset began at `b + 1`: another member's next read, or the
+    member's own after `tp` was assigned to it again (an assignment starts at the committed offset)."""
     pending: dict[str, dict] = {}
     doubtful = []
     for e in events:
@@ -150,6 +151,17 @@ def in_doubt(events: list[dict]) -> list[dict]:
     for begin in doubtful:
         member, committed = begin["member"], []
         for tp, first, last in begin["batches"]:
+            again = next(
+                (
+                    x["t"]
+                    for x in events
+                    if x["ev"] == "assigned"
+                    and x["member"] == member
+                    and x["t"] > begin["t"]
+                    and tp in x["partitions"]
+                ),
+                math.inf,
+            )
             nxt = next(
                 (
                     x
@@ -157,7 +169,7 @@ def in_doubt(events: list[dict]) -> list[dict]:
                     if x["ev"] == "process"
                     and x["tp"] == tp
                     and x["t"] > begin["t"]
-                    and x["member"] != member
+                    and (x["member"] != member or x["t"] > again)
                 ),
                 None,
             )
@@ -330,9 +342,12 @@ def summary(
     since: float,
     until: float | None = None,
     settle_by: float | None = None,
+    upto: dict[str, int] | None = None,
 ) -> dict:
     """Every processing figure of a run: the fault at `since`, the group settled before `settle_by`
-    (ownership changes after it are the final shutdown's), the logs closed by `until`."""
+    (ownership changes after it are the final shutdown's), the logs closed by `until`. A record is
+    lost when it has no committed output below `upto` (default: the log ends; a group that did
+    not drain passes its committed offsets, so what it is still behind on is not counted lost)."""
     end = until if until is not None else max((e["t"] for e in events), default=since)
     held = holdings(events, end)
     active = active_holdings(events, end)
@@ -341,14 +356,18 @@ def summary(
     both = overlaps(active)
     settled = settled_at(events, since, settle_by if settle_by is not None else end)
     commits = [e for e in events if e["ev"] == "commit"]
+    two_owners = double_owner_commits(events, held)
     return {
         "records": sum(ends.values()),
         "processed": sum(dup.values()),
         "duplicates": sum(n - 1 for n in dup.values() if n > 1),
         "duplicate_committed": sum(n - 1 for n in outputs.values() if n > 1),
-        "lost": lost(outputs, ends),
+        "lost": lost(
+            outputs, ends if upto is None else {tp: min(e, upto.get(tp, 0)) for tp, e in ends.items()}
+        ),
         "double_ownership_s": round(sum(b - a for _, a, b in both if b > since), 3),
-        "double_owner_commits": len(double_owner_commits(events, held)),
+        "double_owner_commits": len(two_owners),
+        "two_owner_partitions": sorted({c["partition"] for c in two_owners}),
         "max_owners_at_commit": max((len(c["owners"]) for c in committing_owners(events, held)), default=0),
         "offset_regressions": len(offset_regressions(events)),
         "unowned_partition_s": round(unowned_seconds(active, sorted(ends), since, settled or since), 3),
@@ -358,6 +377,47 @@ def summary(
         "misreported_commits": sum(1 for d in in_doubt(events) if d["reported_failed"] and d["committed"]),
         "fenced_commits": sum(1 for e in commits if not e.get("ok")),
     }
+
+
+def behind(ends: dict[str, int], committed: dict[str, int]) -> dict[str, int]:
+    """Partitions not drained: log end − committed offset, for those above 0."""
+    return {tp: end - committed.get(tp, 0) for tp, end in sorted(ends.items()) if end > committed.get(tp, 0)}
+
+
+def unrecovered(events: list[dict], live: list[str], since: float, lagging: dict[str, int]) -> list[dict]:
+    """The live members that were not working in their group at the end of a drain (`since`: when
+    the faults ended; `lagging`: `behind`'s partitions), each with why:
+
+    * it has had no assignment since it (last) started: it never joined;
+    * its latest ownership event is a revocation or a loss: it waits for an assignment (an eager
+      or cooperative rebalance ends with `assigned`, possibly of nothing);
+    * it holds partitions still behind and committed nothing since `since`.
+
+    A member holding nothing, or only drained partitions, is working (there is nothing to do)."""
+    out = []
+    for member in sorted(live):
+        mine = [e for e in events if e.get("member") == member]
+        starts = [i for i, e in enumerate(mine) if e["ev"] == "start"]
+        mine = mine[starts[-1] :] if starts else mine
+        membership = [e for e in mine if e["ev"] in ("assigned", "revoked", "lost")]
+        held: set[str] = set()
+        for e in membership:
+            if e["ev"] == "assigned":
+                held.update(e["partitions"])
+            else:
+                held.difference_update(e["partitions"])
+        committed = any(e["ev"] == "commit" and e.get("ok") and e["t"] >= since for e in mine)
+        stuck = sorted(tp for tp in held if tp in lagging)
+        if not any(e["ev"] == "assigned" for e in membership):
+            reason = "no assignment since it started"
+        elif membership[-1]["ev"] != "assigned" and not committed:
+            reason = f"waiting for an assignment since its partitions were {membership[-1]['ev']}"
+        elif stuck and not committed:
+            reason = f"holds {', '.join(stuck[:4])}{' …' if len(stuck) > 4 else ''} but committed nothing"
+        else:
+            continue
+        out.append({"member": member, "reason": reason})
+    return out
 
 
 def timeline(events: list[dict], t0: float, until: float | None = None) -> dict:

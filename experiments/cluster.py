@@ -106,6 +106,21 @@ def sweep_leftovers(all_owners: bool = False) -> int:
     return removed
 
 
+def remove_labelled(label: str, value: str) -> int:
+    """Remove every `gstest-` container, then network, labelled `label=value`; how many."""
+    removed = 0
+    for listing, remove in ((["ps", "-a"], ["rm", "-f"]), (["network", "ls"], ["network", "rm"])):
+        out = subprocess.run(
+            ["docker", *listing, "--filter", f"name=^{PREFIX}", "--filter", f"label={label}={value}", "-q"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        for object_id in out.split():
+            subprocess.run(["docker", *remove, object_id], capture_output=True)
+            removed += 1
+    return removed
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -139,6 +154,7 @@ class ZkServer:
         myid: int | None = None,
         servers: tuple[int, ...] = (),
         network=None,
+        labels: dict[str, str] | None = None,
     ):
         DockerContainer = require("testcontainers.core.container", "experiments").DockerContainer
 
@@ -158,7 +174,7 @@ class ZkServer:
             .with_name(name)
             .with_command(["bash", "-c", script])
             .with_bind_ports(CLIENT_PORT, self.port)
-            .with_kwargs(labels={OWNER_LABEL: str(os.getpid()), "groupshift.test": "1"})
+            .with_kwargs(labels={OWNER_LABEL: str(os.getpid()), "groupshift.test": "1", **(labels or {})})
         )
         if network is not None:
             self.container.with_network(network).with_network_aliases(f"zk{myid}")
@@ -166,11 +182,16 @@ class ZkServer:
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
-    def start_single(cls, tick_ms: int = 500) -> ZkServer:
+    def start_single(cls, tick_ms: int = 500, labels: dict[str, str] | None = None) -> ZkServer:
+        """Start a standalone server; on any failure or interruption its container is removed."""
         ensure_image()
-        server = cls(f"{PREFIX}zk-{uuid.uuid4().hex[:8]}", tick_ms=tick_ms)
-        server._run()
-        server.wait_until(lambda: server.ruok(), 60, "standalone ZooKeeper answering ruok")
+        server = cls(f"{PREFIX}zk-{uuid.uuid4().hex[:8]}", tick_ms=tick_ms, labels=labels)
+        try:
+            server._run()
+            server.wait_until(lambda: server.ruok(), 60, "standalone ZooKeeper answering ruok")
+        except BaseException:
+            server.remove()
+            raise
         return server
 
     def _run(self) -> None:
@@ -303,26 +324,35 @@ class ZkServer:
 class ZkEnsemble:
     """Three servers `zk1..zk3` on their own docker network, with partition faults between peers."""
 
-    def __init__(self, tick_ms: int = 1000):
+    def __init__(self, tick_ms: int = 1000, labels: dict[str, str] | None = None):
         Network = require("testcontainers.core.network", "experiments").Network
 
         tag = uuid.uuid4().hex[:8]
-        labels = {OWNER_LABEL: str(os.getpid()), "groupshift.test": "1"}
+        labels = {OWNER_LABEL: str(os.getpid()), "groupshift.test": "1", **(labels or {})}
         self.network = Network(docker_network_kw={"labels": labels})
         self.network.name = f"{PREFIX}net-{tag}"
         self.tick_ms = tick_ms
         self.servers = {
             i: ZkServer(
-                f"{PREFIX}zk{i}-{tag}", tick_ms=tick_ms, myid=i, servers=(1, 2, 3), network=self.network
+                f"{PREFIX}zk{i}-{tag}",
+                tick_ms=tick_ms,
+                myid=i,
+                servers=(1, 2, 3),
+                network=self.network,
+                labels=labels,
             )
             for i in (1, 2, 3)
         }
         self._partitioned: set[int] = set()
 
     @classmethod
-    def start(cls, tick_ms: int = 1000, timeout: float = 60.0) -> ZkEnsemble:
+    def start(
+        cls, tick_ms: int = 1000, timeout: float = 60.0, labels: dict[str, str] | None = None
+    ) -> ZkEnsemble:
+        """Start the three servers; on any failure or interruption (Ctrl-C, SIGTERM turned into
+        KeyboardInterrupt) every container and the network are removed before it propagates."""
         ensure_image()
-        ens = cls(tick_ms)
+        ens = cls(tick_ms, labels=labels)
         try:
             ens.network.create()
         except Exception as exc:
@@ -336,16 +366,18 @@ class ZkEnsemble:
                 errors.append(exc)
 
         threads = [threading.Thread(target=run, args=(s,)) for s in ens.servers.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            ens.remove()
-            raise errors[0]
         try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
             ens.wait_quorum(timeout)
-        except ClusterError:
+        except BaseException:
+            for t in threads:  # a container a thread is still creating must exist before removal
+                if t.is_alive():
+                    t.join()
             ens.remove()
             raise
         return ens

@@ -33,8 +33,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from coordinator.node.process import CoordinatorNodes
+from core.errors import GroupshiftError
 from core.zk import connect
-from experiments.cluster import ZkEnsemble, ZkServer
+from experiments import analysis
+from experiments.cluster import ZkEnsemble, ZkServer, remove_labelled
 from experiments.worker import ProcessingLog
 from topics.store import TopicStore
 from zk_rebalance.events import read_events
@@ -67,9 +69,21 @@ class RunSettings:
     drain_timeout_s: float = 45.0
 
 
+class LabClosed(GroupshiftError):
+    """The run is stopping (interrupted, or closed after an error): nothing new is started."""
+
+
+LAB_LABEL = "groupshift.lab"  # every container of a Lab carries its tag, for the last sweep in `close`
+
+
 class Lab:
     """One experiment run's shared infrastructure: ZooKeeper (one server, a 3-node ensemble on
-    demand), a chroot per run, coordinator nodes per cluster, a data directory, the output tree."""
+    demand), a chroot per run, coordinator nodes per cluster, a data directory, the output tree.
+
+    It is the run's single cleanup path: every group (`GroupRun`), worker process and node process
+    is registered here when it starts, and `close` (also on Ctrl-C or SIGTERM turned into an
+    exception) first marks the lab as stopping — from then on nothing new starts, in any thread
+    (`LabClosed`) — then kills the workers, stops the nodes and removes the containers."""
 
     def __init__(self, out: Path, zk: str | None = None):
         self.out = Path(out)
@@ -80,21 +94,48 @@ class Lab:
         self._single: ZkServer | None = None
         self._ensemble: ZkEnsemble | None = None
         self._nodes: dict[str, CoordinatorNodes] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the clusters (held while one starts)
+        self._registry = threading.Lock()  # `stopping`, the groups, the node sets (held briefly)
+        self.stopping = threading.Event()
+        self.runs: list[GroupRun] = []
+        self._node_sets: list[CoordinatorNodes] = []
         self.closers: list = []
+
+    @property
+    def namespace(self) -> str:
+        """The chroot's name: it is in every worker's and node's command line (`--zk`)."""
+        return f"groupshift-exp-{self.tag}"
+
+    def check_open(self) -> None:
+        if self.stopping.is_set():
+            raise LabClosed("the experiment is stopping: nothing new is started")
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, but end at once (`LabClosed`) when the lab starts stopping."""
+        if self.stopping.wait(max(0.0, seconds)):
+            self.check_open()
 
     # -- clusters ------------------------------------------------------------------------------
     def single(self) -> ZkServer | None:
         with self._lock:
             if self.external_zk is None and self._single is None:
-                self._single = ZkServer.start_single()
+                self.check_open()
+                self._single = self._owned(ZkServer.start_single(labels={LAB_LABEL: self.tag}))
             return self._single
 
     def ensemble(self) -> ZkEnsemble:
         with self._lock:
             if self._ensemble is None:
-                self._ensemble = ZkEnsemble.start()
+                self.check_open()
+                self._ensemble = self._owned(ZkEnsemble.start(labels={LAB_LABEL: self.tag}))
             return self._ensemble
+
+    def _owned(self, cluster):
+        """A cluster that finished starting after `close` began is removed at once."""
+        if self.stopping.is_set():
+            cluster.remove()
+            self.check_open()
+        return cluster
 
     def zk_hosts(self, cluster: str = "single") -> str:
         if cluster == "ensemble":
@@ -114,20 +155,45 @@ class Lab:
         return host, int(port)
 
     def chroot(self, cluster: str = "single") -> str:
-        return f"{self.zk_hosts(cluster)}/groupshift-exp-{self.tag}"
+        return f"{self.zk_hosts(cluster)}/{self.namespace}"
 
     def nodes(self, cluster: str = "single", count: int = 2) -> CoordinatorNodes:
         with self._lock:
             nodes = self._nodes.get(cluster)
         if nodes is None:
+            self.check_open()
             zk = connect(self.chroot(cluster))
             zk.ensure_path("/")
             zk.stop()
             zk.close()
-            nodes = CoordinatorNodes(self.chroot(cluster), count=count, **NODE_OPTIONS).start()
+            nodes = self.start_nodes(self.chroot(cluster), count, **NODE_OPTIONS)
             with self._lock:
                 self._nodes[cluster] = nodes
         return nodes
+
+    def start_nodes(self, zk_connect: str, count: int, **options) -> CoordinatorNodes:
+        """Coordinator node processes registered with the lab (stopped by `close`)."""
+        nodes = CoordinatorNodes(zk_connect, count=count, **options)
+        with self._registry:
+            self.check_open()
+            self._node_sets.append(nodes)
+        nodes.start()
+        if self.stopping.is_set():  # close() began while they started: it may have missed some
+            nodes.close()
+            self.check_open()
+        return nodes
+
+    def restart_node(self, nodes: CoordinatorNodes, node_id: int, timeout: float = 30.0) -> None:
+        """Start a killed node again (same id), unless the lab is stopping."""
+        with self._registry:
+            self.check_open()
+            node = nodes.start_node(node_id, wait=False)
+        node.wait_listening(timeout)
+
+    def track(self, run: GroupRun) -> None:
+        with self._registry:
+            self.check_open()
+            self.runs.append(run)
 
     def coordinator_of(self, cluster: str = "single") -> int | None:
         """The node id leading shard 0, which coordinates every group (`shards=1`)."""
@@ -142,17 +208,26 @@ class Lab:
             zk.close()
 
     def close(self) -> None:
+        """Stop everything the run started, in order: groups (producers, worker processes),
+        coordinator nodes, containers; then the data directory. Safe to call twice, from any
+        thread; a second Ctrl-C meanwhile is the caller's to ignore (see cli/cmd_experiment.py)."""
+        with self._registry:
+            self.stopping.set()
+            runs, node_sets = list(self.runs), list(self._node_sets)
+        for run in runs:
+            run.close()
         for close in reversed(self.closers):
             try:
                 close()
             except Exception:
                 pass
-        for nodes in self._nodes.values():
+        for nodes in node_sets:
             nodes.close()
         if self._ensemble is not None:
             self._ensemble.remove()
         if self._single is not None:
             self._single.remove()
+        remove_labelled(LAB_LABEL, self.tag)  # one still starting in another thread, say
         shutil.rmtree(self.data, ignore_errors=True)
 
     def __enter__(self) -> Lab:
@@ -219,6 +294,10 @@ class GroupRun:
         self.procs: dict[str, subprocess.Popen] = {}
         self.t0 = time.monotonic()
         self._next = 0
+        self._tail = LogTail(self.logdir)
+        self._committed: dict[str, int] = {}
+        self._closed = False
+        lab.track(self)
 
     # -- members ---------------------------------------------------------------------------------
     def start(self, workers: int | None = None) -> None:
@@ -249,11 +328,21 @@ class GroupRun:
             cmd += ["--bootstrap", self.bootstrap]
         env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
         extra = {"group": CUT_GID} if cut_gid else {}
-        err = open(self.logdir / f"{member}.stderr", "ab")  # noqa: SIM115 - owned by the child
-        self.procs[member] = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, **extra
-        )
-        err.close()
+        with self.lab._registry:  # not once the lab is stopping: close() would miss it
+            self.lab.check_open()
+            err = open(self.logdir / f"{member}.stderr", "ab")  # noqa: SIM115 - owned by the child
+            try:
+                self.procs[member] = subprocess.Popen(
+                    cmd,
+                    cwd=REPO,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                    **extra,
+                )
+            finally:
+                err.close()
         self.driver.emit("spawned", victim=member, pid=self.procs[member].pid)
         return member
 
@@ -325,17 +414,19 @@ class GroupRun:
         quiet = self.settings.settle_quiet_s if quiet_s is None else quiet_s
         deadline = time.monotonic() + (timeout or self.settings.settle_timeout_s)
         while time.monotonic() < deadline:
-            events = self.events()
-            owners = self.holders(events)
-            last = max((e["t"] for e in events if e["ev"] in ("assigned", "revoked", "lost")), default=0.0)
-            if (
-                all(len(owners.get(tp, ())) == 1 for tp in self.partitions())
-                and self._all_joined(events)
-                and time.monotonic() - last >= quiet
-            ):
+            if self.settled(self.events(), quiet):
                 return True
-            time.sleep(0.2)
+            self.lab.sleep(0.2)
         return False
+
+    def settled(self, events: list[dict], quiet_s: float = 0.0) -> bool:
+        owners = self.holders(events)
+        last = max((e["t"] for e in events if e["ev"] in ("assigned", "revoked", "lost")), default=0.0)
+        return (
+            all(len(owners.get(tp, ())) == 1 for tp in self.partitions())
+            and self._all_joined(events)
+            and time.monotonic() - last >= quiet_s
+        )
 
     def _all_joined(self, events: list[dict]) -> bool:
         """Every live, unpaused member received an assignment (possibly empty) since it started."""
@@ -358,40 +449,56 @@ class GroupRun:
             f"{self.topic}-{p}": log.latest(_tp(self.topic, p)) for p in range(log.partitions(self.topic))
         }
 
-    def committed_ends(self, events: list[dict]) -> dict[str, int]:
-        best: dict[str, int] = {}
+    def committed_ends(self, events: list[dict] | None = None) -> dict[str, int]:
+        """The highest successful commit of each partition: from `events`, or (None) from the logs'
+        lines written since the last call (read incrementally: cheap to poll)."""
+        if events is None:
+            events, best = self._tail.read(), self._committed
+        else:
+            best = {}
         for e in events:
             if e["ev"] == "commit" and e.get("ok"):
                 for tp, o in e["offsets"].items():
                     best[tp] = max(best.get(tp, 0), o)
-        return best
+        return dict(best)
+
+    def stop_producing(self) -> dict[str, int]:
+        """Stop the producer; the log ends it left."""
+        self.producer.stopped.set()
+        if self.producer.is_alive():
+            self.producer.join()
+        if self.producer.error is not None:
+            raise self.producer.error
+        return self.ends()
 
     def finish(self) -> dict:
         """Stop producing, wait until every record is committed (or the drain timeout), stop the
         workers (SIGTERM, SIGKILL after 30 s). Returns the log ends and whether it drained."""
-        self.producer.stopped.set()
-        self.producer.join()
-        ends = self.ends()
+        ends = self.stop_producing()
         deadline = time.monotonic() + self.settings.drain_timeout_s
         drained = False
         while time.monotonic() < deadline:
-            got = self.committed_ends(self.events())
-            if all(got.get(tp, 0) >= end for tp, end in ends.items()):
+            if not analysis.behind(ends, self.committed_ends()):
                 drained = True
                 break
-            time.sleep(0.3)
+            self.lab.sleep(0.3)
         self.stop_all()
-        if self.producer.error is not None:
-            raise self.producer.error
         return {"ends": ends, "drained": drained}
 
-    def stop_all(self) -> None:
+    def signal_stop(self) -> None:
+        """SIGCONT then SIGTERM to every live member (a paused member cannot act on SIGTERM)."""
         for m in self.live():
-            self.procs[m].send_signal(signal.SIGCONT)  # a paused member cannot act on SIGTERM
+            self.procs[m].send_signal(signal.SIGCONT)
             self.procs[m].send_signal(signal.SIGTERM)
+
+    def stop_all(self, grace_s: float = 30.0, deadline: float | None = None) -> None:
+        """Stop every member: SIGTERM, SIGKILL to those still running after `grace_s` (or at
+        `deadline`, a monotonic time shared by several groups stopped together)."""
+        self.signal_stop()
+        deadline = deadline if deadline is not None else time.monotonic() + grace_s
         for m in list(self.procs):
             try:
-                self.procs[m].wait(30)
+                self.procs[m].wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.kill(m)
         self.admin.stop()
@@ -399,16 +506,52 @@ class GroupRun:
         self.driver.close()
 
     def close(self) -> None:
-        """Kill whatever still runs (after an error)."""
+        """Stop the producer and kill whatever still runs (after an error or an interruption);
+        reaps the killed processes. Safe to call again and from another thread."""
         self.producer.stopped.set()
-        for p in self.procs.values():
+        for p in list(self.procs.values()):
             if p.poll() is None:
-                p.kill()
+                p.send_signal(signal.SIGKILL)
+        for p in list(self.procs.values()):
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.admin.stop()
             self.admin.close()
         except Exception:
             pass
+
+
+class LogTail:
+    """The complete lines added to a run's processing logs since the last `read` (the member logs
+    and the driver's; not scheme one's ZooKeeper logs), as events in time order."""
+
+    def __init__(self, logdir: Path):
+        self.logdir = logdir
+        self.offsets: dict[Path, int] = {}
+
+    def read(self) -> list[dict]:
+        out = []
+        for path in self.logdir.glob("*.jsonl"):
+            if path.name.endswith(".zk.jsonl"):
+                continue
+            start = self.offsets.get(path, 0)
+            with open(path, "rb") as f:
+                f.seek(start)
+                data = f.read()
+            complete = data.rfind(b"\n") + 1  # a line being written is read next time
+            self.offsets[path] = start + complete
+            for line in data[:complete].splitlines():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return sorted(out, key=lambda e: e["t"])
 
 
 def _tp(topic: str, p: int):

@@ -94,9 +94,10 @@ FAULT_TABLES = {
         S2 (one generation, two owners): generation_conflicts; ZK requests: zk.requests;
         ZK watch notifications: zk.watch_notifications"""),
 }
-CHAOS_COLUMNS = _columns("""duration, s: duration_s; seed: seed; lost: lost;
-    duplicate committed: duplicate_committed; double-owner commits: double_owner_commits;
-    max owners at a commit: max_owners_at_commit; faults injected: faults""")
+CHAOS_COLUMNS = _columns("""duration, s: duration_s; seed: seed; records: records; lost: lost;
+    duplicate committed: duplicate_committed; partitions with two committing owners: two_owner_partitions;
+    double-owner commits: double_owner_commits; time to drain, s: time_to_drain_s;
+    partitions not drained: not_drained; members never recovered: unrecovered; faults injected: faults""")
 SCALE_TABLES = _columns("""time to stable (H5), ms: time_to_stable_ms; ZooKeeper requests (H3): zk_requests;
     watch notifications (H2): watch_notifications""")
 LARGEST_N = _columns("""H1 fan-out: fanout; H2 watch notifications: watch_notifications;
@@ -146,7 +147,7 @@ def _num(x: Any) -> float | None:
 
 
 def _fmt(x: Any, kind: str) -> str:
-    if isinstance(x, list | tuple):  # S2's partition lists: how many
+    if isinstance(x, list | tuple | dict):  # S2's partition lists, chaos's lagging partitions: how many
         return str(len(x))
     if x is None or isinstance(x, bool):
         return DASH if x is None else ("yes" if x else "no")
@@ -416,8 +417,42 @@ def _chaos_section(chaos: Any) -> list[str]:
         return ", ".join(f"{k} ×{n}" for k, n in kinds.most_common()) or None
 
     entries = {s: e if _problem(e) else {**e, "faults": faults(e.get("actions"))} for s, e in chaos.items()}
-    intro = "Random faults (kills, pauses, cut-offs) injected over a fixed duration from a fixed seed."
-    return [intro, *_schemes_section(entries, {"What they cost": CHAOS_COLUMNS})]
+    intro = (
+        "Random faults (joins, leaves, kills, pauses, coordinator and ZooKeeper restarts) injected over a "
+        "fixed duration from a fixed seed; then the producers stop, every fault is undone and the groups "
+        "drain until the drain timeout. *Time to drain*: from the end of the faults until every partition "
+        f"was committed to its log end ({DASH}: not within the timeout)."
+    )
+    return [intro, *_schemes_section(entries, {"What they cost": CHAOS_COLUMNS}), *_verdicts(entries)]
+
+
+def _verdicts(entries: dict[str, Any]) -> list[str]:
+    """Per scheme with figures: its verdict, the partitions that did not drain (how far behind) and the
+    members that never recovered."""
+    lines = []
+    for s in _ordered(entries):
+        e = entries[s]
+        if _problem(e):
+            continue
+        bad = [str(v) for v in e.get("verdict") or []]
+        judged = (
+            "reported, not judged"
+            if s.startswith("one")
+            else ("FAILED: " + "; ".join(bad) if bad else "held")
+        )
+        lines.append(f"- **{label(s)}**: {judged}.")
+        if lag := _dict(e.get("not_drained")):
+            within = (
+                f" within {_fmt(e.get('drain_timeout_s'), 's')} s" if _num(e.get("drain_timeout_s")) else ""
+            )
+            parts = ", ".join(
+                f"{tp} ({_fmt(n, 'count')} behind)" for tp, n in list(lag.items())[:MAX_PARTITIONS]
+            )
+            lines.append(f"  Not drained{within}: {parts}{' …' if len(lag) > MAX_PARTITIONS else ''}.")
+        if stuck := [m for m in e.get("unrecovered") or [] if isinstance(m, dict)]:
+            who = "; ".join(f"{m.get('member')}: {m.get('reason')}" for m in stuck[:MAX_PARTITIONS])
+            lines.append(f"  Never recovered: {who}{' …' if len(stuck) > MAX_PARTITIONS else ''}.")
+    return ["**Verdicts**\n\n" + "\n".join(lines)] if lines else []
 
 
 def _zk_server_line(zk: dict) -> str:

@@ -70,7 +70,9 @@ def _parallel(fn: Callable[[str], dict | None], schemes: list[str]) -> dict[str,
         except BaseException as exc:  # reported per scheme, the others go on
             errors[scheme] = exc
 
-    threads = [threading.Thread(target=target, args=(s,), name=f"exp-{s}") for s in schemes]
+    # daemon: an interrupted run's main thread cleans up and exits without waiting for them (the
+    # lab, stopping, makes whatever they start next fail at once)
+    threads = [threading.Thread(target=target, args=(s,), name=f"exp-{s}", daemon=True) for s in schemes]
     for t in threads:
         t.start()
     for t in threads:
@@ -79,12 +81,18 @@ def _parallel(fn: Callable[[str], dict | None], schemes: list[str]) -> dict[str,
 
 
 def measure(
-    run: GroupRun, since: float, finished: dict, victim: str | None = None, settle_by: float | None = None
+    run: GroupRun,
+    since: float,
+    finished: dict,
+    victim: str | None = None,
+    settle_by: float | None = None,
+    upto: dict[str, int] | None = None,
 ) -> dict:
-    """Every figure of one group's run from its logs: processing, ownership, scheme one's events."""
+    """Every figure of one group's run from its logs: processing, ownership, scheme one's events
+    (`upto`: see `analysis.summary`)."""
     events = run.events()
     until = max((e["t"] for e in events), default=since)
-    out = analysis.summary(events, finished["ends"], since=since, until=until, settle_by=settle_by)
+    out = analysis.summary(events, finished["ends"], since=since, until=until, settle_by=settle_by, upto=upto)
     out["drained"] = finished["drained"]
     if victim is not None:
         out["zombie"] = analysis.zombie(events, victim, since)
@@ -268,7 +276,6 @@ def coordinator_kill(ctx: Context) -> dict:
 def follower_partition(ctx: Context) -> dict:
     """Scheme one: its split brain reproduced (faithful and with sync_before_read). Coordinator
     schemes: the coordinator's ZooKeeper session is on the follower cut from its quorum."""
-    from coordinator.node.process import CoordinatorNodes
     from experiments.split_brain import split_brain
 
     ens = ctx.lab.ensemble()
@@ -295,7 +302,7 @@ def follower_partition(ctx: Context) -> dict:
         return results
     follower, leader = ens.followers()[0], ens.leader()
     chroot = f"/groupshift-exp-{ctx.lab.tag}-fp-{uuid.uuid4().hex[:4]}"
-    nodes = CoordinatorNodes(follower.connect_string + chroot, count=1, **NODE_OPTIONS).start()
+    nodes = ctx.lab.start_nodes(follower.connect_string + chroot, 1, **NODE_OPTIONS)
     try:
 
         def options(scheme: str) -> dict:

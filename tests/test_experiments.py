@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -143,6 +147,115 @@ def test_thirty_seconds_of_chaos_lose_nothing_under_schemes_two_and_three(tmp_pa
         assert f["verdict"] == [] and f["lost"] == 0 and f["duplicate_committed"] == 0, (name, f["verdict"])
 
 
+def _descendants(root: int) -> dict[int, str]:
+    """pid -> start time (field 22 of /proc/PID/stat) of every process below `root`."""
+    parents, starts = {}, {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            parents[int(entry.name)], starts[int(entry.name)] = int(fields[1]), fields[19]
+    found, frontier = {}, [root]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in found:
+                found[child] = starts[child]
+                frontier.append(child)
+    return found
+
+
+def _still_running(procs: dict[int, str]) -> list[int]:
+    alive = []
+    for pid, start in procs.items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if fields[19] == start and fields[0] != "Z":
+            alive.append(pid)
+    return alive
+
+
+def _with_marker(marker: str, pids: set[int] | None = None) -> list[str]:
+    """`pid: command line` of the processes (of `pids`, or any) whose command line holds `marker`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (pids is None or int(entry.name) in pids):
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                out.append(f"{entry.name}: {cmdline[:200]}")
+    return out
+
+
+def _docker(*args: str) -> list[str]:
+    return subprocess.run(["docker", *args, "-q"], capture_output=True, text=True, check=True).stdout.split()
+
+
+def _wait_for(condition, timeout: float, what: str, poll: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+@pytest.mark.parametrize(
+    "args, mid_run, sig",
+    [
+        (
+            ["chaos", "--scheme", "two,three-eager", "--duration", "2m", "--seed", "3"],
+            r"chaos t=",
+            signal.SIGTERM,
+        ),
+        (["run", "hard-kill", "--quick", "--scheme", "one,two"], r"hard-kill: settling", signal.SIGINT),
+    ],
+    ids=["chaos-sigterm", "run-sigint"],
+)
+def test_a_signal_mid_run_stops_every_process_and_container_it_started(tmp_path, args, mid_run, sig):
+    """Mid-run (members, coordinator nodes and containers up), SIGTERM or SIGINT makes the command
+    stop them all and exit with one line: no process it started runs on (by process tree and by the
+    run's namespace in their command lines), no container or network of it is left (its ZooKeeper
+    chroots lived there), and its data directory is gone."""
+    err = tmp_path / "stderr"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli", "experiment", *args, "--out", str(tmp_path / "out")],
+            cwd=REPO,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        _wait_for(lambda: re.search(mid_run, err.read_text()) or proc.poll() is not None, 300, mid_run)
+        assert proc.poll() is None, err.read_text()[-3000:]
+        started = _descendants(proc.pid)
+        owned = ("--filter", f"label=groupshift.owner-pid={proc.pid}")
+        assert len(started) >= 4 and _docker("ps", *owned), err.read_text()[-2000:]
+        cmdlines = " ".join(_with_marker("groupshift-exp-", pids=set(started)))
+        tags = set(re.findall(r"groupshift-exp-([0-9a-f]{6})", cmdlines))
+        assert len(tags) == 1, cmdlines  # the run's namespace, in its workers' and nodes' --zk
+        proc.send_signal(sig)
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = err.read_text().strip().splitlines()
+    assert code == 128 + sig, lines[-5:]
+    assert lines[-1].startswith(f"error: interrupted by {signal.Signals(sig).name}"), lines[-5:]
+    assert _still_running(started) == []
+    for tag in tags:
+        assert _with_marker(f"groupshift-exp-{tag}") == []
+        assert list(Path(tempfile.gettempdir()).glob(f"groupshift-exp-{tag}-*")) == []
+    assert _docker("ps", "-a", *owned) == [] and _docker("network", "ls", *owned) == []
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -151,6 +264,7 @@ def test_thirty_seconds_of_chaos_lose_nothing_under_schemes_two_and_three(tmp_pa
         (["chaos", "--scheme", "two", "--duration", "0s"], "between 1s and 1h"),
         (["chaos", "--scheme", "two", "--duration", "soon"], "is not a number"),
         (["chaos", "--scheme", "", "--duration", "5s"], "schemes are"),
+        (["chaos", "--scheme", "two", "--drain-timeout", "2h"], "--drain-timeout"),
     ],
 )
 def test_bad_input_is_one_line_and_creates_nothing(tmp_path, args, message):
