@@ -2,8 +2,9 @@
 
 Run on demand:  .venv/bin/python -m bench.topics [--records 1000000] [--dir /tmp/x]
 
-* produce: records/s for batches of 10k records with 100-byte values (Arrow tables in, one
-  segment per batch), to one partition and keyed over 8 partitions (Kafka's partitioner);
+* produce: records/s for batches of 10k records with 100-byte values (Arrow tables in, appended
+  to the active segment, rolled to Parquet every 100k records), to one partition and keyed over 8
+  partitions (Kafka's partitioner);
 * fetch: records/s through the pipelined `Fetcher` into Python — each poll hands out Arrow
   batches and the loop touches every record's offset and value length (vectorised), so all
   records really crossed into the caller; a second figure converts to Python objects;
@@ -188,7 +189,7 @@ def main() -> None:
             f"pyarrow {pa.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, root {root}"
         )
         for name, rate in bench_produce(root / "log", args.records).items():
-            note = "(target >= 500,000)" if name == "one partition" else "(8 segments per 10k batch)"
+            note = "(target >= 500,000)" if name == "one partition" else "(8 appends per 10k batch)"
             print(f"produce  {name:<40} {rate:>12,.0f} records/s   {note}")
         for mpr in (500, 10_000):
             for name, rate in bench_fetch(root / "log", args.records, mpr).items():

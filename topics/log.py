@@ -1,15 +1,19 @@
-"""The partitioned, offset-addressed log: produce, offsets, read and retention over Parquet segments.
+"""The partitioned, offset-addressed log: produce, offsets, read and retention over segments.
 
-Layout: `<root>/<topic>/partition=<p>/segment-<base:020d>.parquet` (see `topics.segment`). One
-writer per partition at a time holds `partition=<p>/.lock` (`flock`), so producers in different
-processes append consecutive, non-overlapping offsets. Readers take no lock: segments are
-immutable and published by rename.
+Layout: `<root>/<topic>/partition=<p>/segment-<base:020d>.parquet` (see `topics.segment`) and
+one active segment, `segment-<base:020d>.arrows` (see `topics.active`), that takes small appends
+and is rolled to Parquet by size and age (`segment_records`, `segment_bytes`, `segment_ms`, as
+Kafka's segment.bytes and segment.ms). One writer per partition at a time holds
+`partition=<p>/.lock` (`flock`), so producers in different processes append consecutive,
+non-overlapping offsets. Readers take no lock: Parquet segments are immutable and published by
+rename, and readers of the active segment stop at its last complete message. docs/topics.md
+gives the crash-safety argument.
 
     log = Log("/data/groupshift")
     log.create("clicks", partitions=3)
     log.produce("clicks", [(b"user-1", b"{...}"), (b"user-2", b"{...}")])   # keyed: murmur2
     log.produce("clicks", pa.table({"value": values}), partition=0)          # columnar, no per-record work
-    batch, next_offset = log.read(TopicPartition("clicks", 0), 0, 500)
+    batch, next_offset = log.read(TopicPartition("clicks", 0), 0, 500)     # across segments
     log.earliest(tp), log.latest(tp), log.offset_for_time(tp, ts_ms)
     log.retain("clicks", max_age=7 * 86400)
 
