@@ -2,15 +2,20 @@
 
 Run on demand:  .venv/bin/python -m bench.topics [--records 1000000] [--dir /tmp/x]
 
-* produce: records/s for batches of 10k records with 100-byte values (Arrow tables in, one
-  segment per batch), to one partition and keyed over 8 partitions (Kafka's partitioner);
+* produce: records/s for batches of 10k records with 100-byte values (Arrow tables in, appended
+  to the active segment, rolled to Parquet every 100k records), to one partition and keyed over 8
+  partitions (Kafka's partitioner);
 * fetch: records/s through the pipelined `Fetcher` into Python — each poll hands out Arrow
   batches and the loop touches every record's offset and value length (vectorised), so all
   records really crossed into the caller; a second figure converts to Python objects;
 * end offset: `Log.latest()` on a partition with 1,000 segments — cold (new Log: list the
-  directory, read the newest footer) and warm (cached).
+  directory, read the newest footer) and warm (cached);
+* small appends: 2,000 produce calls of 10 records (a small Arrow table, as the experiments'
+  producer sends, and Python tuples) against one 20,000-record call: write records/s, read-back
+  records/s through `Log.read` in a new Log, and the files the partition holds.
 
-Targets (issue 4): produce >= 500k records/s, fetch >= 1M records/s on one core.
+Targets (issue 4): produce >= 500k records/s, fetch >= 1M records/s on one core. Issue 27: small
+appends written at >= 100k records/s and read at >= 50 % of the one-batch read rate.
 """
 
 from __future__ import annotations
@@ -101,7 +106,7 @@ def bench_fetch(root: Path, total: int, max_poll_records: int) -> dict[str, floa
 
 
 def bench_end_offset(root: Path, segments: int = 1000) -> dict[str, float]:
-    log = Log(root, segment_records=10)
+    log = Log(root, segment_records=10)  # every 10-record produce fills a segment: Parquet
     log.create("many", 1)
     tp = TopicPartition("many", 0)
     one = pa.table({"value": [b"x" * VALUE] * 10})
@@ -126,6 +131,48 @@ def bench_end_offset(root: Path, segments: int = 1000) -> dict[str, float]:
     return {"cold (list + newest footer)": statistics.median(cold), "warm (cached)": warm}
 
 
+SMALL_CALLS = 2_000
+SMALL = 10
+READ_RECORDS = 5_000
+
+
+def bench_small_appends(root: Path) -> dict[str, tuple[float, float, int]]:
+    """{case: (write records/s, read records/s, files in the partition)}."""
+    rng = np.random.default_rng(2)
+    values = [rng.bytes(VALUE) for _ in range(SMALL)]
+    table = pa.table({"value": pa.array(values, pa.binary())})
+    tuples = [(b"user-%d" % i, v) for i, v in enumerate(values)]
+    total = SMALL_CALLS * SMALL
+    big = pa.table({"value": pa.array(values * SMALL_CALLS, pa.binary())})
+    out = {}
+    for name, calls, options in (
+        # A whole segment's worth goes straight to Parquet: the one-batch case the issue measured.
+        ("one call of 20,000, Parquet", [big], {"segment_records": total}),
+        ("one call of 20,000, active segment", [big], {}),
+        ("2,000 calls of 10, Arrow table", [table] * SMALL_CALLS, {}),
+        ("2,000 calls of 10, Python tuples", [tuples] * SMALL_CALLS, {}),
+    ):
+        log = Log(root, **options)
+        topic = f"small-{len(out)}"
+        log.create(topic, 1)
+        t = time.perf_counter()
+        for call in calls:
+            log.produce(topic, call, 0)
+        write = total / (time.perf_counter() - t)
+        tp = TopicPartition(topic, 0)
+        reader = Log(root)  # caches of its own: lists, parses and decodes everything
+        t = time.perf_counter()
+        n = offset = 0
+        while offset < total:
+            batch, offset = reader.read(tp, offset, READ_RECORDS)
+            n += batch.num_rows
+        read = n / (time.perf_counter() - t)
+        assert n == total and log.latest(tp) == total
+        files = sum(1 for f in os.listdir(log.partition_dir(tp)) if f.startswith("segment-"))
+        out[name] = (write, read, files)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -142,7 +189,7 @@ def main() -> None:
             f"pyarrow {pa.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, root {root}"
         )
         for name, rate in bench_produce(root / "log", args.records).items():
-            note = "(target >= 500,000)" if name == "one partition" else "(8 segments per 10k batch)"
+            note = "(target >= 500,000)" if name == "one partition" else "(8 appends per 10k batch)"
             print(f"produce  {name:<40} {rate:>12,.0f} records/s   {note}")
         for mpr in (500, 10_000):
             for name, rate in bench_fetch(root / "log", args.records, mpr).items():
@@ -152,6 +199,17 @@ def main() -> None:
                 print(f"fetch    {name:<40} {rate:>12,.0f} records/s   {note}")
         for name, secs in bench_end_offset(root / "ends").items():
             print(f"latest() 1,000 segments, {name:<24} {secs * 1e6:>10,.1f} µs")
+        small = bench_small_appends(root / "small")
+        parquet_read = small["one call of 20,000, Parquet"][1]
+        active_read = small["one call of 20,000, active segment"][1]
+        for name, (write, read, files) in small.items():
+            line = f"small    {name:<40} {write:>12,.0f} records/s written, {read:>11,.0f} read, {files} file"
+            if name.startswith("2,000"):
+                line += (
+                    f"   (write {write / 100_000:.1f}x the 100k target; read {read / parquet_read:.0%} of"
+                    f" the Parquet one-call rate, {read / active_read:.0%} of the active one-call rate)"
+                )
+            print(line)
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -50,19 +50,20 @@ def partitions_of(view: GroupView) -> list[TopicPartition]:
 
 def log_offsets(log: Log, tps: list[TopicPartition]) -> dict[TopicPartition, LogRange | None]:
     """Start and end offset of each partition's log; None where the log has no such partition."""
+    from topics.active import parse_active_name
     from topics.log import PARTITION_PREFIX
     from topics.segment import parse_segment_name
 
     out: dict[TopicPartition, LogRange | None] = {}
     for tp in tps:
-        # one listing per partition; only a partition with segments needs the log (newest footer)
+        # one listing per partition; only a partition with segments (Parquet or active) needs the log
         try:
             names = os.listdir(log.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}")
         except (FileNotFoundError, NotADirectoryError):
             out[tp] = None
             continue
-        bases = [b for b in map(parse_segment_name, names) if b is not None]
-        if not bases:
+        segments = [n for n in names if parse_segment_name(n) is not None or parse_active_name(n) is not None]
+        if not segments:
             out[tp] = LogRange(0, 0)
             continue
         try:

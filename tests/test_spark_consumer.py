@@ -146,7 +146,7 @@ def test_a_range_reads_only_its_segments_partition_and_row_groups(spark, tmp_pat
     from pipeline.spark import read_ranges
     from topics.log import Log
 
-    log = Log(tmp_path / "log")
+    log = Log(tmp_path / "log", segment_records=50_000)  # a whole segment's worth: Parquet
     log.create("t", 2)
     for p in range(2):
         log.produce("t", [(b"k", b"v")] * 50_000, partition=p)  # a segment of two row groups
@@ -164,6 +164,28 @@ def test_a_range_reads_only_its_segments_partition_and_row_groups(spark, tmp_pat
     metrics = {k: scan.metrics().get(k).get().value() for k in ("numFiles", "numOutputRows")}
     # One file of the four (picked by name), one row group of its two (skipped by statistics).
     assert metrics == {"numFiles": 1, "numOutputRows": 25_000}, metrics
+
+
+def test_a_range_reaching_into_the_active_segment_reads_it_too(spark, tmp_path):
+    from pipeline.spark import read_ranges, segment_files
+    from topics.log import Log
+
+    log = Log(tmp_path / "log", segment_records=1000)
+    log.create("t", 2)
+    for p in range(2):
+        log.produce("t", [(b"k", b"v%d" % i) for i in range(1000)], partition=p)  # Parquet 0..999
+        for i in range(1000, 1050, 10):  # small appends: the active segment at 1000
+            log.produce("t", [(b"k", b"v%d" % j) for j in range(i, i + 10)], partition=p)
+    assert [s.path.suffix for s in log.segments(_tp(0))] == [".parquet", ".arrows"]
+    assert [f.name for f in segment_files(log.root / "t", 0, 990, 1050)] == [
+        "segment-00000000000000000000.parquet"
+    ]
+    assert segment_files(log.root / "t", 0, 1000, 1050) == []
+    df = read_ranges(spark, log.root / "t", {0: (990, 1045), 1: (1010, 1020)})
+    rows = df.select("partition", "offset", "value").collect()
+    assert sorted((r.partition, r.offset, bytes(r.value)) for r in rows) == [
+        (p, o, b"v%d" % o) for p, (s, e) in ((0, (990, 1045)), (1, (1010, 1020))) for o in range(s, e)
+    ]
 
 
 def _tp(p: int):

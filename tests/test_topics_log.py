@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from core.errors import UnknownTopic
+from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
+from topics.active import SCHEMA_MESSAGE
 from topics.errors import CorruptSegment, InvalidTopic, OffsetOutOfRange, TopicAlreadyExists, UnknownPartition
 from topics.log import Log, ProduceResult
 from topics.partitioner import DefaultPartitioner, murmur2, murmur2_batch, to_positive
@@ -88,24 +89,21 @@ def test_produce_arrow_table_to_a_partition_segments_and_row_groups(log, tmp_pat
     assert log.produce("t", [b"x"], partition=1) == [ProduceResult(1, 2500, 1)]
     tp = TopicPartition("t", 1)
     names = sorted(os.listdir(log.partition_dir(tp)))
+    # Whole segments' worth go straight to Parquet; the rest and small appends to the active segment.
     assert [n for n in names if n.startswith("segment-")] == [
         "segment-00000000000000000000.parquet",
         "segment-00000000000000001000.parquet",
-        "segment-00000000000000002000.parquet",
-        "segment-00000000000000002500.parquet",
+        "segment-00000000000000002000.arrows",
     ]
     assert not [n for n in names if n.endswith(".tmp")]
-    assert [(s.base, s.end) for s in log.segments(tp)] == [
-        (0, 1000),
-        (1000, 2000),
-        (2000, 2500),
-        (2500, 2501),
-    ]
-    # Reads stop at row-group boundaries; following next_offset covers everything once.
+    assert [(s.base, s.end) for s in log.segments(tp)] == [(0, 1000), (1000, 2000), (2000, 2501)]
+    assert log.segments(tp)[1].row_group_bases == (1000, 1300, 1600, 1900)
+    # Reads return max_records across row-group and segment boundaries; following next_offset
+    # covers everything once.
     got, off = [], 0
     while off < log.latest(tp):
         batch, off = log.read(tp, off, 700)
-        assert 0 < batch.num_rows <= 700
+        assert batch.num_rows == min(700, 2501 - (off - batch.num_rows)) and batch.schema == SCHEMA
         got += batch.column("value").to_pylist()
     assert got == [f"v{i}".encode() for i in range(2500)] + [b"x"]
     # The segment is plain Parquet with the documented schema.
@@ -170,7 +168,7 @@ def test_a_reader_sees_retention_done_by_another_process(log):
     log.create("t", 1)
     tp = TopicPartition("t", 0)
     for _ in range(3):
-        log.produce("t", [b"x"], partition=0)
+        Log(log.root, segment_records=1).produce("t", [b"x"], partition=0)  # a segment each
     assert log.read(tp, 0, 1).next_offset == 1
     Log(log.root).retain("t", max_segments=1)
     with pytest.raises(OffsetOutOfRange):
@@ -182,9 +180,11 @@ def test_a_reader_sees_retention_done_by_another_process(log):
 def test_corrupt_or_truncated_segment_is_an_error_naming_the_file(log, damage):
     log.create("t", 1)
     tp = TopicPartition("t", 0)
-    log.produce("t", [b"a"] * 10, partition=0)
-    log.produce("t", [b"b"] * 10, partition=0)
+    writer = Log(log.root, segment_records=10)  # two full Parquet segments
+    writer.produce("t", [b"a"] * 10, partition=0)
+    writer.produce("t", [b"b"] * 10, partition=0)
     path = log.segments(tp)[1].path
+    assert path.suffix == ".parquet"
     data = path.read_bytes()
     if damage == "truncate":
         path.write_bytes(data[: len(data) // 2])
@@ -203,7 +203,7 @@ def test_corrupt_or_truncated_segment_is_an_error_naming_the_file(log, damage):
 def test_segment_whose_name_lies_is_corrupt(log):
     log.create("t", 1)
     tp = TopicPartition("t", 0)
-    log.produce("t", [b"a"] * 3, partition=0)
+    Log(log.root, segment_records=3).produce("t", [b"a"] * 3, partition=0)
     seg = log.segments(tp)[0].path
     os.rename(seg, seg.with_name("segment-00000000000000000007.parquet"))
     with pytest.raises(CorruptSegment, match="base offset 7"):
@@ -257,18 +257,19 @@ def test_two_producer_processes_write_contiguous_non_overlapping_offsets(log, tm
     go.touch()  # both are ready: they now produce at the same time
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     tp = TopicPartition("t", 0)
-    segments = [pq.read_table(s.path) for s in log.segments(tp)]
-    batch = pa.concat_tables(segments)
+    batch = log.read(tp, 0, 10_000).batch
     assert batch.column("offset").to_pylist() == list(range(2 * n * 7))
-    # Each segment (one produce call) is one writer's seven records in order; none interleave.
+    # Each produce call's seven records are one writer's, consecutive and in order; none interleave.
+    keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
     writers = []
-    for seg in segments:
-        keys = seg.column("key").to_pylist()
-        assert len(keys) == 7 and len(set(keys)) == 1
-        writers.append(keys[0])
+    for i in range(0, len(keys), 7):
+        assert len(set(keys[i : i + 7])) == 1
+        w = keys[i].decode()
+        call = int(values[i].split(b"-")[1])
+        assert values[i : i + 7] == [f"{w}-{call}-{j}".encode() for j in range(7)]
+        writers.append(w)
     assert sum(a != b for a, b in zip(writers, writers[1:], strict=False)) >= 3  # they really raced
-    values = set(batch.column("value").to_pylist())
-    assert values == {f"{w}-{i}-{j}".encode() for w in "AB" for i in range(n) for j in range(7)}
+    assert set(values) == {f"{w}-{i}-{j}".encode() for w in "AB" for i in range(n) for j in range(7)}
 
 
 def test_a_topic_deleted_and_recreated_elsewhere_is_not_served_from_cache(log):
@@ -282,3 +283,183 @@ def test_a_topic_deleted_and_recreated_elsewhere_is_not_served_from_cache(log):
     other.produce("t", [b"new"] * 2, partition=0)
     assert log.latest(tp) == 2
     assert log.read(tp, 0, 10).batch.column("value").to_pylist() == [b"new", b"new"]
+
+
+# -- the active segment: small appends, rolls, torn tails, crashes ---------------------------------
+
+
+def _files(log: Log, tp: TopicPartition) -> list[str]:
+    return sorted(n for n in os.listdir(log.partition_dir(tp)) if n.startswith("segment-"))
+
+
+def _values(log: Log, tp: TopicPartition) -> list[bytes]:
+    out, off = [], log.earliest(tp)
+    while off < log.latest(tp):
+        batch, off = log.read(tp, off, 1_000_000)
+        out += batch.column("value").to_pylist()
+    return out
+
+
+def test_small_appends_share_one_active_segment_that_rolls_by_records(tmp_path):
+    log = Log(tmp_path / "data", segment_records=25)
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    for i in range(6):
+        assert log.produce("t", [b"%d" % (10 * i + j) for j in range(10)], partition=0) == [
+            ProduceResult(0, 10 * i, 10)
+        ]
+    # 60 records: two full segments (25 each, rolled to Parquet as they filled) and 10 in the active one.
+    assert _files(log, tp) == [
+        "segment-00000000000000000000.parquet",
+        "segment-00000000000000000025.parquet",
+        "segment-00000000000000000050.arrows",
+    ]
+    assert [(s.base, s.end) for s in log.segments(tp)] == [(0, 25), (25, 50), (50, 60)]
+    assert pq.read_table(log.segments(tp)[1].path).column("offset").to_pylist() == list(range(25, 50))
+    assert _values(log, tp) == [b"%d" % i for i in range(60)]
+    assert _values(Log(log.root), tp) == [b"%d" % i for i in range(60)]
+
+
+def test_the_active_segment_rolls_by_bytes(tmp_path):
+    log = Log(tmp_path / "data", segment_bytes=8192)
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    for _ in range(20):
+        log.produce("t", [b"x" * 1000], partition=0)  # ~1.3 kB a message
+    files = _files(log, tp)
+    assert 3 <= len(files) <= 5 and files[-1].endswith(".arrows")
+    for info in log.segments(tp)[:-1]:
+        assert 5 <= info.count <= 6  # as many as fit in 8 kB of the active file, then a roll
+    assert (log.segments(tp)[-1].path.stat().st_size) <= 8192
+    assert log.latest(tp) == 20 and len(_values(Log(log.root), tp)) == 20
+
+
+def test_the_active_segment_rolls_by_age_of_its_records(tmp_path):
+    log = Log(tmp_path / "data", segment_ms=60_000)
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    t0 = 1_700_000_000_000
+    for dt in (0, 10_000, 60_000):  # within a minute of the oldest record: one segment
+        log.produce("t", [(None, b"a", t0 + dt)], partition=0)
+    assert _files(log, tp) == ["segment-00000000000000000000.arrows"]
+    log.produce("t", [(None, b"b", t0 + 60_001)], partition=0)  # older than segment_ms: roll first
+    assert _files(log, tp) == ["segment-00000000000000000000.parquet", "segment-00000000000000000003.arrows"]
+    log.produce("t", [(None, b"c", t0 + 90_000)], partition=0)
+    assert [(s.base, s.end) for s in log.segments(tp)] == [(0, 3), (3, 5)]
+
+
+def test_a_read_returns_max_records_across_segments(tmp_path):
+    log = Log(tmp_path / "data", segment_records=100, row_group_records=30)
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    log.produce("t", [b"%d" % i for i in range(250)], partition=0)  # Parquet 0, 100; active 200
+    for i in range(250, 300, 5):
+        log.produce("t", [b"%d" % j for j in range(i, i + 5)], partition=0)
+    assert [(s.base, s.end) for s in log.segments(tp)] == [(0, 100), (100, 200), (200, 300)]
+    for start, n in ((0, 300), (95, 200), (190, 37), (299, 10), (250, 3)):
+        batch, nxt = Log(log.root).read(tp, start, n)
+        want = list(range(start, min(start + n, 300)))
+        assert batch.column("offset").to_pylist() == want and nxt == start + len(want)
+        assert batch.column("value").to_pylist() == [b"%d" % i for i in want]
+
+
+def test_another_log_sees_each_append_at_once(log):
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    reader = Log(log.root)
+    assert reader.read(tp, 0, 10).batch.num_rows == 0
+    for i in range(30):
+        log.produce("t", [b"v%d" % i], partition=0)
+        batch, nxt = reader.read(tp, i, 10)
+        assert (batch.column("value").to_pylist(), nxt) == ([b"v%d" % i], i + 1)
+        assert reader.latest(tp) == i + 1
+
+
+def test_a_torn_tail_is_ignored_by_readers_and_repaired_by_the_next_writer(log):
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    log.produce("t", [b"a", b"b"], partition=0)
+    log.produce("t", [b"c"], partition=0)
+    path = log.segments(tp)[-1].path
+    whole = path.read_bytes()
+    Log(log.root).produce("t", [b"d", b"e"], partition=0)  # a writer the test then "kills" mid-write
+    message = path.read_bytes()[len(whole) :]
+    for cut in (1, 7, 8, 100, len(message) - 1):  # a writer killed mid-write leaves a prefix of its message
+        path.write_bytes(whole + message[:cut])
+        for reader in (log, Log(log.root)):
+            assert reader.latest(tp) == 3 and _values(reader, tp) == [b"a", b"b", b"c"]
+    # The next writer (another process's Log: nothing cached) truncates the tail and appends at 3.
+    assert Log(log.root).produce("t", [b"f"], partition=0) == [ProduceResult(0, 3, 1)]
+    for reader in (log, Log(log.root)):
+        assert _values(reader, tp) == [b"a", b"b", b"c", b"f"]
+    assert log.produce("t", [b"g"], partition=0) == [ProduceResult(0, 4, 1)]  # its cache was stale
+    assert _values(Log(log.root), tp) == [b"a", b"b", b"c", b"f", b"g"]
+
+
+def test_a_damaged_active_segment_is_corrupt_naming_the_file(log):
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    log.produce("t", [b"a"], partition=0)
+    log.produce("t", [b"b"], partition=0)
+    path = log.segments(tp)[-1].path
+    data = bytearray(path.read_bytes())
+    second = len(data) - (len(data) - len(SCHEMA_MESSAGE)) // 2  # two messages of the same size
+    data[second : second + 4] = b"\x00\x01\x02\x03"  # not the continuation marker
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptSegment) as e:
+        _values(Log(log.root), tp)
+    assert str(path) in str(e.value)
+
+
+def test_a_crash_between_rolls_rename_and_unlink_loses_and_repeats_nothing(tmp_path):
+    log = Log(tmp_path / "data", segment_records=4)
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    log.produce("t", [b"a", b"b", b"c"], partition=0)
+    active = log.segments(tp)[-1].path
+    saved = active.read_bytes()
+    log.produce("t", [b"d"], partition=0)  # fills the segment: rolled to Parquet, active file removed
+    assert _files(log, tp) == ["segment-00000000000000000000.parquet"]
+    # The state a roll that died after its rename leaves: the Parquet segment and the active file
+    # (which holds what the Parquet segment holds, or a prefix of it: here the first three).
+    active.write_bytes(saved)
+    for reader in (log, Log(log.root)):
+        assert [(s.base, s.end) for s in reader.segments(tp)] == [(0, 4)]  # the Parquet one counts
+        assert _values(reader, tp) == [b"a", b"b", b"c", b"d"]
+    assert Log(log.root, segment_records=4).produce("t", [b"e"], partition=0) == [ProduceResult(0, 4, 1)]
+    assert _files(log, tp) == ["segment-00000000000000000000.parquet", "segment-00000000000000000004.arrows"]
+    assert _values(log, tp) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_retention_and_offset_for_time_count_the_active_segment(tmp_path):
+    log = Log(tmp_path / "data", segment_ms=3_600_000)
+    log.create("t", 1)
+    tp = TopicPartition("t", 0)
+    day, now = 86_400_000, 1_700_000_000_000
+    for i in range(4):  # a day apart: each append rolls the previous one (segment.ms is an hour)
+        log.produce("t", [(None, b"%d" % i, now - (3 - i) * day)], partition=0)
+    log.produce("t", [(None, b"4", now + 1000)], partition=0)  # joins the active segment
+    assert [(s.base, s.end) for s in log.segments(tp)] == [(0, 1), (1, 2), (2, 3), (3, 5)]
+    assert log.offset_for_time(tp, now - day + 1) == (3, now)
+    assert log.offset_for_time(tp, now + 1) == (4, now + 1000)
+    assert log.offset_for_time(tp, now + 1001) is None
+    assert log.retain("t", max_age=0, now=now + day) == {tp: 3}  # the active segment always stays
+    assert _values(log, tp) == [b"3", b"4"] and log.latest(tp) == 5
+    assert Log(log.root).retain("t", max_segments=1) == {tp: 3}
+    assert log.produce("t", [(None, b"5", now + 2000)], partition=0) == [ProduceResult(0, 5, 1)]
+    assert _values(log, tp) == [b"3", b"4", b"5"]
+
+
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("segment_records", 0),
+        ("segment_bytes", 100),
+        ("segment_bytes", 2**40),
+        ("segment_ms", 0),
+        ("segment_ms", 1.5),
+    ],
+)
+def test_roll_settings_out_of_bounds_are_refused(tmp_path, option, value):
+    with pytest.raises(GroupshiftError, match=option):
+        Log(tmp_path, **{option: value})

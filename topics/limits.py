@@ -20,3 +20,9 @@ MAX_OFFSET = 2**63 - 1  # Kafka offsets are int64
 MAX_RETAIN_SEGMENTS = 2**31 - 1  # retain --max-segments (at least 1: the newest is always kept)
 MAX_RETAIN_BYTES = 2**63 - 1  # retain --max-bytes
 MAX_RETAIN_AGE_S = 100 * 365 * 86400.0  # retain --max-age: a century, in seconds
+# When the log rolls its active segment (Log(segment_records=, segment_bytes=, segment_ms=)):
+# readers keep an active segment in memory, so its size is bounded well below Kafka's 1 GiB.
+MAX_SEGMENT_RECORDS = 10_000_000  # records per segment (Kafka's offset index bounds it too)
+MIN_SEGMENT_BYTES = 4096  # an active segment's file (Kafka's segment.bytes)
+MAX_SEGMENT_BYTES = 1 << 30
+MAX_SEGMENT_MS = 7 * 86_400_000  # age of an active segment's oldest record (Kafka's segment.ms default)

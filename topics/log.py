@@ -1,15 +1,19 @@
-"""The partitioned, offset-addressed log: produce, offsets, read and retention over Parquet segments.
+"""The partitioned, offset-addressed log: produce, offsets, read and retention over segments.
 
-Layout: `<root>/<topic>/partition=<p>/segment-<base:020d>.parquet` (see `topics.segment`). One
-writer per partition at a time holds `partition=<p>/.lock` (`flock`), so producers in different
-processes append consecutive, non-overlapping offsets. Readers take no lock: segments are
-immutable and published by rename.
+Layout: `<root>/<topic>/partition=<p>/segment-<base:020d>.parquet` (see `topics.segment`) and
+one active segment, `segment-<base:020d>.arrows` (see `topics.active`), that takes small appends
+and is rolled to Parquet by size and age (`segment_records`, `segment_bytes`, `segment_ms`, as
+Kafka's segment.bytes and segment.ms). One writer per partition at a time holds
+`partition=<p>/.lock` (`flock`), so producers in different processes append consecutive,
+non-overlapping offsets. Readers take no lock: Parquet segments are immutable and published by
+rename, and readers of the active segment stop at its last complete message. docs/topics.md
+gives the crash-safety argument.
 
     log = Log("/data/groupshift")
     log.create("clicks", partitions=3)
     log.produce("clicks", [(b"user-1", b"{...}"), (b"user-2", b"{...}")])   # keyed: murmur2
     log.produce("clicks", pa.table({"value": values}), partition=0)          # columnar, no per-record work
-    batch, next_offset = log.read(TopicPartition("clicks", 0), 0, 500)
+    batch, next_offset = log.read(TopicPartition("clicks", 0), 0, 500)     # across segments
     log.earliest(tp), log.latest(tp), log.offset_for_time(tp, ts_ms)
     log.retain("clicks", max_age=7 * 86400)
 
@@ -38,6 +42,7 @@ import pyarrow as pa
 
 from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
+from topics.active import ACTIVE_SUFFIX, ActiveSegment, active_name, parse_active_name
 from topics.arrow import (
     TIMESTAMP_US,
     binary_array,
@@ -49,7 +54,15 @@ from topics.arrow import (
     timestamps_from_millis,
 )
 from topics.errors import InvalidPartitions, OffsetOutOfRange, TopicAlreadyExists, UnknownPartition
-from topics.limits import MAX_RETAIN_AGE_S, MAX_RETAIN_BYTES, MAX_RETAIN_SEGMENTS
+from topics.limits import (
+    MAX_RETAIN_AGE_S,
+    MAX_RETAIN_BYTES,
+    MAX_RETAIN_SEGMENTS,
+    MAX_SEGMENT_BYTES,
+    MAX_SEGMENT_MS,
+    MAX_SEGMENT_RECORDS,
+    MIN_SEGMENT_BYTES,
+)
 from topics.partitioner import DefaultPartitioner
 from topics.registry import check_partitions, validate_topic_name
 from topics.root import default_root
@@ -71,6 +84,8 @@ TOPIC_ID_NAME = ".topic-id"
 # tick would otherwise look like one.
 _RACY_NS = 1_000_000_000
 _TS_TYPE = TIMESTAMP_US
+# A read concatenates at most this many slices (row groups, active-segment chunks).
+_MAX_READ_PIECES = 4096
 
 
 class ProduceResult(NamedTuple):
@@ -102,7 +117,21 @@ class _Listing(NamedTuple):
     bases: list[int]
     names: list[str]
     inodes: list[int]
-    tmp: list[str]  # hidden temporary files (a writer is busy, or died holding the lock)
+    stale: list[str]  # hidden temporary files, active files already rolled (a writer died)
+
+
+class _Writer:
+    """What the partition's writer knows between produce calls, valid while the lock file's token
+    is the one it saw: the active segment (None: the next append starts one) or the log end."""
+
+    __slots__ = ("token", "directory", "active", "parquet_end")
+
+    def __init__(self, token: bytes, directory: str, active: ActiveSegment | None, parquet_end: int):
+        self.token, self.directory, self.active, self.parquet_end = token, directory, active, parquet_end
+
+    @property
+    def end(self) -> int:
+        return self.active.end if self.active is not None else self.parquet_end
 
 
 class Log:
@@ -113,19 +142,27 @@ class Log:
         root: str | os.PathLike[str] | None = None,
         *,
         segment_records: int = 100_000,
+        segment_bytes: int = 32 << 20,
+        segment_ms: int = 3_600_000,
         row_group_records: int = 25_000,
         cache_bytes: int = 256 << 20,
         fsync: bool = False,
         partitioner: DefaultPartitioner | None = None,
     ):
+        _check_roll(segment_records, segment_bytes, segment_ms)
         self.root = Path(root) if root is not None else default_root()
         self.segment_records = segment_records
+        self.segment_bytes = segment_bytes
+        self.segment_ms = segment_ms
         self.row_group_records = row_group_records
         self.fsync = fsync
         self.partitioner = partitioner or DefaultPartitioner()
         self._lock = threading.RLock()
         self._listings: dict[TopicPartition, _Listing] = {}
         self._infos: dict[tuple[str, int], SegmentInfo] = {}
+        self._actives: dict[tuple[str, int], ActiveSegment] = {}
+        self._writers: dict[TopicPartition, _Writer] = {}
+        self._counts: dict[str, tuple[int, int, int]] = {}  # topic -> (dir mtime, listed at, partitions)
         self._batches: OrderedDict[tuple[str, int, int], pa.RecordBatch] = OrderedDict()
         self._cache_bytes = cache_bytes
         self._cached_bytes = 0
@@ -203,6 +240,8 @@ class Log:
         with self._lock:
             for tp in [tp for tp in self._listings if tp.topic == topic]:
                 del self._listings[tp]
+            for tp in [tp for tp in self._writers if tp.topic == topic]:
+                del self._writers[tp]
 
     def topics(self) -> list[str]:
         """Topics under the root, sorted."""
@@ -251,11 +290,13 @@ class Log:
         n = table.num_rows
         if n == 0:
             return []
-        num_partitions = self.partitions(topic)
         if partition is not None:
-            if not 0 <= partition < num_partitions:
-                raise UnknownPartition(TopicPartition(topic, partition), num_partitions)
-            return [self._append(TopicPartition(topic, partition), table)]
+            validate_topic_name(topic)  # a name is never a path
+            tp = TopicPartition(topic, partition)
+            if not 0 <= partition:
+                raise UnknownPartition(tp, self.partitions(topic))
+            return [self._append(tp, table)]
+        num_partitions = self._partition_count(topic)
         parts = self.partitioner.partition_batch(table.column("key"), num_partitions, n)
         order = np.argsort(parts, kind="stable")
         sorted_parts = parts[order]
@@ -266,26 +307,165 @@ class Log:
             results.append(self._append(TopicPartition(topic, int(p)), table.slice(lo, hi - lo)))
         return results
 
+    def _partition_count(self, topic: str) -> int:
+        """`partitions(topic)`, cached while the topic directory's mtime is unchanged (and old enough)."""
+        path = self._topic_dir(topic)
+        mtime = os.stat(path).st_mtime_ns
+        with self._lock:
+            cached = self._counts.get(topic)
+        if cached and cached[0] == mtime and cached[1] - mtime > _RACY_NS:
+            return cached[2]
+        listed_at = time.time_ns()
+        count = self.partitions(topic)
+        with self._lock:
+            self._counts[topic] = (mtime, listed_at, count)
+        return count
+
     def _append(self, tp: TopicPartition, table: pa.Table) -> ProduceResult:
-        directory = self.partition_dir(tp)
-        with _PartitionLock(directory):
-            lst = self._listing(tp, fresh=True)
-            for name in lst.tmp:  # we hold the lock, so their writer died
+        """Append under the partition lock: small batches to the active segment, rolled by size and
+        age; whole segments' worth into an empty active segment go straight to Parquet."""
+        directory = f"{self.root}{os.sep}{tp.topic}{os.sep}{PARTITION_PREFIX}{tp.partition}"
+        try:
+            lock = _PartitionLock(directory).__enter__()
+        except FileNotFoundError:
+            self.partition_dir(tp)  # raises UnknownTopic / UnknownPartition
+            raise
+        try:
+            w = self._writer(tp, lock)
+            base, n, pos = w.end, table.num_rows, 0
+            while pos < n:
+                a = w.active
+                have = a.count if a is not None else 0
+                if have == 0 and n - pos >= self.segment_records:
+                    if a is not None:
+                        self._roll(w, lock)  # an empty active file: removed
+                    self._write_parquet(w, lock, table.slice(pos, self.segment_records))
+                    pos += self.segment_records
+                    continue
+                chunk = table.slice(pos, min(n - pos, self.segment_records - have))
+                batch = _segment_batch(chunk, w.end)
+                message = batch.serialize()
+                if have and (a.parsed + message.size > self.segment_bytes or self._too_old(a, batch)):
+                    self._roll(w, lock)
+                    continue
+                self._write_active(w, lock, batch, message)
+                pos += chunk.num_rows
+                a = w.active
+                if a.count >= self.segment_records or a.parsed >= self.segment_bytes:
+                    self._roll(w, lock)
+        finally:
+            lock.__exit__()
+        return ProduceResult(tp.partition, base, n)
+
+    def _too_old(self, active: ActiveSegment, batch: pa.RecordBatch) -> bool:
+        """Kafka's segment.ms: the batch's newest record is more than `segment_ms` younger than the
+        active segment's oldest record."""
+        newest = int(int64_values(batch.column(3)).max())
+        return newest - active.min_timestamp > self.segment_ms * 1000
+
+    def _writer(self, tp: TopicPartition, lock: _PartitionLock) -> _Writer:
+        """The writer's view of the partition, revalidated (we hold the lock): rebuilt from a fresh
+        listing when the lock file's token changed, and the active file read up to date (another
+        process may have appended) with a torn tail (a writer died mid-append) truncated."""
+        token = lock.token()
+        with self._lock:
+            w = self._writers.get(tp)
+        if w is None or not token or w.token != token:
+            w = self._rebuild_writer(tp, lock, token)
+        a = w.active
+        if a is not None:
+            try:
+                fd = os.open(a.path, os.O_RDWR)
+            except FileNotFoundError:  # removed by a hand other than a writer's: start over
+                with self._lock:
+                    self._writers.pop(tp, None)
+                return self._rebuild_writer(tp, lock, b"")
+            try:
+                st = os.fstat(fd)
+                if st.st_ino != a.inode:
+                    with self._lock:
+                        self._writers.pop(tp, None)
+                    return self._rebuild_writer(tp, lock, b"")
+                if st.st_size > a.parsed:
+                    a.refresh(fd, st.st_size)
+                    if st.st_size > a.parsed:
+                        os.ftruncate(fd, a.parsed)  # the incomplete message of a writer that died
+            finally:
+                os.close(fd)
+        return w
+
+    def _rebuild_writer(self, tp: TopicPartition, lock: _PartitionLock, token: bytes) -> _Writer:
+        lst = self._listing(tp, fresh=True)
+        directory = self.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}"
+        if lst.stale or not token:
+            token = lock.bump()
+            for name in lst.stale:  # we hold the lock, so their writer died
                 os.unlink(directory / name)
-            base = end = self._info(tp, lst, len(lst.bases) - 1).end if lst.bases else 0
-            for start in range(0, table.num_rows, self.segment_records):
-                chunk = table.slice(start, self.segment_records)
-                offsets = int64_array(np.arange(end, end + chunk.num_rows, dtype=np.int64))
-                seg = pa.Table.from_arrays(
-                    [offsets, chunk.column("key"), chunk.column("value"), chunk.column("timestamp")],
-                    schema=SCHEMA,
-                )
-                path = write_segment(
-                    directory, end, seg, row_group_records=self.row_group_records, fsync=self.fsync
-                )
-                self._remember(path, end, seg)
-                end += chunk.num_rows
-        return ProduceResult(tp.partition, base, table.num_rows)
+        active, end = None, 0
+        if lst.bases:
+            if lst.names[-1].endswith(ACTIVE_SUFFIX):
+                active = self._active(directory / lst.names[-1], lst.inodes[-1], lst.bases[-1])
+            else:
+                end = self._info(tp, lst, len(lst.bases) - 1).end
+        w = _Writer(token, str(directory), active, end)
+        with self._lock:
+            self._writers[tp] = w
+        return w
+
+    def _write_active(
+        self, w: _Writer, lock: _PartitionLock, batch: pa.RecordBatch, message: pa.Buffer
+    ) -> None:
+        a = w.active
+        if a is None:
+            w.token = lock.bump()  # a new file in the directory
+            path = Path(w.directory) / active_name(w.end)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                a = ActiveSegment(path, w.end, os.fstat(fd).st_ino)
+                a.write(fd, batch, message)
+                if self.fsync:
+                    os.fsync(fd)
+                    _fsync_dir(w.directory)
+            finally:
+                os.close(fd)
+            with self._lock:
+                self._actives[(str(path), a.inode)] = a
+            w.active = a
+            return
+        fd = os.open(a.path, os.O_WRONLY)
+        try:
+            a.write(fd, batch, message)
+            if self.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _roll(self, w: _Writer, lock: _PartitionLock) -> None:
+        """Publish the active segment as a Parquet segment of the same base, then remove it.
+
+        A crash in between leaves both files: readers prefer the Parquet one, which holds the same
+        records, and the next writer removes the other."""
+        a = w.active
+        w.token = lock.bump()
+        if a.count:
+            table = a.table()
+            path = write_segment(
+                Path(w.directory), a.base, table, row_group_records=self.row_group_records, fsync=self.fsync
+            )
+            self._remember(path, a.base, table)
+        os.unlink(a.path)
+        with self._lock:
+            self._actives.pop((str(a.path), a.inode), None)
+        w.parquet_end, w.active = a.end, None
+
+    def _write_parquet(self, w: _Writer, lock: _PartitionLock, chunk: pa.Table) -> None:
+        w.token = lock.bump()
+        seg = pa.Table.from_batches([_segment_batch(chunk, w.end)]) if chunk.num_rows else chunk
+        path = write_segment(
+            Path(w.directory), w.end, seg, row_group_records=self.row_group_records, fsync=self.fsync
+        )
+        self._remember(path, w.end, seg)
+        w.parquet_end += seg.num_rows
 
     def _remember(self, path: Path, base: int, seg: pa.Table) -> None:
         # The writer knows the footer's contents; caching them saves re-reading what it just wrote.
@@ -327,8 +507,13 @@ class Log:
         """The earliest offset whose timestamp is >= `timestamp` (ms or datetime), or None (Kafka's rule)."""
         target = _to_micros(timestamp)
         for info in self.segments(tp):
-            if info.max_timestamp < target:
-                continue  # the footer rules the segment out without reading it
+            if info.max_timestamp is None or info.max_timestamp < target:
+                continue  # the footer (or what the active segment holds) rules it out unread
+            if info.path.name.endswith(ACTIVE_SUFFIX):
+                hit = self._active(info.path, info.inode, info.base).offset_for_time(target)
+                if hit is not None:
+                    return OffsetAndTimestamp(hit[0], hit[1] // 1000)
+                continue
             for i in range(len(info.row_group_bases)):
                 batch = self._row_group(info, i)
                 ts = int64_values(batch.column(3))
@@ -350,14 +535,15 @@ class Log:
     # -- read -------------------------------------------------------------------------------
 
     def read(self, tp: TopicPartition, start: int, max_records: int) -> ReadResult:
-        """Up to `max_records` records from `start` (fewer at a segment or row-group boundary).
+        """Up to `max_records` records from `start`, across segment boundaries.
 
         Returns an empty batch at the log end; raises `OffsetOutOfRange` below the earliest or
-        beyond the latest offset, and `CorruptSegment` naming a file that cannot be read.
+        beyond the latest offset, and `CorruptSegment` naming a file that cannot be read. One
+        slice of a row group or of the active segment is returned as it is (no copy); records from
+        several are concatenated (at most `_MAX_READ_PIECES` slices per read).
         """
         fresh = False
         for _ in range(3):
-            # Only two footers matter: the newest (log end) and the one holding `start`.
             lst = self._listing(tp, fresh=fresh)
             try:
                 earliest = lst.bases[0] if lst.bases else 0
@@ -366,16 +552,40 @@ class Log:
                     raise OffsetOutOfRange(tp, start, earliest, latest)
                 if start == latest or max_records <= 0:
                     return ReadResult(_EMPTY, start)
-                info = self._info(tp, lst, bisect.bisect_right(lst.bases, start) - 1)
+                pieces = self._pieces(tp, lst, start, min(max_records, latest - start))
+            except FileNotFoundError:
+                fresh = True  # retention or a roll removed a file after we listed it
+                continue
+            n = sum(p.num_rows for p in pieces)
+            batch = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+            return ReadResult(batch, start + n)
+        raise OffsetOutOfRange(tp, start, self.earliest(tp), self.latest(tp))
+
+    def _pieces(self, tp: TopicPartition, lst: _Listing, start: int, want: int) -> list[pa.RecordBatch]:
+        """Slices of consecutive records from `start`, `want` at most (at least one record)."""
+        pieces: list[pa.RecordBatch] = []
+        i = bisect.bisect_right(lst.bases, start) - 1
+        while want > 0 and i < len(lst.bases) and len(pieces) < _MAX_READ_PIECES:
+            info = self._info(tp, lst, i)
+            if start >= info.end:
+                i += 1
+                continue
+            if info.path.name.endswith(ACTIVE_SUFFIX):
+                active = self._active(info.path, info.inode, info.base)
+                got = active.slices(start, min(want, info.end - start))[: _MAX_READ_PIECES - len(pieces)]
+            else:
                 rg = bisect.bisect_right(info.row_group_bases, start) - 1
                 batch = self._row_group(info, rg)
-            except FileNotFoundError:
-                fresh = True  # retention deleted a segment after we listed it
-                continue
-            skip = start - info.row_group_bases[rg]
-            n = min(max_records, batch.num_rows - skip)
-            return ReadResult(batch.slice(skip, n), start + n)
-        raise OffsetOutOfRange(tp, start, self.earliest(tp), self.latest(tp))
+                skip = start - info.row_group_bases[rg]
+                take = min(want, batch.num_rows - skip)
+                got = [batch if take == batch.num_rows else batch.slice(skip, take)]
+            if not got:
+                break
+            pieces += got
+            n = sum(p.num_rows for p in got)
+            start += n
+            want -= n
+        return pieces
 
     # -- retention --------------------------------------------------------------------------
 
@@ -403,16 +613,18 @@ class Log:
         for p in range(self.partitions(topic)):
             tp = TopicPartition(topic, p)
             directory = self.partition_dir(tp)
-            with _PartitionLock(directory):
+            with _PartitionLock(directory) as lock:
                 infos = self._segments(tp, fresh=True)[1]
                 total = sum(i.size for i in infos)
                 remaining = len(infos)
-                for info in infos[:-1]:
+                for info in infos[:-1]:  # never the newest: the active segment, or the log end's
                     old = max_age is not None and info.max_timestamp < now_us - max_age * 1_000_000
                     many = max_segments is not None and remaining > max_segments
                     big = max_bytes is not None and total > max_bytes
                     if not (old or many or big):
                         break
+                    if remaining == len(infos):
+                        lock.bump()  # writers: the directory changes
                     os.unlink(info.path)
                     total -= info.size
                     remaining -= 1
@@ -433,15 +645,23 @@ class Log:
         mtime = st.st_mtime_ns
         if not fresh and cached and cached.mtime == mtime and cached.listed_at - mtime > _RACY_NS:
             return cached
-        found, tmp = [], []
+        parquet, active, stale = {}, {}, []
         with os.scandir(directory) as it:
             for e in it:
-                base = parse_segment_name(e.name)
+                name = e.name
+                base = parse_segment_name(name)
                 if base is not None:
-                    found.append((base, e.name, e.inode()))
-                elif e.name.startswith(".segment-") and e.name.endswith(TMP_SUFFIX):
-                    tmp.append(e.name)
-        found.sort()
+                    parquet[base] = (name, e.inode())
+                elif (base := parse_active_name(name)) is not None:
+                    active[base] = (name, e.inode())
+                elif name.startswith(".segment-") and name.endswith(TMP_SUFFIX):
+                    stale.append(name)
+        for base, entry in active.items():  # a roll's Parquet segment replaces its active file
+            if base in parquet:
+                stale.append(entry[0])
+            else:
+                parquet[base] = entry
+        found = sorted((base, name, inode) for base, (name, inode) in parquet.items())
         listing = _Listing(
             _topic_id(self.root / tp.topic),
             mtime,
@@ -449,7 +669,7 @@ class Log:
             [f[0] for f in found],
             [f[1] for f in found],
             [f[2] for f in found],
-            tmp,
+            stale,
         )
         with self._lock:
             self._listings[tp] = listing
@@ -459,14 +679,23 @@ class Log:
                     del self._infos[key]
                 for key in [k for k in self._batches if k[0].startswith(prefix)]:
                     self._cached_bytes -= self._batches.pop(key).nbytes
+                for key in [k for k in self._actives if k[0].startswith(prefix)]:
+                    del self._actives[key]
             elif cached and cached.names != listing.names:
                 gone = {str(directory / n) for n in set(cached.names) - set(listing.names)}
                 for key in [k for k in self._infos if k[0] in gone]:
                     del self._infos[key]
+                for key in [k for k in self._actives if k[0] in gone]:
+                    del self._actives[key]
         return listing
 
     def _info(self, tp: TopicPartition, lst: _Listing, i: int) -> SegmentInfo:
         path = self.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}" / lst.names[i]
+        if lst.names[i].endswith(ACTIVE_SUFFIX):
+            a = self._active(path, lst.inodes[i], lst.bases[i])
+            return SegmentInfo(
+                path, a.base, a.end, a.parsed, a.min_timestamp, a.max_timestamp, (a.base,), a.inode
+            )
         key = (str(path), lst.inodes[i])
         with self._lock:
             info = self._infos.get(key)
@@ -475,6 +704,24 @@ class Log:
             with self._lock:
                 self._infos[key] = info
         return info
+
+    def _active(self, path: Path, inode: int, base: int) -> ActiveSegment:
+        """An active segment, read up to what its file holds now (FileNotFoundError once rolled)."""
+        key = (str(path), inode)
+        with self._lock:
+            a = self._actives.get(key)
+            if a is None:
+                a = self._actives[key] = ActiveSegment(path, base, inode)
+        st = os.stat(path)
+        if st.st_ino != inode:
+            raise FileNotFoundError(path)  # another file by that name now: the listing is stale
+        if st.st_size > a.parsed:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                a.refresh(fd, st.st_size)
+            finally:
+                os.close(fd)
+        return a
 
     def _segments(self, tp: TopicPartition, fresh: bool = False) -> tuple[_Listing, list[SegmentInfo]]:
         for _ in range(3):
@@ -538,19 +785,64 @@ def _topic_id(topic_dir: Path) -> str:
 
 
 class _PartitionLock:
-    """`flock` on `partition=<p>/.lock`: one writer per partition across threads and processes."""
+    """`flock` on `partition=<p>/.lock`: one writer per partition across threads and processes.
 
-    def __init__(self, directory: Path):
-        self.path = directory / LOCK_NAME
+    The lock file also holds a token that every writer rewrites before it changes which files the
+    directory holds (a new active segment, a roll, a Parquet segment, retention, clean-up): a
+    writer whose cached view carries the current token knows nothing changed since."""
+
+    _TOKEN = 16
+
+    def __init__(self, directory: Path | str):
+        self.path = os.path.join(directory, LOCK_NAME)
 
     def __enter__(self) -> _PartitionLock:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(self.fd)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
+
+    def token(self) -> bytes:
+        return os.pread(self.fd, self._TOKEN, 0)
+
+    def bump(self) -> bytes:
+        token = os.urandom(self._TOKEN)
+        os.pwrite(self.fd, token, 0)
+        return token
+
+
+def _segment_batch(chunk: pa.Table, base: int) -> pa.RecordBatch:
+    """`chunk` (key, value, timestamp) as one record batch of the segment schema, offsets from `base`."""
+    offsets = int64_array(np.arange(base, base + chunk.num_rows, dtype=np.int64))
+    columns = [chunk.column(name) for name in ("key", "value", "timestamp")]
+    arrays = [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in columns]
+    return pa.RecordBatch.from_arrays([offsets, *arrays], schema=SCHEMA)
+
+
+def _fsync_dir(directory: str) -> None:
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _check_roll(segment_records: int, segment_bytes: int, segment_ms: int) -> None:
+    """Refuse roll settings out of their bounds (topics/limits.py) before anything is written."""
+    for name, value, low, top in (
+        ("segment_records", segment_records, 1, MAX_SEGMENT_RECORDS),
+        ("segment_bytes", segment_bytes, MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES),
+        ("segment_ms", segment_ms, 1, MAX_SEGMENT_MS),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
+            raise GroupshiftError(f"{name} must be between {low} and {top}, not {value!r}")
 
 
 # -- records in -------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ it has stored in ZooKeeper to a topic of that name in the log, in Kafka's record
 ZooKeeper stays the truth: the mirror is written after the commit is stored, off the event loop,
 coalesced per (group, partition) and flushed every `FLUSH_S`; a failed append is logged and
 retried with the next flush. The topic is not compacted: each partition keeps its newest
-`MAX_SEGMENTS` segments (one per flush that touched it), so a reader that starts from the oldest
-record sees every group that committed within that window.
+`MAX_SEGMENTS` segments (flushes append to the partition's active segment, which the log rolls by
+size and age), so a reader that starts from the oldest record sees every group that committed
+within that window.
 
     mirror = OffsetsMirror(log, zk, node_id)
     mirror.ensure_topic()                            # before the listener is announced
