@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from coordinator.node.process import CoordinatorNodes
+from coordinator.node.process import CoordinatorNodeError, CoordinatorNodes
 from core.errors import GroupshiftError
 from core.zk import connect
 from experiments import analysis
@@ -184,11 +184,19 @@ class Lab:
         return nodes
 
     def restart_node(self, nodes: CoordinatorNodes, node_id: int, timeout: float = 30.0) -> None:
-        """Start a killed node again (same id), unless the lab is stopping."""
-        with self._registry:
-            self.check_open()
-            node = nodes.start_node(node_id, wait=False)
-        node.wait_listening(timeout)
+        """Start a killed node again (same id, same address), unless the lab is stopping; a start
+        that fails (its ZooKeeper server restarting under it for longer than the node retries) is
+        tried again, three times in all."""
+        for attempt in range(3):
+            with self._registry:
+                self.check_open()
+                node = nodes.start_node(node_id, wait=False)
+            try:
+                node.wait_listening(timeout)
+                return
+            except CoordinatorNodeError:
+                if attempt == 2:
+                    raise
 
     def track(self, run: GroupRun) -> None:
         with self._registry:

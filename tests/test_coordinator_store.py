@@ -153,3 +153,35 @@ def test_two_first_writes_of_a_new_group_in_flight_at_once_both_land(zk, zk_conn
             client.close()
 
     run(main())
+
+
+def test_a_start_step_is_retried_while_zookeeper_does_not_answer_then_gives_up():
+    """A node starting while its ZooKeeper server restarts retries what the reset cut off."""
+    from kazoo.exceptions import ConnectionLoss
+
+    from coordinator.node.store import _retrying
+
+    calls: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionLoss()
+        return "done"
+
+    assert asyncio.run(_retrying("step", flaky)) == "done" and len(calls) == 3
+
+    async def down() -> None:
+        raise ConnectionLoss()
+
+    with pytest.raises(ConnectionLoss):
+        asyncio.run(_retrying("step", down, within=0.3))
+
+    async def refused() -> None:
+        calls.append(1)
+        raise ValueError("not transient")
+
+    calls.clear()
+    with pytest.raises(ValueError):
+        asyncio.run(_retrying("step", refused))
+    assert len(calls) == 1

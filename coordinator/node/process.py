@@ -222,6 +222,7 @@ class CoordinatorNodes:
         self.start_timeout = start_timeout
         self.options = {**TEST_DEFAULTS, **options}
         self.nodes: dict[int, NodeProcess] = {}
+        self._addresses: dict[int, tuple[str, str | None]] = {}  # node id -> (listen, kafka listen)
 
     def start(self) -> CoordinatorNodes:
         try:
@@ -241,12 +242,14 @@ class CoordinatorNodes:
         old = self.nodes.get(node_id)
         if old is not None and old.alive:
             raise CoordinatorNodeError(f"coordinator node {node_id} is already running")
+        if old is not None and old.port:  # the last address it listened on (a failed start has none)
+            self._addresses[node_id] = (old.address, old.kafka_bootstrap if old.kafka_port else None)
+        if new_address:
+            self._addresses.pop(node_id, None)
         options = dict(self.options)
-        listen = "127.0.0.1:0"
-        if old is not None and old.port and not new_address:
-            listen = old.address
-            if old.kafka_port and "kafka_listen" in options:
-                options["kafka_listen"] = old.kafka_bootstrap
+        listen, kafka = self._addresses.get(node_id, ("127.0.0.1:0", None))
+        if kafka is not None and "kafka_listen" in options:
+            options["kafka_listen"] = kafka
         node = NodeProcess.spawn(self.zk_connect, node_id, listen=listen, **options)
         self.nodes[node_id] = node
         if wait:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
@@ -80,6 +80,10 @@ log = logging.getLogger(__name__)
 # which would hurt every shard of the node: refuse such writes before sending them.
 MAX_WRITE_BYTES = 900_000
 WRITE_TIMEOUT_S = 10.0
+# A node starting while a ZooKeeper server restarts (its connection reset mid-request) retries the
+# steps of its start for this long before it gives up.
+STARTUP_RETRY_S = 60.0
+_TRANSIENT = (ConnectionLoss, OperationTimeoutError, TimeoutError, KazooTimeoutError)
 
 
 class StoreError(GroupshiftError):
@@ -108,6 +112,19 @@ class WriteTooLarge(StoreError):
 
 class NodeIdInUse(GroupshiftError):
     """Another live coordinator node is registered with the same node id."""
+
+
+async def _retrying(what: str, step: Callable[[], Awaitable], within: float = STARTUP_RETRY_S):
+    """`step()`, again while ZooKeeper's connection is lost or a request times out, for `within` s."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await step()
+        except _TRANSIENT as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("%s: ZooKeeper did not answer (%r); trying again", what, exc)
+            await asyncio.sleep(0.25)
 
 
 def _kafka_fields(kafka: KafkaEndpoint | None) -> dict:
@@ -145,9 +162,8 @@ class CoordinatorStore:
     async def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Create the persistent znodes of the layout that are missing (every shard's `epoch`)."""
         self._loop = loop or asyncio.get_running_loop()
-        await self._ensure_paths(
-            [COORDINATORS, GROUPS, BROKERS, *(f"{shard_path(s)}/epoch" for s in range(self.shards))]
-        )
+        paths = [COORDINATORS, GROUPS, BROKERS, *(f"{shard_path(s)}/epoch" for s in range(self.shards))]
+        await _retrying("creating the layout", lambda: self._ensure_paths(paths))
 
     async def _ensure_paths(self, paths: Iterable[str]) -> None:
         """`ensure_path` for many paths at once: every path and parent is looked up in one pipelined
@@ -232,8 +248,12 @@ class CoordinatorStore:
         """Register this node under `/groupshift/coordinators/ids` and `/brokers/ids` (ephemeral).
 
         A znode left by a previous process with the same id (killed, session not yet expired) is
-        waited for up to `wait_s`; a live one raises `NodeIdInUse`.
+        waited for up to `wait_s`; a live one raises `NodeIdInUse`. A lost connection is retried (a
+        create that landed before it is found again as this session's own znode).
         """
+        await _retrying("registering", lambda: self._register(host, port, wait_s, kafka))
+
+    async def _register(self, host: str, port: int, wait_s: float, kafka: KafkaEndpoint | None) -> None:
         now = int(time.time() * 1000)
         mine = encode_coordinator(CoordinatorRecord(host, port, now, **_kafka_fields(kafka)))
         for path, data in (
