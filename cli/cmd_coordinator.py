@@ -187,7 +187,9 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
 
     from coordinator.node.config import NodeConfig
     from coordinator.node.server import CoordinatorNode
+    from core.lifeline import watch_parent
 
+    watch_parent()  # started by a test or experiment: stop with it
     host, port = _listen(listen)
     if settings["group_min_session_timeout_ms"] > settings["group_max_session_timeout_ms"]:
         raise click.UsageError(

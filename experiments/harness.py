@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from coordinator.node.process import CoordinatorNodeError, CoordinatorNodes
 from core.errors import GroupshiftError
+from core.lifeline import lifeline_env
 from core.zk import connect
 from experiments import analysis
 from experiments.cluster import ZkEnsemble, ZkServer, remove_labelled
@@ -334,7 +335,7 @@ class GroupRun:
         ]  # fmt: skip
         if self.bootstrap:
             cmd += ["--bootstrap", self.bootstrap]
-        env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+        env = lifeline_env(dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1"))
         extra = {"group": CUT_GID} if cut_gid else {}
         with self.lab._registry:  # not once the lab is stopping: close() would miss it
             self.lab.check_open()

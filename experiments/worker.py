@@ -108,12 +108,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from core.errors import CommitFailed, GroupshiftError
+    from core.lifeline import watch_parent
     from pipeline.consumer import Consumer
 
     out = ProcessingLog(args.log, args.member)
     out.emit("start", scheme=args.scheme, pid=os.getpid())
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    watch_parent()  # the run's driver was killed: stop as on SIGTERM
     listener = Listener(out)
     options = consumer_options(args.scheme)
     membership = {}

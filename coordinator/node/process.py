@@ -33,6 +33,7 @@ from typing import Any
 
 from coordinator.member.wire_client import WireClient
 from core.errors import GroupshiftError
+from core.lifeline import lifeline_env
 
 REPO = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
@@ -92,7 +93,7 @@ class NodeProcess:
         **options: Any,
     ) -> NodeProcess:
         """Start the process without waiting for it to listen (see `wait_listening`)."""
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = lifeline_env(dict(os.environ, PYTHONUNBUFFERED="1"))  # it stops if this process is killed
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         proc = subprocess.Popen(
             serve_command(zk, node_id, options, *args, listen=listen),
