@@ -12,6 +12,7 @@ import json
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -174,6 +175,7 @@ def chaos(schemes: str, duration: str, seed: int, drain_timeout: str | None, out
     from experiments.runner import stderr_progress, versions
 
     start = time.monotonic()
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     show = stderr_progress(start)
     with _stop_on_signals(), Lab(out) as lab:
         show(
@@ -182,8 +184,9 @@ def chaos(schemes: str, duration: str, seed: int, drain_timeout: str | None, out
         )
         settings = RunSettings(workers=3, partitions=6)
         result = run_chaos(lab, chosen, seconds, seed, settings, progress=show, drain_timeout_s=drain_s)
-        result["versions"] = versions(lab)
+        result["versions"] = versions(lab, "ensemble")
     result["wall_s"] = round(time.monotonic() - start, 1)
+    result["started"] = started
     (out / "chaos.json").write_text(json.dumps(result, indent=1, default=str))
     from experiments.report import write_report
 
@@ -192,7 +195,7 @@ def chaos(schemes: str, duration: str, seed: int, drain_timeout: str | None, out
         s: {**f, "duration_s": seconds, "seed": seed, "actions": actions}
         for s, f in result["schemes"].items()
     }
-    write_report({"versions": result["versions"], "wall_s": result["wall_s"], "chaos": chaos_view}, out)
+    write_report({**{k: result[k] for k in ("versions", "wall_s", "started")}, "chaos": chaos_view}, out)
     failed = False
     head = (
         "scheme",

@@ -151,8 +151,8 @@ class Lab:
             out.append((host, int(port)))
         return out
 
-    def host_port(self) -> tuple[str, int]:
-        host, _, port = self.zk_hosts().split(",")[0].rpartition(":")
+    def host_port(self, cluster: str = "single") -> tuple[str, int]:
+        host, _, port = self.zk_hosts(cluster).split(",")[0].rpartition(":")
         return host, int(port)
 
     def chroot(self, cluster: str = "single") -> str:

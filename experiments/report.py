@@ -471,7 +471,7 @@ def render_markdown(results: dict, plots: list[Path], out: Path) -> str:
     """REPORT.md's text for `out/REPORT.md`: run facts, glossary, a section per scenario, the chaos run.
     It links the `plots` drawn (plot_files) as `plots/<name>.png`, relative to `out`."""
     md = ["# groupshift experiments: rebalancing schemes compared on real ZooKeeper"]
-    keys = {"groupshift": "groupshift", "started": "started", "wall time, s": "wall_s", "quick run": "quick"}
+    keys = {"started": "started", "wall time, s": "wall_s", "quick run": "quick"}
     facts = [[h, _fmt(results.get(k), "s" if k == "wall_s" else "raw")] for h, k in keys.items()]
     facts += [[f"{k} version", str(v)] for k, v in _dict(results.get("versions")).items()]
     md.append(_table(["run", "value"], facts))

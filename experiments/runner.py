@@ -24,7 +24,8 @@ from experiments.scenarios import SCENARIOS, Context, run_scenario
 from experiments.worker import SCHEMES
 
 
-def versions(lab: Lab | None = None) -> dict[str, str]:
+def versions(lab: Lab | None = None, cluster: str = "single") -> dict[str, str]:
+    """Versions of Python, the libraries and the lab's ZooKeeper (`cluster`: one the run started)."""
     out = {"python": platform.python_version()}
     for dist in ("groupshift", "kazoo", "pyarrow", "matplotlib", "testcontainers"):
         try:
@@ -35,7 +36,7 @@ def versions(lab: Lab | None = None) -> dict[str, str]:
         try:
             from core.four_letter import four_letter
 
-            host, port = lab.host_port()
+            host, port = lab.host_port(cluster)
             first = four_letter(host, port, "srvr").splitlines()[0]
             out["zookeeper"] = first.split(":", 1)[1].strip().split(",")[0]
         except Exception:
