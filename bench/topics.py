@@ -12,7 +12,8 @@ Run on demand:  .venv/bin/python -m bench.topics [--records 1000000] [--dir /tmp
   directory, read the newest footer) and warm (cached);
 * small appends: 2,000 produce calls of 10 records (a small Arrow table, as the experiments'
   producer sends, and Python tuples) against one 20,000-record call: write records/s, read-back
-  records/s through `Log.read` in a new Log, and the files the partition holds.
+  records/s through `Log.read` in a new Log, and the files the partition holds (an active
+  segment is three: index, keys, values).
 
 Targets (issue 4): produce >= 500k records/s, fetch >= 1M records/s on one core. Issue 27: small
 appends written at >= 100k records/s and read at >= 50 % of the one-batch read rate.
@@ -203,7 +204,10 @@ def main() -> None:
         parquet_read = small["one call of 20,000, Parquet"][1]
         active_read = small["one call of 20,000, active segment"][1]
         for name, (write, read, files) in small.items():
-            line = f"small    {name:<40} {write:>12,.0f} records/s written, {read:>11,.0f} read, {files} file"
+            line = (
+                f"small    {name:<40} {write:>12,.0f} records/s written, {read:>11,.0f} read,"
+                f" {files} file{'s' if files != 1 else ''}"
+            )
             if name.startswith("2,000"):
                 line += (
                     f"   (write {write / 100_000:.1f}x the 100k target; read {read / parquet_read:.0%} of"

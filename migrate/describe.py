@@ -56,7 +56,8 @@ def log_offsets(log: Log, tps: list[TopicPartition]) -> dict[TopicPartition, Log
 
     out: dict[TopicPartition, LogRange | None] = {}
     for tp in tps:
-        # one listing per partition; only a partition with segments (Parquet or active) needs the log
+        # one listing per partition; only a partition with segments (Parquet, or an active segment's
+        # index file) needs the log
         try:
             names = os.listdir(log.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}")
         except (FileNotFoundError, NotADirectoryError):

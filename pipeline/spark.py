@@ -358,8 +358,9 @@ def segment_files(topic_dir: Path, partition: int, start: int, end: int) -> list
 
 
 def _segments(pdir: Path) -> tuple[list[tuple[int, Path]], int | None]:
-    """A partition's Parquet segments by base, and the base of its active segment (None: none).
-    An active file beside a Parquet segment of the same base was rolled already (a crash left it)."""
+    """A partition's Parquet segments by base, and the base of its active segment (None: none),
+    found by its index file (its keys and values files follow it). An active segment beside a
+    Parquet segment of the same base was rolled already (a crash left it)."""
     from topics.active import parse_active_name
 
     parquet, actives = [], []

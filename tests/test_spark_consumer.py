@@ -176,7 +176,7 @@ def test_a_range_reaching_into_the_active_segment_reads_it_too(spark, tmp_path):
         log.produce("t", [(b"k", b"v%d" % i) for i in range(1000)], partition=p)  # Parquet 0..999
         for i in range(1000, 1050, 10):  # small appends: the active segment at 1000
             log.produce("t", [(b"k", b"v%d" % j) for j in range(i, i + 10)], partition=p)
-    assert [s.path.suffix for s in log.segments(_tp(0))] == [".parquet", ".arrows"]
+    assert [s.path.suffix for s in log.segments(_tp(0))] == [".parquet", ".index"]
     assert [f.name for f in segment_files(log.root / "t", 0, 990, 1050)] == [
         "segment-00000000000000000000.parquet"
     ]

@@ -23,6 +23,8 @@ MAX_RETAIN_AGE_S = 100 * 365 * 86400.0  # retain --max-age: a century, in second
 # When the log rolls its active segment (Log(segment_records=, segment_bytes=, segment_ms=)):
 # readers keep an active segment in memory, so its size is bounded well below Kafka's 1 GiB.
 MAX_SEGMENT_RECORDS = 10_000_000  # records per segment (Kafka's offset index bounds it too)
-MIN_SEGMENT_BYTES = 4096  # an active segment's file (Kafka's segment.bytes)
+MIN_SEGMENT_BYTES = 4096  # an active segment's three files together (Kafka's segment.bytes)
+# Below 2 GiB: a reader wraps an active segment's keys and values files in binary arrays, whose
+# int32 offsets address at most 2 GiB (only a single record larger than this goes alone).
 MAX_SEGMENT_BYTES = 1 << 30
 MAX_SEGMENT_MS = 7 * 86_400_000  # age of an active segment's oldest record (Kafka's segment.ms default)

@@ -1,13 +1,13 @@
 """The partitioned, offset-addressed log: produce, offsets, read and retention over segments.
 
 Layout: `<root>/<topic>/partition=<p>/segment-<base:020d>.parquet` (see `topics.segment`) and
-one active segment, `segment-<base:020d>.arrows` (see `topics.active`), that takes small appends
-and is rolled to Parquet by size and age (`segment_records`, `segment_bytes`, `segment_ms`, as
-Kafka's segment.bytes and segment.ms). One writer per partition at a time holds
+one active segment, `segment-<base:020d>.index` / `.keys` / `.values` (see `topics.active`), that
+takes small appends and is rolled to Parquet by size and age (`segment_records`, `segment_bytes`,
+`segment_ms`, as Kafka's segment.bytes and segment.ms). One writer per partition at a time holds
 `partition=<p>/.lock` (`flock`), so producers in different processes append consecutive,
 non-overlapping offsets. Readers take no lock: Parquet segments are immutable and published by
-rename, and readers of the active segment stop at its last complete message. docs/topics.md
-gives the crash-safety argument.
+rename, and readers of the active segment stop at the last append whose index entries are whole.
+docs/topics.md gives the crash-safety argument.
 
     log = Log("/data/groupshift")
     log.create("clicks", partitions=3)
@@ -42,7 +42,14 @@ import pyarrow as pa
 
 from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
-from topics.active import ACTIVE_SUFFIX, ActiveSegment, active_name, parse_active_name
+from topics.active import (
+    ACTIVE_SUFFIX,
+    INDEX_SUFFIX,
+    ActiveSegment,
+    Records,
+    active_paths,
+    parse_active_part,
+)
 from topics.arrow import (
     TIMESTAMP_US,
     binary_array,
@@ -117,21 +124,28 @@ class _Listing(NamedTuple):
     bases: list[int]
     names: list[str]
     inodes: list[int]
-    stale: list[str]  # hidden temporary files, active files already rolled (a writer died)
+    stale: list[str]  # hidden temporary files, active files rolled already or orphaned (a writer died)
 
 
 class _Writer:
     """What the partition's writer knows between produce calls, valid while the lock file's token
-    is the one it saw: the active segment (None: the next append starts one) or the log end."""
+    is the one it saw: the active segment (None: the next append starts one) or the log end; and,
+    during a produce call, the active segment's files, open."""
 
-    __slots__ = ("token", "directory", "active", "parquet_end")
+    __slots__ = ("token", "directory", "active", "parquet_end", "fds")
 
     def __init__(self, token: bytes, directory: str, active: ActiveSegment | None, parquet_end: int):
         self.token, self.directory, self.active, self.parquet_end = token, directory, active, parquet_end
+        self.fds: tuple[int, int, int] | None = None
 
     @property
     def end(self) -> int:
         return self.active.end if self.active is not None else self.parquet_end
+
+    def close(self) -> None:
+        fds, self.fds = self.fds, None
+        for fd in fds or ():
+            os.close(fd)
 
 
 class Log:
@@ -330,68 +344,83 @@ class Log:
         except FileNotFoundError:
             self.partition_dir(tp)  # raises UnknownTopic / UnknownPartition
             raise
+        w = None
         try:
             w = self._writer(tp, lock)
             base, n, pos = w.end, table.num_rows, 0
+            records = None
             while pos < n:
                 a = w.active
                 have = a.count if a is not None else 0
                 if have == 0 and n - pos >= self.segment_records:
                     if a is not None:
-                        self._roll(w, lock)  # an empty active file: removed
+                        self._roll(w, lock)  # an empty active segment: removed
                     self._write_parquet(w, lock, table.slice(pos, self.segment_records))
                     pos += self.segment_records
                     continue
-                chunk = table.slice(pos, min(n - pos, self.segment_records - have))
-                batch = _segment_batch(chunk, w.end)
-                message = batch.serialize()
-                if have and (a.parsed + message.size > self.segment_bytes or self._too_old(a, batch)):
+                if records is None:
+                    records = Records(table)
+                room = self.segment_bytes - (a.size if a is not None else 0)
+                take = min(n - pos, self.segment_records - have, records.fitting(pos, room))
+                if have and (take <= 0 or self._too_old(a, records, pos, pos + take)):
                     self._roll(w, lock)
                     continue
-                self._write_active(w, lock, batch, message)
-                pos += chunk.num_rows
+                take = max(take, 1)  # a record larger than segment_bytes goes alone
+                self._write_active(w, lock, records, pos, pos + take)
+                pos += take
                 a = w.active
-                if a.count >= self.segment_records or a.parsed >= self.segment_bytes:
+                if a.count >= self.segment_records or a.size >= self.segment_bytes:
                     self._roll(w, lock)
+        except BaseException:
+            with self._lock:
+                self._writers.pop(tp, None)  # whatever happened, the next produce looks afresh
+            raise
         finally:
+            if w is not None:
+                w.close()
             lock.__exit__()
         return ProduceResult(tp.partition, base, n)
 
-    def _too_old(self, active: ActiveSegment, batch: pa.RecordBatch) -> bool:
-        """Kafka's segment.ms: the batch's newest record is more than `segment_ms` younger than the
-        active segment's oldest record."""
-        newest = int(int64_values(batch.column(3)).max())
-        return newest - active.min_timestamp > self.segment_ms * 1000
+    def _too_old(self, active: ActiveSegment, records: Records, i: int, j: int) -> bool:
+        """Kafka's segment.ms: the newest record of `[i, j)` is more than `segment_ms` younger than
+        the active segment's oldest record."""
+        return records.time_range(i, j)[1] - active.min_timestamp > self.segment_ms * 1000
 
     def _writer(self, tp: TopicPartition, lock: _PartitionLock) -> _Writer:
         """The writer's view of the partition, revalidated (we hold the lock): rebuilt from a fresh
-        listing when the lock file's token changed, and the active file read up to date (another
-        process may have appended) with a torn tail (a writer died mid-append) truncated."""
+        listing when the lock file's token changed, and the active segment's files opened and
+        counted up to date (another process may have appended). A writer that died mid-append
+        left bytes past the last whole append: in the keys or values file they are truncated; in
+        the index (never rewritten in place, see docs/topics.md) they close the segment — its
+        whole appends are rolled to Parquet, and the next append starts a new active segment."""
         token = lock.token()
         with self._lock:
             w = self._writers.get(tp)
         if w is None or not token or w.token != token:
             w = self._rebuild_writer(tp, lock, token)
         a = w.active
-        if a is not None:
-            try:
-                fd = os.open(a.path, os.O_RDWR)
-            except FileNotFoundError:  # removed by a hand other than a writer's: start over
-                with self._lock:
-                    self._writers.pop(tp, None)
-                return self._rebuild_writer(tp, lock, b"")
-            try:
-                st = os.fstat(fd)
-                if st.st_ino != a.inode:
-                    with self._lock:
-                        self._writers.pop(tp, None)
-                    return self._rebuild_writer(tp, lock, b"")
-                if st.st_size > a.parsed:
-                    a.refresh(fd, st.st_size)
-                    if st.st_size > a.parsed:
-                        os.ftruncate(fd, a.parsed)  # the incomplete message of a writer that died
-            finally:
-                os.close(fd)
+        if a is None:
+            return w
+        try:
+            w.fds = a.open(os.O_RDWR)
+        except FileNotFoundError:  # removed by a hand other than a writer's: start over
+            with self._lock:
+                self._writers.pop(tp, None)
+            return self._rebuild_writer(tp, lock, b"")
+        try:
+            index, keys, values = w.fds
+            st = os.fstat(index)
+            if a.stale(st, decode=False):
+                a.refresh(w.fds, decode=False, st=st)
+            if st.st_size != a.index_end:
+                self._roll(w, lock)
+                return w
+            for fd, end in ((keys, a.key_end), (values, a.value_end)):
+                if os.fstat(fd).st_size > end:
+                    os.ftruncate(fd, end)  # bytes of an append whose index entries were never written
+        except BaseException:
+            w.close()
+            raise
         return w
 
     def _rebuild_writer(self, tp: TopicPartition, lock: _PartitionLock, token: bytes) -> _Writer:
@@ -400,11 +429,14 @@ class Log:
         if lst.stale or not token:
             token = lock.bump()
             for name in lst.stale:  # we hold the lock, so their writer died
-                os.unlink(directory / name)
+                try:
+                    os.unlink(directory / name)
+                except FileNotFoundError:
+                    pass
         active, end = None, 0
         if lst.bases:
             if lst.names[-1].endswith(ACTIVE_SUFFIX):
-                active = self._active(directory / lst.names[-1], lst.inodes[-1], lst.bases[-1])
+                active = self._active(directory / lst.names[-1], lst.inodes[-1], lst.bases[-1], decode=False)
             else:
                 end = self._info(tp, lst, len(lst.bases) - 1).end
         w = _Writer(token, str(directory), active, end)
@@ -412,48 +444,60 @@ class Log:
             self._writers[tp] = w
         return w
 
-    def _write_active(
-        self, w: _Writer, lock: _PartitionLock, batch: pa.RecordBatch, message: pa.Buffer
-    ) -> None:
+    def _write_active(self, w: _Writer, lock: _PartitionLock, records: Records, i: int, j: int) -> None:
+        """Append records `[i, j)` to the active segment, creating it (values, keys, then the index
+        file, which makes it a segment) if there is none."""
         a = w.active
-        if a is None:
-            w.token = lock.bump()  # a new file in the directory
-            path = Path(w.directory) / active_name(w.end)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        created = a is None
+        if created:
+            w.token = lock.bump()  # new files in the directory
+            index, keys, values = active_paths(w.directory, w.end)
+            fds = []
             try:
-                a = ActiveSegment(path, w.end, os.fstat(fd).st_ino)
-                a.write(fd, batch, message)
-                if self.fsync:
-                    os.fsync(fd)
-                    _fsync_dir(w.directory)
-            finally:
-                os.close(fd)
+                for path in (values, keys):  # an orphan of the same name was left by a writer that died
+                    fds.append(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
+                fds.append(os.open(index, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+            except BaseException:
+                for fd in fds:
+                    os.close(fd)
+                raise
+            w.fds = (fds[2], fds[1], fds[0])
+            a = ActiveSegment(index, w.end, os.fstat(fds[2]).st_ino)
             with self._lock:
-                self._actives[(str(path), a.inode)] = a
+                self._actives[(str(index), a.inode)] = a
             w.active = a
-            return
-        fd = os.open(a.path, os.O_WRONLY)
-        try:
-            a.write(fd, batch, message)
-            if self.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        a.append(w.fds, records, i, j, self.fsync)
+        if created and self.fsync:
+            _fsync_dir(w.directory)
 
     def _roll(self, w: _Writer, lock: _PartitionLock) -> None:
-        """Publish the active segment as a Parquet segment of the same base, then remove it.
+        """Publish the active segment's whole appends as a Parquet segment of the same base, then
+        remove its files (the index first).
 
-        A crash in between leaves both files: readers prefer the Parquet one, which holds the same
-        records, and the next writer removes the other."""
+        A crash in between leaves both: readers prefer the Parquet segment, which holds the same
+        records, and the next writer removes the active segment's files."""
         a = w.active
         w.token = lock.bump()
         if a.count:
+            if a.decoded < a.count:
+                fds = w.fds if w.fds is not None else a.open()
+                try:
+                    a.refresh(fds)
+                finally:
+                    if fds is not w.fds:
+                        for fd in fds:
+                            os.close(fd)
             table = a.table()
             path = write_segment(
                 Path(w.directory), a.base, table, row_group_records=self.row_group_records, fsync=self.fsync
             )
             self._remember(path, a.base, table)
-        os.unlink(a.path)
+        w.close()
+        for path in (a.path, a.keys_path, a.values_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
         with self._lock:
             self._actives.pop((str(a.path), a.inode), None)
         w.parquet_end, w.active = a.end, None
@@ -510,7 +554,7 @@ class Log:
             if info.max_timestamp is None or info.max_timestamp < target:
                 continue  # the footer (or what the active segment holds) rules it out unread
             if info.path.name.endswith(ACTIVE_SUFFIX):
-                hit = self._active(info.path, info.inode, info.base).offset_for_time(target)
+                hit = self._active(info.path, info.inode, info.base, decode=True).offset_for_time(target)
                 if hit is not None:
                     return OffsetAndTimestamp(hit[0], hit[1] // 1000)
                 continue
@@ -547,7 +591,9 @@ class Log:
             lst = self._listing(tp, fresh=fresh)
             try:
                 earliest = lst.bases[0] if lst.bases else 0
-                latest = self._info(tp, lst, len(lst.bases) - 1).end if lst.bases else 0
+                # Reading from the active segment: decode it now, not in a second refresh.
+                last = len(lst.bases) - 1
+                latest = self._info(tp, lst, last, decode=start >= lst.bases[last]).end if lst.bases else 0
                 if not earliest <= start <= latest:
                     raise OffsetOutOfRange(tp, start, earliest, latest)
                 if start == latest or max_records <= 0:
@@ -566,14 +612,18 @@ class Log:
         pieces: list[pa.RecordBatch] = []
         i = bisect.bisect_right(lst.bases, start) - 1
         while want > 0 and i < len(lst.bases) and len(pieces) < _MAX_READ_PIECES:
-            info = self._info(tp, lst, i)
-            if start >= info.end:
-                i += 1
-                continue
-            if info.path.name.endswith(ACTIVE_SUFFIX):
-                active = self._active(info.path, info.inode, info.base)
-                got = active.slices(start, min(want, info.end - start))[: _MAX_READ_PIECES - len(pieces)]
+            if lst.names[i].endswith(ACTIVE_SUFFIX):  # decoded up to date: one stat, no SegmentInfo
+                path = self.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}" / lst.names[i]
+                active = self._active(path, lst.inodes[i], lst.bases[i], decode=True)
+                if start >= active.end:
+                    i += 1
+                    continue
+                got = active.slices(start, min(want, active.end - start))[: _MAX_READ_PIECES - len(pieces)]
             else:
+                info = self._info(tp, lst, i)
+                if start >= info.end:
+                    i += 1
+                    continue
                 rg = bisect.bisect_right(info.row_group_bases, start) - 1
                 batch = self._row_group(info, rg)
                 skip = start - info.row_group_bases[rg]
@@ -645,22 +695,29 @@ class Log:
         mtime = st.st_mtime_ns
         if not fresh and cached and cached.mtime == mtime and cached.listed_at - mtime > _RACY_NS:
             return cached
-        parquet, active, stale = {}, {}, []
+        parquet, active, parts, stale = {}, {}, {}, []
         with os.scandir(directory) as it:
             for e in it:
                 name = e.name
                 base = parse_segment_name(name)
                 if base is not None:
                     parquet[base] = (name, e.inode())
-                elif (base := parse_active_name(name)) is not None:
-                    active[base] = (name, e.inode())
+                elif (part := parse_active_part(name)) is not None:
+                    if part[1] == INDEX_SUFFIX:
+                        active[part[0]] = (name, e.inode())
+                    else:
+                        parts.setdefault(part[0], []).append(name)
                 elif name.startswith(".segment-") and name.endswith(TMP_SUFFIX):
                     stale.append(name)
-        for base, entry in active.items():  # a roll's Parquet segment replaces its active file
-            if base in parquet:
+        rolled = set(parquet)
+        for base, entry in active.items():  # a roll's Parquet segment replaces its active segment
+            if base in rolled:
                 stale.append(entry[0])
             else:
                 parquet[base] = entry
+        for base, names in parts.items():  # keys and values files without a live index
+            if base in rolled or base not in active:
+                stale += sorted(names)
         found = sorted((base, name, inode) for base, (name, inode) in parquet.items())
         listing = _Listing(
             _topic_id(self.root / tp.topic),
@@ -689,12 +746,12 @@ class Log:
                     del self._actives[key]
         return listing
 
-    def _info(self, tp: TopicPartition, lst: _Listing, i: int) -> SegmentInfo:
+    def _info(self, tp: TopicPartition, lst: _Listing, i: int, decode: bool = False) -> SegmentInfo:
         path = self.root / tp.topic / f"{PARTITION_PREFIX}{tp.partition}" / lst.names[i]
         if lst.names[i].endswith(ACTIVE_SUFFIX):
-            a = self._active(path, lst.inodes[i], lst.bases[i])
+            a = self._active(path, lst.inodes[i], lst.bases[i], decode)
             return SegmentInfo(
-                path, a.base, a.end, a.parsed, a.min_timestamp, a.max_timestamp, (a.base,), a.inode
+                path, a.base, a.end, a.size, a.min_timestamp, a.max_timestamp, (a.base,), a.inode
             )
         key = (str(path), lst.inodes[i])
         with self._lock:
@@ -705,8 +762,9 @@ class Log:
                 self._infos[key] = info
         return info
 
-    def _active(self, path: Path, inode: int, base: int) -> ActiveSegment:
-        """An active segment, read up to what its file holds now (FileNotFoundError once rolled)."""
+    def _active(self, path: Path, inode: int, base: int, decode: bool) -> ActiveSegment:
+        """An active segment, counted (and with `decode`, decoded) up to what its index holds now
+        (FileNotFoundError once rolled)."""
         key = (str(path), inode)
         with self._lock:
             a = self._actives.get(key)
@@ -715,12 +773,13 @@ class Log:
         st = os.stat(path)
         if st.st_ino != inode:
             raise FileNotFoundError(path)  # another file by that name now: the listing is stale
-        if st.st_size > a.parsed:
-            fd = os.open(path, os.O_RDONLY)
+        if a.stale(st, decode):
+            fds = a.open()
             try:
-                a.refresh(fd, st.st_size)
+                a.refresh(fds, decode)
             finally:
-                os.close(fd)
+                for fd in fds:
+                    os.close(fd)
         return a
 
     def _segments(self, tp: TopicPartition, fresh: bool = False) -> tuple[_Listing, list[SegmentInfo]]:
@@ -913,11 +972,18 @@ def _binary(col: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _timestamps(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A timestamp or epoch-ms column as timestamp[us, UTC]; a null (no time given) is now."""
     if pa.types.is_timestamp(col.type):
-        return col.cast(pa.timestamp("us", tz=col.type.tz or "UTC")).cast(_TS_TYPE)
-    if pa.types.is_integer(col.type):  # Kafka's epoch milliseconds
-        return timestamps_from_millis(col.cast(pa.int64()))
-    raise GroupshiftError(f"timestamp must be a timestamp or integer (epoch ms) column, not {col.type}")
+        us = col.cast(pa.timestamp("us", tz=col.type.tz or "UTC")).cast(_TS_TYPE)
+    elif pa.types.is_integer(col.type):  # Kafka's epoch milliseconds
+        us = timestamps_from_millis(col.cast(pa.int64()))
+    else:
+        raise GroupshiftError(f"timestamp must be a timestamp or integer (epoch ms) column, not {col.type}")
+    if not us.null_count:
+        return us
+    values = int64_values(us).copy()
+    values[null_mask(us)] = time.time_ns() // 1000
+    return pa.chunked_array([timestamp_array(values)], _TS_TYPE)
 
 
 def _to_micros(ts: int | float | datetime) -> int:
