@@ -160,12 +160,16 @@ class IncrementalMember(CoordinatorMember):
             if target is None or target == owned:
                 with self._cv:
                     if self._target == self._owned:
+                        joining = self.state == MemberState.PREPARING_REBALANCE
                         self._rejoin_needed = False
                         self.state = MemberState.STABLE
                         self._stable_generation = self._generation.generation_id
                         self._cv.notify_all()
-                        return
-                continue
+                    else:
+                        continue
+                if joining:  # joined with nothing to own: the listener hears so, as after a rebalance
+                    self._call_listener("on_partitions_assigned", set())
+                return
             self._reconcile(owned, target)
             if self._beat(conn, self._generation) is None:  # tell the coordinator what we own now
                 return
@@ -180,8 +184,9 @@ class IncrementalMember(CoordinatorMember):
             self._owned |= added
             self._stable_generation = self._generation.generation_id
             self._last_assignment = set(self._owned)
-        if added:
-            self._call_listener("on_partitions_assigned", added)
+        # After every reconciliation, even one that only revoked (Kafka's listener contract: called
+        # after each completed rebalance, with the partitions added, possibly none).
+        self._call_listener("on_partitions_assigned", added)
         self.stats["rebalances"] += 1
         for fn in list(self.rebalance_listeners):
             fn(self._stable_generation, set(target))
