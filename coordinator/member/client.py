@@ -49,6 +49,9 @@ the group (Kafka's poll timeout) and rejoins on the next call. Static members
 rebalance. NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or a dropped connection make the member
 look the coordinator up again; its membership survives (the group lives in ZooKeeper). When no
 node answers FindCoordinator for `coordinator_timeout_ms`, `poll()` raises `CoordinatorUnavailable`.
+It looks on the nodes it learned from the cluster (DescribeCluster on every discovery and every
+`metadata_max_age_ms`: `nodes.py`), then on those registered in ZooKeeper, then on its bootstrap
+addresses, so nodes replaced at new addresses do not strand it.
 """
 
 from __future__ import annotations
@@ -118,6 +121,8 @@ from core.membership import NoopListener, call_listener
 from core.types import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger(__name__)
+
+MAX_METADATA_MAX_AGE_MS = 86_400_000  # a day: how stale a member's list of nodes may grow
 
 NO_GENERATION = -1
 
@@ -235,9 +240,14 @@ class CoordinatorMember:
         self._bootstrap = [parse_address(b) for b in bootstrap or []]
         if not self._bootstrap and zk is None:
             raise GroupshiftError("pass bootstrap='host:port,...' or a ZooKeeper client to find coordinators")
-        if not isinstance(metadata_max_age_ms, int) or metadata_max_age_ms <= 0:
+        if (
+            isinstance(metadata_max_age_ms, bool)
+            or not isinstance(metadata_max_age_ms, int)
+            or not 0 < metadata_max_age_ms <= MAX_METADATA_MAX_AGE_MS
+        ):
             raise GroupshiftError(
-                f"metadata_max_age_ms must be a positive integer (milliseconds), not {metadata_max_age_ms!r}"
+                f"metadata_max_age_ms must be an integer between 1 and {MAX_METADATA_MAX_AGE_MS} "
+                f"(milliseconds), not {metadata_max_age_ms!r}"
             )
         self._nodes = KnownNodes(self._bootstrap, metadata_max_age_ms / 1000)
         if partitions_for is None and server_assigned:
