@@ -42,9 +42,6 @@ def test_each_answer_replaces_the_learned_nodes_and_an_empty_one_changes_nothing
     assert nodes.known() == ["n:3", "b:1"]
     nodes.learn([], now=2.0)
     assert nodes.known() == ["n:3", "b:1"] and not nodes.due(2.5)
-    nodes.add(("n", 4))
-    nodes.add(("b", 1))
-    assert nodes.known() == ["n:3", "n:4", "b:1"]
 
 
 # -- DescribeCluster on real nodes ----------------------------------------------------------------

@@ -39,11 +39,6 @@ class KnownNodes:
             self.learned = fresh
         self.learned_at = now
 
-    def add(self, address: Address) -> None:
-        """One node heard of another way (a FindCoordinator answer naming a node not yet known)."""
-        if address not in self.learned and address not in self.bootstrap and len(self.learned) < MAX_KNOWN:
-            self.learned.append(address)
-
     def due(self, now: float) -> bool:
         """True when the learned list is older than `max_age_s` (or was never learned)."""
         return self.learned_at is None or now - self.learned_at >= self.max_age_s
