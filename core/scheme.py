@@ -1,0 +1,128 @@
+"""The rebalance schemes, named once: every other module spells a scheme through these enums.
+
+Two vocabularies, because users meet the schemes in two places:
+
+* `Rebalancer` — where a group's membership lives, as the CLI and `pipeline.Consumer` spell it
+  (`--rebalancer`, `migrate --from/--to`, `groups --scheme`): `zk` (scheme one, Kafka 0.8's
+  layout), `server` (scheme two: the coordinator assigns) and `coordinator` (scheme three: the
+  group's leader assigns). Scheme two's and three's groups share the coordinator's store, so the
+  inspection and migration tools, which read stores, know only `zk` and `coordinator`
+  (`STORES`).
+* `Scheme` — one rebalance design as the experiments compare it, a rebalancer plus its options:
+  `one`, `two`, `two-incremental`, `three-eager` (range) and `three-cooperative`
+  (cooperative-sticky).
+
+>>> Scheme("two-incremental").rebalancer, Scheme.TWO_INCREMENTAL.incremental
+(<Rebalancer.SERVER: 'server'>, True)
+>>> Scheme.THREE_EAGER.consumer_options()
+{'rebalancer': 'coordinator', 'assignors': ['range']}
+>>> Rebalancer.parse("zk")
+<Rebalancer.ZK: 'zk'>
+>>> [s.value for s in Scheme.coordinated()]
+['two', 'two-incremental', 'three-eager', 'three-cooperative']
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from core.errors import GroupshiftError
+
+
+class Rebalancer(Enum):
+    """Who computes a group's assignment; the value is the CLI's spelling."""
+
+    ZK = "zk"  # scheme one: every consumer, from ZooKeeper (Kafka 0.8)
+    SERVER = "server"  # scheme two: the coordinator
+    COORDINATOR = "coordinator"  # scheme three: the group's leader, through the coordinator
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The CLI's spellings, in order (for `click.Choice` and error messages)."""
+        return tuple(r.value for r in cls)
+
+    @classmethod
+    def parse(cls, name: str | Rebalancer, allowed: tuple[Rebalancer, ...] | None = None) -> Rebalancer:
+        """`name` as a Rebalancer, or a GroupshiftError naming the spellings `allowed` (default: all)."""
+        allowed = tuple(cls) if allowed is None else allowed
+        try:
+            found = name if isinstance(name, cls) else cls(name)
+        except ValueError:
+            found = None
+        if found not in allowed:
+            names = ", ".join(r.value for r in allowed)
+            raise GroupshiftError(f"unknown scheme {name!r}; use one of {names}")
+        return found
+
+    @property
+    def stored_as(self) -> Rebalancer:
+        """The store a group of this rebalancer lives in: scheme two's groups are in the coordinator's."""
+        return Rebalancer.ZK if self is Rebalancer.ZK else Rebalancer.COORDINATOR
+
+
+# The stores the inspection and migration tools read and write: Kafka 0.8's layout and the coordinator's.
+STORES = (Rebalancer.ZK, Rebalancer.COORDINATOR)
+
+
+class Scheme(Enum):
+    """One rebalance design as the experiments compare it; the value is the experiments' spelling."""
+
+    ONE = "one"
+    TWO = "two"
+    TWO_INCREMENTAL = "two-incremental"
+    THREE_EAGER = "three-eager"
+    THREE_COOPERATIVE = "three-cooperative"
+
+    @property
+    def rebalancer(self) -> Rebalancer:
+        return _REBALANCER[self]
+
+    @property
+    def incremental(self) -> bool:
+        """Scheme two's incremental form (KIP-848: members converge one by one)."""
+        return self is Scheme.TWO_INCREMENTAL
+
+    @property
+    def assignors(self) -> list[str] | None:
+        """The assignor a scheme-three member proposes; None for the others."""
+        return _ASSIGNORS.get(self)
+
+    @property
+    def label(self) -> str:
+        """How reports and plots name it."""
+        return _LABELS[self]
+
+    def consumer_options(self) -> dict:
+        """`pipeline.Consumer` keywords that make a consumer a member of this scheme."""
+        options: dict = {"rebalancer": self.rebalancer.value}
+        if self.incremental:
+            options["incremental"] = True
+        if self.assignors is not None:
+            options["assignors"] = list(self.assignors)
+        return options
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(s.value for s in cls)
+
+    @classmethod
+    def coordinated(cls) -> tuple[Scheme, ...]:
+        """The schemes served by coordinator nodes (every one but scheme one)."""
+        return tuple(s for s in cls if s.rebalancer is not Rebalancer.ZK)
+
+
+_REBALANCER = {
+    Scheme.ONE: Rebalancer.ZK,
+    Scheme.TWO: Rebalancer.SERVER,
+    Scheme.TWO_INCREMENTAL: Rebalancer.SERVER,
+    Scheme.THREE_EAGER: Rebalancer.COORDINATOR,
+    Scheme.THREE_COOPERATIVE: Rebalancer.COORDINATOR,
+}
+_ASSIGNORS = {Scheme.THREE_EAGER: ["range"], Scheme.THREE_COOPERATIVE: ["cooperative-sticky"]}
+_LABELS = {
+    Scheme.ONE: "one (ZooKeeper, Kafka 0.8)",
+    Scheme.TWO: "two (coordinator assigns)",
+    Scheme.TWO_INCREMENTAL: "two, incremental",
+    Scheme.THREE_EAGER: "three, eager",
+    Scheme.THREE_COOPERATIVE: "three, cooperative",
+}
