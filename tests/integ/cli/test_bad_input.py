@@ -29,7 +29,7 @@ from core.zk import connect
 from tests.snapshots import changes, dir_tree, zk_tree
 from topics import registry
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 LONG = "x" * 300
 
 

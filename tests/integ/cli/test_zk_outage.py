@@ -3,7 +3,7 @@
 * `groups watch` is long-lived: it waits through an outage longer than a one-shot command's
   patience and goes on sampling once ZooKeeper is back.
 * A one-shot command (`groups describe`) whose ZooKeeper is gone gives up with one line.
-  (A migration that loses ZooKeeper mid-copy: tests/test_migrate_crash.py.)
+  (A migration that loses ZooKeeper mid-copy: tests/integ/migrate/test_crash.py.)
 * A command waiting on a ZooKeeper that accepts but never answers shows where it waits on
   `kill -USR1` (every thread's stack on stderr) and goes on to its one-line error.
 """

@@ -3,7 +3,7 @@
 confluent-kafka (librdkafka bundled in its wheel), kcat (Debian, its own librdkafka) and Burrow
 (Debian; sarama with kafka-version 0.8) against one node process per test, on a fresh ZooKeeper
 chroot (`zk_connect`) and a private log root. kafka-python is the listener's own first client
-(tests/test_kafka_listener.py); here it also shares a group with confluent-kafka and groupshift's
+(test_kafka_listener.py, in this folder); here it also shares a group with confluent-kafka and groupshift's
 own consumer (each of them leading in turn) and joins with an old JoinGroup version. kcat and
 Burrow tests are skipped where the binaries are missing (`scripts/setup.sh` installs them).
 """
@@ -38,7 +38,7 @@ from tests.ports import on_a_free_port
 from zk_rebalance.layout import offset_path
 from zk_rebalance.member import ZkGroupMember
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 KCAT = shutil.which("kcat")
 BURROW = shutil.which("Burrow") or shutil.which("burrow")
 

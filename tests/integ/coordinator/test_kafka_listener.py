@@ -27,7 +27,7 @@ from core.types import TopicPartition as TP
 from core.zk import connect
 from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, Polling, kafka_node, new_topic, produce, recv_exactly
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 CONSUMER = dict(
     auto_offset_reset="earliest",
     enable_auto_commit=False,

@@ -3,7 +3,7 @@
 The first tests drive `ServerAssignedCoordinator` directly (pure: requests, topic sizes and the time
 in, outputs out). The others run coordinator node processes on real ZooKeeper with
 `pipeline.Consumer(rebalancer="server")`; the consumer tests shared by every scheme are in
-tests/test_consumer.py.
+tests/integ/pipeline/test_consumer.py.
 """
 
 from __future__ import annotations

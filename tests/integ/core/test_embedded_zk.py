@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from snapshots import dir_tree
 
 from core.errors import ZooKeeperUnavailable
 from core.four_letter import four_letter
 from core.zk import connect, resolve_zk
 from tests.ports import free_port, on_a_free_port
+from tests.snapshots import dir_tree
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 NOT_RUNNING = "error: the embedded ZooKeeper is not running; start it with `groupshift zk start` or pass --zk"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.inspect_helpers import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 CHILD = textwrap.dedent(
     """

@@ -24,7 +24,7 @@ from experiments.demo import DemoNamespace, format_table, plot, run_demo
 from experiments.main_job import format_summary, run_main_job
 from tests.snapshots import dir_tree, zk_tree
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.spark  # the main job runs Spark consumers
 

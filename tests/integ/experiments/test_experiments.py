@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 COORDINATOR = ("two", "two-incremental", "three-eager", "three-cooperative")
 
 pytestmark = pytest.mark.experiments  # the experiments lane: ensembles, nodes, workers of their own

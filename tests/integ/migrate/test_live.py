@@ -9,7 +9,7 @@ per partition, the commits in ZooKeeper order never move backwards, each epoch b
 member (never two owners), and the records between two consecutive commits were all polled by the
 member that made the second — so every record is committed exactly once, and none is skipped.
 
-Run as a script (`python tests/test_migrate_live.py SPEC`) this module is the consumer process.
+Run as a script (`python tests/integ/migrate/test_live.py SPEC`) this module is the consumer process.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from collections import defaultdict
 from pathlib import Path
 
 if __name__ == "__main__":  # the worker process: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import pytest
 
 from core.errors import CommitFailed
 from core.types import TopicPartition as TP
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 PARTITIONS = 6
 SESSION_MS = 3000
 
@@ -573,7 +573,7 @@ def test_bridged_consumers_survive_a_killed_coordinator_node_and_an_expired_zook
     from coordinator.node.process import CoordinatorNodes
     from migrate import coordinated, live
     from pipeline.consumer import Consumer
-    from tests.test_consumer import Worker, assert_exactly_once
+    from tests.integ.pipeline.test_consumer import Worker, assert_exactly_once
     from topics.log import Log
     from topics.registry import create_topic
 

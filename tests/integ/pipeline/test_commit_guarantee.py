@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 if __name__ == "__main__":  # the worker process: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import pytest
 
@@ -33,7 +33,7 @@ from pipeline.consumer import Consumer
 from topics.log import Log
 from topics.registry import create_topic
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 PARTITIONS = 8
 CHUNKS = 40  # the producer appends CHUNKS times ...
 PER_CHUNK = 150  # ... this many records to every partition: 48,000 records in all

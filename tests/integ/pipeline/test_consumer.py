@@ -4,7 +4,7 @@ The group tests run the same body under `rebalancer="zk"` (scheme one), `"server
 the coordinator assigns; `incremental=True` too) and `"coordinator"` (scheme three). Static membership and
 cooperative-sticky are scheme three's.
 
-Run as a script (`python tests/test_consumer.py --worker ...`) this module is the consumer
+Run as a script (`python tests/integ/pipeline/test_consumer.py --worker ...`) this module is the consumer
 process the pause test stops with SIGSTOP.
 """
 
@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 if __name__ == "__main__":  # the worker process: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import pytest
 
@@ -299,7 +299,7 @@ def test_a_consumer_paused_past_its_session_timeout_is_fenced(env, tmp_path):
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[3],
     )
     try:
         polled = json.loads(proc.stdout.readline())  # the worker polled a batch and waits to commit

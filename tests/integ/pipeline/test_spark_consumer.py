@@ -1,7 +1,7 @@
 """Spark consumers on real ZooKeeper: group members under every scheme, exactly-once output.
 
 One SparkSession per test process (`local[2]`); consumers of one test share it from threads.
-Run as a script (`python tests/test_spark_consumer.py --worker SPEC`) this module is a Spark
+Run as a script (`python tests/integ/pipeline/test_spark_consumer.py --worker SPEC`) this module is a Spark
 consumer process that the crash test kills between writing a batch and committing it.
 """
 
@@ -18,12 +18,12 @@ from collections import Counter
 from pathlib import Path
 
 if __name__ == "__main__":  # the worker process: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import pyarrow.parquet as pq
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime"),
@@ -249,10 +249,9 @@ def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connec
     """`consume --until-idle 1` joins a group whose member holds every partition and takes 3 s to
     answer the rebalance, then leaves: the wait for the first assignment is not idleness, so the
     command reads all 30,000 records (it used to stop after 1 s with none)."""
-    from inspect_helpers import run
-
     from coordinator.node.process import CoordinatorNodes
     from pipeline.consumer import Consumer
+    from tests.inspect_helpers import run
     from topics.log import Log
     from topics.registry import create_topic
 

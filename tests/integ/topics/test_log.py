@@ -23,7 +23,7 @@ from topics.log import Log, ProduceResult
 from topics.partitioner import DefaultPartitioner, murmur2, murmur2_batch, to_positive
 from topics.segment import SCHEMA
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 # Kafka's UtilsTest.testMurmur2 vectors (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java).
 MURMUR2 = {

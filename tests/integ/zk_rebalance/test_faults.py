@@ -24,7 +24,7 @@ from zk_rebalance.metrics import (
     zombie_lifetime,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 def dump_inside(server) -> str:

@@ -8,7 +8,6 @@ import importlib.metadata
 import sys
 
 import pytest
-from assignor_helpers import sub, text, tps
 
 from coordinator.assignors import (
     Subscription,
@@ -18,6 +17,7 @@ from coordinator.assignors import (
     member_order,
 )
 from core.errors import GroupshiftError
+from tests.assignor_helpers import sub, text, tps
 
 STICKY = ["sticky", "cooperative-sticky"]
 MODULES = [

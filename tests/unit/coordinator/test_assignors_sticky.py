@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 import pytest
-from assignor_helpers import sub, text, tps
 
 from coordinator.assignors import (
     CooperativeStickyAssignor,
@@ -16,6 +15,7 @@ from coordinator.assignors import (
 )
 from coordinator.assignors.payloads import encode_cooperative_user_data, encode_sticky_user_data
 from core.types import TopicPartition
+from tests.assignor_helpers import sub, text, tps
 
 STICKY = ["sticky", "cooperative-sticky"]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from test_group_driver import Driver
 
 from coordinator.group.messages import DeleteGroup, GroupSnapshot, WriteGroupMetadata
 from coordinator.group.state import DEAD, EMPTY, PREPARING_REBALANCE
 from coordinator.wire import error_codes as E
+from tests.unit.coordinator.test_group_driver import Driver
 
 T0 = ("t", 0)
 

@@ -6,7 +6,6 @@ import re
 
 import msgspec
 import pytest
-from test_group_driver import Driver
 
 from coordinator.group.coordinator import GroupCoordinator
 from coordinator.group.messages import (
@@ -19,6 +18,7 @@ from coordinator.group.messages import (
 from coordinator.group.state import DEAD, EMPTY
 from coordinator.wire import error_codes as E
 from coordinator.wire.schema import JOIN_GROUP, JoinGroupRequest
+from tests.unit.coordinator.test_group_driver import Driver
 
 
 def P(*names: str, md: bytes = b"m") -> list[dict]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from test_group_driver import Driver
 
 from coordinator.group.messages import DeleteGroup, DeleteOffsets, WriteOffsets
 from coordinator.group.state import DEAD
 from coordinator.wire import error_codes as E
 from coordinator.wire.schema import OFFSET_COMMIT
+from tests.unit.coordinator.test_group_driver import Driver
 
 T0 = ("t", 0)
 

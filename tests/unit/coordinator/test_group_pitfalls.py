@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_group_driver import Driver
 
 from coordinator.group.metadata import Group
 from coordinator.group.state import DEAD, EMPTY, STABLE
 from coordinator.wire import error_codes as E
+from tests.unit.coordinator.test_group_driver import Driver
 
 
 # 1. Dead answers COORDINATOR_NOT_AVAILABLE, not UNKNOWN_MEMBER_ID.

@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from test_group_driver import Driver
 
 from coordinator.group.coordinator import VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
 from coordinator.group.metadata import Group
 from coordinator.wire import error_codes as E
+from tests.unit.coordinator.test_group_driver import Driver
 
 S = GroupState
 ALLOWED = {

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from test_group_driver import Driver
 
 from coordinator.group.messages import WriteStaticReplacement
 from coordinator.wire import error_codes as E
+from tests.unit.coordinator.test_group_driver import Driver
 
 
 def P(*names: str, md: bytes = b"m") -> list[dict]:

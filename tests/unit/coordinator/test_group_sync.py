@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from test_group_driver import Driver
 
 from coordinator.group.messages import WriteGroupMetadata
 from coordinator.group.state import DEAD, EMPTY
 from coordinator.wire import error_codes as E
+from tests.unit.coordinator.test_group_driver import Driver
 
 
 def completing(d: Driver, n: int = 2) -> tuple[list[str], str, int]:

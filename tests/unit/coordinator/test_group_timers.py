@@ -6,10 +6,10 @@ Timers fire when now > deadline (strictly), as Kafka's MockTimer does.
 from __future__ import annotations
 
 import pytest
-from test_group_driver import Driver
 
 from coordinator.group.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
 from coordinator.wire import error_codes as E
+from tests.unit.coordinator.test_group_driver import Driver
 
 
 def test_timers_fire_strictly_after_the_deadline():

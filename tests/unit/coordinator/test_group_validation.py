@@ -6,7 +6,6 @@ Malformed bodies (not a map, missing key, wrong type) get INVALID_REQUEST (42) a
 from __future__ import annotations
 
 import pytest
-from test_group_driver import GROUP, PROTOCOLS, Driver
 
 from coordinator.wire import error_codes as E
 from coordinator.wire.schema import (
@@ -21,6 +20,7 @@ from coordinator.wire.schema import (
     OFFSET_FETCH,
     SYNC_GROUP,
 )
+from tests.unit.coordinator.test_group_driver import GROUP, PROTOCOLS, Driver
 
 JOIN = {
     "group_id": GROUP,

@@ -12,7 +12,7 @@ import pytest
 
 from experiments import analysis, chaos
 from experiments.report import render_markdown
-from tests.test_experiment_analysis import ev
+from tests.unit.experiments.test_analysis import ev
 
 
 def test_behind_lists_only_the_partitions_short_of_their_log_end():

@@ -11,7 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 OUTSIDE = re.compile(
     r"§|\.\./shared|PROTOCOL\.md|ENVIRONMENT\.md|ARCHITECTURE\.md|STYLE\.md|coordinator-spec\.md"
     r"|legacy-zk-and-migration\.md|spark-notes\.md|kafka-wire-notes\.md|testcontainers-notes\.md"

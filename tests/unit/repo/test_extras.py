@@ -12,7 +12,7 @@ import pytest
 
 from core.extras import EXTRAS, MissingExtra, require
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_require_returns_the_module():

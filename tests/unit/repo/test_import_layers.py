@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 PACKAGES = ("core", "topics", "zk_rebalance", "coordinator", "pipeline", "migrate", "experiments", "cli")
 
 
