@@ -18,7 +18,8 @@ out by `outputs.CoreOutputs` (both bases of `CoordinatorNode`); shard placement 
 `connection.Connection`, the Kafka listener `kafka_listener.KafkaListener`; the settings are
 `config.NodeConfig`.
 
-ZooKeeper outages (docs/recovery.md): while the session is SUSPENDED the node answers every group
+ZooKeeper outages (docs/recovery.md; the node's states and their transitions are
+`coordinator/node/state.py`'s `NodeState`): while the session is SUSPENDED the node answers every group
 request with COORDINATOR_NOT_AVAILABLE and fires no timers, but keeps its shards; if the
 connection comes back within the session timeout, in the same session, it serves on as before.
 Once the session is LOST, or SUSPENDED for longer than the session timeout (another node may have
@@ -52,6 +53,7 @@ from coordinator.node.dispatch import RequestDispatch, _now_ms
 from coordinator.node.metrics import Metrics, serve_metrics
 from coordinator.node.outputs import CoreOutputs
 from coordinator.node.shards import ShardLeadership, ShardStatus
+from coordinator.node.state import LOST, NEW, SERVING, STOPPED, SUSPENDED, NodeState
 from coordinator.node.store import CoordinatorStore
 from coordinator.server_side.assigned import ServerAssignedCoordinator
 from coordinator.server_side.incremental import IncrementalCoordinator
@@ -85,8 +87,12 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self._topic_watches: set[str] = set()
         self.connections: set[Connection] = set()
         self.leadership = ShardLeadership(self)
-        self.accepting = False
-        self.serving = False  # False while the ZooKeeper session is suspended or lost
+        # The node's state (coordinator/node/state.py), and two of its facts read on every request,
+        # kept as plain attributes by `_enter`: serving group requests (False while ZooKeeper is
+        # away, before start and after stop) and taking new connections (from start until stop).
+        self.state = NEW
+        self.serving = NEW.serving
+        self.accepting = NEW.accepting
         self.zk = None
         self.store: CoordinatorStore | None = None
         self.host = config.host
@@ -110,6 +116,13 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self._state_counts: dict[GroupState, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def _enter(self, state: NodeState) -> None:
+        """Move to `state` (coordinator/node/state.py's table); `serving` and `accepting` are its."""
+        state.check_transition_from(self.state)
+        self.state = state
+        self.serving = state.serving
+        self.accepting = state.accepting
 
     async def start(self) -> tuple[str, int]:
         """Connect, register, start serving; return the address clients should use."""
@@ -155,8 +168,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self.zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, state))
         self.store.add_listener(self._wake.set)
         self.store.watch()
-        self.accepting = True
-        self.serving = True
+        self._enter(SERVING)
         # Take (and load) the shards this node is preferred for before announcing itself, so a
         # single node answers for every group as soon as it prints `listening on`.
         await self.leadership.reconcile()
@@ -201,8 +213,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
     async def stop(self) -> None:
         """Release every shard (so other nodes take them at once), unregister, close everything."""
         self._stopping = True
-        self.accepting = False
-        self.serving = False
+        self._enter(STOPPED)
         if self._server is not None:
             self._server.close()
         for s in list(self.leadership.shards):
@@ -284,9 +295,9 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         if state == KazooState.SUSPENDED:
             if self._suspended_since is None:
                 self._suspended_since = now
-            self.serving = False
+            self._enter(SUSPENDED)
         elif state == KazooState.LOST:
-            self.serving = False
+            self._enter(LOST)
             self._suspended_since = None
             self._need_register = True
             self.leadership.lose_all("ZooKeeper session expired")
@@ -303,7 +314,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
             if not self.serving and self.leadership.shards:
                 # Kept shards: the members were turned away meanwhile, so their timers restart.
                 self._apply(self.core.resume(_now_ms()))
-            self.serving = True
+            self._enter(SERVING)
             self._schedule_timer()
             self._wake.set()
 
