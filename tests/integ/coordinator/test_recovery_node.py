@@ -25,7 +25,8 @@ from coordinator.group.messages import OffsetRecord
 from coordinator.layout import offset_path, shard_of
 from coordinator.member.wire_client import WireClient, WireError, fetch_body
 from coordinator.node.process import NodeProcess
-from coordinator.node.store import CoordinatorStore, Fenced
+from coordinator.node.store import CoordinatorStore
+from coordinator.node.zk_async import Fenced
 from coordinator.wire import codec as P
 from core.zk import connect
 

@@ -17,7 +17,8 @@ from coordinator.layout import (
     shard_of,
     znode_name,
 )
-from coordinator.node.store import CoordinatorStore, Fenced, NodeIdInUse
+from coordinator.node.store import CoordinatorStore
+from coordinator.node.zk_async import Fenced, NodeIdInUse
 from core.types import TopicPartition
 from core.zk import connect
 
@@ -159,7 +160,7 @@ def test_a_start_step_is_retried_while_zookeeper_does_not_answer_then_gives_up()
     """A node starting while its ZooKeeper server restarts retries what the reset cut off."""
     from kazoo.exceptions import ConnectionLoss
 
-    from coordinator.node.store import _retrying
+    from coordinator.node.zk_async import _retrying
 
     calls: list[int] = []
 

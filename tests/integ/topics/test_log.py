@@ -19,7 +19,8 @@ from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
 from topics.active import ENTRY_BYTES
 from topics.errors import CorruptSegment, InvalidTopic, OffsetOutOfRange, TopicAlreadyExists, UnknownPartition
-from topics.log import Log, ProduceResult
+from topics.log import Log
+from topics.log_writer import ProduceResult
 from topics.partitioner import DefaultPartitioner, murmur2, murmur2_batch, to_positive
 from topics.segment import SCHEMA
 
