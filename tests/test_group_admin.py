@@ -9,7 +9,7 @@ from test_group_driver import Driver
 
 from coordinator.group.messages import DeleteGroup, GroupSnapshot, WriteGroupMetadata
 from coordinator.group.state import DEAD, EMPTY, PREPARING_REBALANCE
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 
 T0 = ("t", 0)
 

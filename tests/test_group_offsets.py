@@ -9,7 +9,7 @@ from test_group_driver import Driver
 
 from coordinator.group.messages import DeleteGroup, DeleteOffsets, WriteOffsets
 from coordinator.group.state import DEAD
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import OFFSET_COMMIT
 
 T0 = ("t", 0)

@@ -10,7 +10,7 @@ from test_group_driver import Driver
 
 from coordinator.group.metadata import Group
 from coordinator.group.state import DEAD, EMPTY, STABLE
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 
 
 # 1. Dead answers COORDINATOR_NOT_AVAILABLE, not UNKNOWN_MEMBER_ID.

@@ -9,7 +9,7 @@ from test_group_driver import Driver
 
 from coordinator.group.coordinator import VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
 from coordinator.group.metadata import Group
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 
 S = GroupState
 ALLOWED = {

@@ -6,7 +6,7 @@ import pytest
 from test_group_driver import Driver
 
 from coordinator.group.messages import WriteStaticReplacement
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 
 
 def P(*names: str, md: bytes = b"m") -> list[dict]:

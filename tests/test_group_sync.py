@@ -7,7 +7,7 @@ from test_group_driver import Driver
 
 from coordinator.group.messages import WriteGroupMetadata
 from coordinator.group.state import DEAD, EMPTY
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 
 
 def completing(d: Driver, n: int = 2) -> tuple[list[str], str, int]:

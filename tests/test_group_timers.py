@@ -9,7 +9,7 @@ import pytest
 from test_group_driver import Driver
 
 from coordinator.group.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 
 
 def test_timers_fire_strictly_after_the_deadline():

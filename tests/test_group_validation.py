@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from test_group_driver import GROUP, PROTOCOLS, Driver
 
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,

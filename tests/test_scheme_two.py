@@ -22,7 +22,7 @@ from coordinator.node.process import CoordinatorNodes
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
 from coordinator.server_side.incremental import IncrementalCoordinator
 from coordinator.wire import codec as P
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     CONSUMER_GROUP_HEARTBEAT,
     DESCRIBE_GROUPS,

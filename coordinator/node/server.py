@@ -67,7 +67,7 @@ from coordinator.node.store import (
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
 from coordinator.server_side.incremental import IncrementalCoordinator
 from coordinator.wire import codec as P
-from coordinator.wire.error_codes import (
+from coordinator.wire.errors import (
     COORDINATOR_NOT_AVAILABLE,
     KAFKA_STORAGE_ERROR,
     MESSAGE_TOO_LARGE,

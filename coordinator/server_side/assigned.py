@@ -45,7 +45,7 @@ from coordinator.member.consumer_protocol import (
     partitions_of,
     perform_assignment,
 )
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     HEARTBEAT,
     JOIN_GROUP,

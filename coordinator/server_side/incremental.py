@@ -55,7 +55,7 @@ from coordinator.group.messages import (
 )
 from coordinator.member.consumer_protocol import by_topic, partitions_of
 from coordinator.wire import codec as P
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     CONSUMER_GROUP_HEARTBEAT,
     DELETE_GROUPS,
