@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.assignors.payloads import decode_assignment, decode_subscription
-from coordinator.member.consumer_protocol import (
+from coordinator.assignors.consumer_protocol import (
     COOPERATIVE,
     EAGER,
     cooperative_changes,
@@ -13,6 +12,7 @@ from coordinator.member.consumer_protocol import (
     perform_assignment,
     rebalance_protocol,
 )
+from coordinator.assignors.payloads import decode_assignment, decode_subscription
 from coordinator.wire.schema import JoinGroupMember
 from core.types import TopicPartition as TP
 

@@ -20,7 +20,7 @@ from coordinator.group.coordinator import GroupCoordinator
 from coordinator.group.messages import GroupSnapshot, Respond, Write, WriteGroupMetadata
 from coordinator.node.process import CoordinatorNodes
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
-from coordinator.server_side.incremental import IncrementalCoordinator
+from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
@@ -101,7 +101,7 @@ class Core:
 
     def hb(self, token: str, member_id: str = "", epoch: int = 0, owned=None, topics=("t",), assignor=None):
         """A ConsumerGroupHeartbeat (epoch 0 joins with `topics`; `owned` None: unchanged)."""
-        from coordinator.member.consumer_protocol import by_topic
+        from coordinator.assignors.consumer_protocol import by_topic
 
         body = ConsumerGroupHeartbeatRequest(
             group_id="g",

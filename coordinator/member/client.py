@@ -68,6 +68,18 @@ from typing import Any
 from kazoo.exceptions import KazooException
 
 from coordinator.assignors.base import Assignor
+from coordinator.assignors.consumer_protocol import (
+    EAGER,
+    PROTOCOL_TYPE,
+    SERVER_STRATEGIES,
+    by_topic,
+    cooperative_changes,
+    join_protocols,
+    partitions_of,
+    perform_assignment,
+    rebalance_protocol,
+    resolve_assignors,
+)
 from coordinator.assignors.payloads import decode_assignment
 from coordinator.member.connection import (
     Connection,
@@ -79,18 +91,6 @@ from coordinator.member.connection import (
     zk_address,
     zk_bootstrap,
     zk_partition_counts,
-)
-from coordinator.member.consumer_protocol import (
-    EAGER,
-    PROTOCOL_TYPE,
-    SERVER_STRATEGIES,
-    by_topic,
-    cooperative_changes,
-    join_protocols,
-    partitions_of,
-    perform_assignment,
-    rebalance_protocol,
-    resolve_assignors,
 )
 from coordinator.member.nodes import KnownNodes
 from coordinator.wire import codec as wire

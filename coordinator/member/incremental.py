@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from coordinator.assignors.consumer_protocol import by_topic, partitions_of
 from coordinator.member.client import (
     COORDINATOR_ERRORS,
     CoordinatorMember,
@@ -38,7 +39,6 @@ from coordinator.member.client import (
     offset_commit_request,
 )
 from coordinator.member.connection import ConnectionLost
-from coordinator.member.consumer_protocol import by_topic, partitions_of
 from coordinator.wire import codec as wire
 from coordinator.wire.codec import ErrorCode as E
 from coordinator.wire.schema import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse

@@ -65,7 +65,7 @@ from coordinator.node.store import (
     WriteTooLarge,
 )
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
-from coordinator.server_side.incremental import IncrementalCoordinator
+from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from coordinator.wire import codec as P
 from coordinator.wire.errors import (
     COORDINATOR_NOT_AVAILABLE,
