@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from coordinator.member.client import CoordinatorMember, MemberState
+from coordinator.member.consumer_member import CoordinatorMember
+from coordinator.member.state import MemberState
 from coordinator.node.process import CoordinatorNodes
 from core.errors import CommitFailed
 from core.types import OffsetAndMetadata

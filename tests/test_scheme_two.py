@@ -375,7 +375,8 @@ def test_members_starting_at_once_rejoin_under_the_ids_the_coordinator_gave_them
     """The coordinator answers a first ServerJoinGroup caught by another member's join with
     REBALANCE_IN_PROGRESS and the consumer id it admitted; a member that rejoined without that id
     would be a stranger, and the group would wait out the admitted one's session (90 s here)."""
-    from coordinator.member.client import CoordinatorMember, MemberState
+    from coordinator.member.consumer_member import CoordinatorMember
+    from coordinator.member.state import MemberState
 
     create_topic(zk, "t", partitions=8)
     with CoordinatorNodes(zk_connect, count=1) as nodes:
