@@ -725,7 +725,7 @@ class LiveGroup:
     """Three real coordinator members on one topic: heartbeating, and committing every 50 ms."""
 
     def __init__(self, zk_client, bootstrap: str, group: str, topic: str, members: int = 3):
-        from coordinator.member.client import CoordinatorMember
+        from coordinator.member.consumer_member import CoordinatorMember
         from topics.registry import create_topic
 
         create_topic(zk_client, topic, partitions=LIVE_PARTITIONS)

@@ -41,8 +41,9 @@ import time
 import uuid
 from pathlib import Path
 
-from coordinator.member.client import CoordinatorMember, MemberState
-from coordinator.member.incremental import IncrementalMember
+from coordinator.member.consumer_member import CoordinatorMember
+from coordinator.member.incremental_member import IncrementalMember
+from coordinator.member.state import MemberState
 from coordinator.node.process import CoordinatorNodes
 from core.types import TopicPartition
 from core.zk import connect

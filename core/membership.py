@@ -1,7 +1,7 @@
 """The membership interface both rebalancing schemes implement, and the rebalance listener's shape.
 
 `pipeline.Consumer` talks to a group only through this interface, so scheme one
-(`zk_rebalance.ZkGroupMember`) and scheme three (`coordinator.member.client.CoordinatorMember`) are
+(`zk_rebalance.ZkGroupMember`) and scheme three (`coordinator.member.consumer_member.CoordinatorMember`) are
 interchangeable: one consumer API for both schemes. It lives in `core`, below both, so neither
 scheme imports `pipeline`:
 

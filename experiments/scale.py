@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from coordinator.member.client import CoordinatorMember, MemberState
-from coordinator.member.incremental import IncrementalMember
+from coordinator.member.consumer_member import CoordinatorMember
+from coordinator.member.incremental_member import IncrementalMember
+from coordinator.member.state import MemberState
 from core.types import TopicPartition
 from core.zk import connect
 from experiments.zkstats import delta, server_counts, watches

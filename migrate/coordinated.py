@@ -114,7 +114,7 @@ def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView |
     # The coordinator's modules only once there is a group to show (`groups list` of none needs none).
     from coordinator.group.metadata import SERVER_PROTOCOL_TYPE
     from coordinator.server_side.assigned import DRAFT_STATES
-    from coordinator.server_side.incremental import INCREMENTAL_PROTOCOL_TYPE
+    from coordinator.server_side.incremental_groups import INCREMENTAL_PROTOCOL_TYPE
 
     notes: list[str] = []
     try:

@@ -12,7 +12,7 @@
 `rebalancer="zk"` makes the consumer a scheme-one member (`zk_rebalance.ZkGroupMember`, Kafka 0.8
 ZooKeeper watches); `rebalancer="server"` a scheme-two member (the coordinator assigns: a
 `CoordinatorMember` with `server_assigned=True`, the first of `assignors` naming the strategy);
-`rebalancer="coordinator"` a scheme-three member (`coordinator.member.client.CoordinatorMember`).
+`rebalancer="coordinator"` a scheme-three member (`coordinator.member.consumer_member.CoordinatorMember`).
 Nothing else in the calling code changes. While
 `migrate run --mode live` bridges the group from scheme one, a coordinator consumer joins through
 the bridge (`migrate.bridge.BridgedMember`), beside the legacy consumers, by itself.
@@ -608,8 +608,8 @@ class Consumer:
         if self.rebalancer == "zk" and offsets_only:
             return _ZkOffsets(self.zk, self.group_id)  # manual assignment: offsets only
         if self.rebalancer == "server":
-            from coordinator.member.client import CoordinatorMember
-            from coordinator.member.incremental import IncrementalMember
+            from coordinator.member.consumer_member import CoordinatorMember
+            from coordinator.member.incremental_member import IncrementalMember
 
             # Scheme two: the coordinator assigns with the first strategy named, and the member
             # reads no ZooKeeper (only to find the coordinator when no bootstrap is given). The
@@ -636,7 +636,7 @@ class Consumer:
                 poll_driven=not offsets_only,
             )
         if self.rebalancer == "coordinator":
-            from coordinator.member.client import CoordinatorMember
+            from coordinator.member.consumer_member import CoordinatorMember
 
             options = dict(self._membership_options)
             bridge_log = options.pop("bridge_event_log", None)

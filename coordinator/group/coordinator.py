@@ -61,7 +61,7 @@ from coordinator.group.messages import (
 )
 from coordinator.group.offset_manager import OffsetCommitWrite, OffsetManager
 from coordinator.group.state import DEAD, EMPTY, VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,

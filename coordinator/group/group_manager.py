@@ -22,7 +22,7 @@ from coordinator.group.context import CoreContext
 from coordinator.group.messages import DeleteGroup, Discarded, GroupSnapshot, StateChanged, WriteGroupMetadata
 from coordinator.group.metadata import Group, Member, build_group
 from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, GroupState
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import JoinGroupMember, JoinGroupResponse, SyncGroupResponse
 
 

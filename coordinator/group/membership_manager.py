@@ -25,7 +25,7 @@ from coordinator.group.messages import (
 )
 from coordinator.group.metadata import Group, Member, Protocols
 from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     DescribedGroup,
     DescribedMember,

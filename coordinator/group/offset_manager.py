@@ -21,7 +21,7 @@ from coordinator.group.messages import DeleteOffsets, OffsetRecord, WriteOffsets
 from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPES, Group
 from coordinator.group.offsets import metadata_length
 from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     OffsetCommitRequest,
     OffsetCommitResponse,

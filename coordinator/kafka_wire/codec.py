@@ -55,7 +55,7 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from coordinator.kafka_wire import messages as M
 from coordinator.wire import codec as P
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire import schema as S
 
 # (min, max) served per api: non-flexible versions only. Produce is advertised from v3 because

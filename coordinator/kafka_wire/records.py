@@ -20,7 +20,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.errors import KafkaError
 from kafka.record.memory_records import MemoryRecords
 
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from topics.arrow import binary_array, epoch_millis, int64_array
 
 _BASE_OFFSET = struct.Struct(">q")

@@ -2,7 +2,8 @@
 
 For code that speaks the wire protocol (docs/protocol.md) request by request: `groupshift groups`
 and `migrate` use it as their admin client. The consumer-side member logic is
-`coordinator/member/client.py`; node processes to talk to are in `coordinator/node/process.py`.
+`coordinator/member/consumer_member.py` (on `group_member.py`); node processes to talk to are in
+`coordinator/node/process.py`.
 Requests may be pipelined: `send` returns the correlation id, `recv` returns the next
 `(id, body)` in the order the node answers.
 

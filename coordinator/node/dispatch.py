@@ -16,7 +16,7 @@ from typing import Any
 
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.wire import codec as P
-from coordinator.wire.error_codes import COORDINATOR_NOT_AVAILABLE
+from coordinator.wire.errors import COORDINATOR_NOT_AVAILABLE
 from coordinator.wire.schema import (
     DeleteGroupsResponse,
     DeleteGroupsResult,

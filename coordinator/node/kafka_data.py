@@ -23,7 +23,7 @@ from coordinator.kafka_wire import messages as M
 from coordinator.kafka_wire.offsets_topic import OFFSETS_TOPIC
 from coordinator.kafka_wire.records import InvalidRecords, decode_batches, encode_batch
 from coordinator.layout import COORDINATORS, coordinator_path, decode_coordinator
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
 from topics.errors import OffsetOutOfRange, UnknownPartition

@@ -25,7 +25,7 @@ from coordinator.kafka_wire import codec as K
 from coordinator.kafka_wire import messages as M
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.node.kafka_data import DataPlane
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import API_VERSIONS, JOIN_GROUP, JoinGroupResponse, Message
 
 log = logging.getLogger("coordinator.node.server")

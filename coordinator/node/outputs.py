@@ -29,7 +29,7 @@ from coordinator.node.connection import Pending
 from coordinator.node.dispatch import _now_ms
 from coordinator.node.zk_async import Fenced, StoreError, StoreUnavailable, WriteTooLarge
 from coordinator.server_side.assigned import WatchTopics
-from coordinator.wire.error_codes import (
+from coordinator.wire.errors import (
     KAFKA_STORAGE_ERROR,
     MESSAGE_TOO_LARGE,
     NOT_LEADER_OR_FOLLOWER,

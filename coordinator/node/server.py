@@ -56,7 +56,7 @@ from coordinator.node.shards import ShardLeadership, ShardStatus
 from coordinator.node.state import LOST, NEW, SERVING, STOPPED, SUSPENDED, NodeState
 from coordinator.node.store import CoordinatorStore
 from coordinator.server_side.assigned import ServerAssignedCoordinator
-from coordinator.server_side.incremental import IncrementalCoordinator
+from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from core.errors import GroupshiftError
 from core.zk import connect
 

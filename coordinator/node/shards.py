@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 from coordinator.layout import shard_of
-from coordinator.wire.error_codes import (
+from coordinator.wire.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
     NOT_COORDINATOR,

@@ -33,19 +33,19 @@ from typing import Any
 
 import msgspec
 
-from coordinator.assignors.payloads import decode_assignment, decode_subscription
-from coordinator.group.coordinator import GroupCoordinator
-from coordinator.group.messages import Discarded, GroupSnapshot, Output, Respond
-from coordinator.group.metadata import SERVER_PROTOCOL_TYPE
-from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
-from coordinator.member.consumer_protocol import (
+from coordinator.assignors.consumer_protocol import (
     SERVER_STRATEGIES,
     by_topic,
     join_protocols,
     partitions_of,
     perform_assignment,
 )
-from coordinator.wire import error_codes as E
+from coordinator.assignors.payloads import decode_assignment, decode_subscription
+from coordinator.group.coordinator import GroupCoordinator
+from coordinator.group.messages import Discarded, GroupSnapshot, Output, Respond
+from coordinator.group.metadata import SERVER_PROTOCOL_TYPE
+from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     HEARTBEAT,
     JOIN_GROUP,

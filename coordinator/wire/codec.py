@@ -32,7 +32,7 @@ from typing import Annotated, Any
 import msgspec
 
 # Kafka's API keys and error codes: one definition each, shared with the core.
-from coordinator.wire import error_codes as ErrorCode  # ErrorCode.NONE, ErrorCode.NOT_COORDINATOR, ...
+from coordinator.wire import errors as ErrorCode  # ErrorCode.NONE, ErrorCode.NOT_COORDINATOR, ...
 from coordinator.wire.schema import (
     API_NAMES,
     API_VERSIONS,

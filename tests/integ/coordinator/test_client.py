@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from coordinator.member.client import CoordinatorMember, MemberState
+from coordinator.member.consumer_member import CoordinatorMember
+from coordinator.member.state import MemberState
 from coordinator.node.process import CoordinatorNodes
 from core.errors import CommitFailed
 from core.types import OffsetAndMetadata
@@ -332,8 +333,8 @@ def test_a_poll_that_times_out_mid_join_leaves_the_join_in_flight_for_the_next_p
 def test_a_pending_response_is_collected_in_slices_and_responses_come_back_in_order(zk, nodes):
     """`Connection.send` + `PendingResponse.result(timeout)`: a parked JoinGroup is collected by a
     later call (None meanwhile), and pipelined responses are matched to their requests."""
+    from coordinator.assignors.consumer_protocol import PROTOCOL_TYPE, join_protocols
     from coordinator.member.connection import Connection, parse_address
-    from coordinator.member.consumer_protocol import PROTOCOL_TYPE, join_protocols
     from coordinator.wire import codec as wire
     from coordinator.wire.codec import ErrorCode as E
     from coordinator.wire.schema import (

@@ -20,9 +20,9 @@ from coordinator.group.coordinator import GroupCoordinator
 from coordinator.group.messages import GroupSnapshot, Respond, Write, WriteGroupMetadata
 from coordinator.node.process import CoordinatorNodes
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
-from coordinator.server_side.incremental import IncrementalCoordinator
+from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from coordinator.wire import codec as P
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     CONSUMER_GROUP_HEARTBEAT,
     DESCRIBE_GROUPS,
@@ -101,7 +101,7 @@ class Core:
 
     def hb(self, token: str, member_id: str = "", epoch: int = 0, owned=None, topics=("t",), assignor=None):
         """A ConsumerGroupHeartbeat (epoch 0 joins with `topics`; `owned` None: unchanged)."""
-        from coordinator.member.consumer_protocol import by_topic
+        from coordinator.assignors.consumer_protocol import by_topic
 
         body = ConsumerGroupHeartbeatRequest(
             group_id="g",
@@ -375,7 +375,8 @@ def test_members_starting_at_once_rejoin_under_the_ids_the_coordinator_gave_them
     """The coordinator answers a first ServerJoinGroup caught by another member's join with
     REBALANCE_IN_PROGRESS and the consumer id it admitted; a member that rejoined without that id
     would be a stranger, and the group would wait out the admitted one's session (90 s here)."""
-    from coordinator.member.client import CoordinatorMember, MemberState
+    from coordinator.member.consumer_member import CoordinatorMember
+    from coordinator.member.state import MemberState
 
     create_topic(zk, "t", partitions=8)
     with CoordinatorNodes(zk_connect, count=1) as nodes:

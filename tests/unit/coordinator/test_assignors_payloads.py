@@ -161,7 +161,7 @@ def test_cooperative_user_data_is_an_int32_generation() -> None:
 
 
 def test_a_leader_answers_each_member_in_the_payload_version_it_subscribed_in() -> None:
-    from coordinator.member.consumer_protocol import join_protocols, perform_assignment
+    from coordinator.assignors.consumer_protocol import join_protocols, perform_assignment
     from coordinator.wire.schema import JoinGroupMember
 
     new = join_protocols(["range"], ["t0"], owned=[], generation=-1)[0].metadata

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.assignors.payloads import decode_assignment, decode_subscription
-from coordinator.member.consumer_protocol import (
+from coordinator.assignors.consumer_protocol import (
     COOPERATIVE,
     EAGER,
     cooperative_changes,
@@ -13,6 +12,7 @@ from coordinator.member.consumer_protocol import (
     perform_assignment,
     rebalance_protocol,
 )
+from coordinator.assignors.payloads import decode_assignment, decode_subscription
 from coordinator.wire.schema import JoinGroupMember
 from core.types import TopicPartition as TP
 
@@ -101,3 +101,44 @@ def test_eager_sticky_remembers_the_last_assignment_after_revoking_everything():
     sub = decode_subscription(join_protocols(["sticky"], ["t"], (), 3, previous=previous)[0].metadata)
     assert sub.owned_partitions == ()  # eager: revoked before joining
     assert decode_sticky_user_data(sub.user_data) == ([TP("t", 0), TP("t", 2)], 3)
+
+
+def test_a_member_state_changes_only_along_its_table():
+    from coordinator.member.state import TRANSITIONS, IllegalMemberTransition, MemberState
+
+    assert set(TRANSITIONS) == set(MemberState)
+    assert TRANSITIONS[MemberState.CLOSED] == frozenset()  # terminal
+    assert all(MemberState.CLOSED in to for s, to in TRANSITIONS.items() if s is not MemberState.CLOSED)
+    MemberState.STABLE.check_transition_to(MemberState.STABLE, "g")  # staying put is no transition
+    with pytest.raises(IllegalMemberTransition, match="from closed to unjoined"):
+        MemberState.CLOSED.check_transition_to(MemberState.UNJOINED, "g")
+    with pytest.raises(IllegalMemberTransition):
+        MemberState.STABLE.check_transition_to(MemberState.COMPLETING_REBALANCE, "g")
+
+
+def test_the_error_table_answers_what_the_member_used_to_list():
+    from coordinator.wire import errors as E
+
+    codes = set(E.NAMES)
+    assert {c for c in codes if E.coordinator_moved(c)} == {E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE}
+    assert {c for c in codes if E.fences_member(c)} == {
+        E.UNKNOWN_MEMBER_ID,
+        E.ILLEGAL_GENERATION,
+        E.FENCED_MEMBER_EPOCH,
+    }
+    assert E.retriable(E.COORDINATOR_LOAD_IN_PROGRESS) and not E.retriable(E.REBALANCE_IN_PROGRESS)
+    assert not E.fences_member(E.FENCED_INSTANCE_ID)  # fatal for a static member, not a rejoin
+    assert E.TABLE[E.NOT_COORDINATOR].name == "NOT_COORDINATOR" and not E.retriable(12345)
+
+
+def test_each_schemes_member_fills_in_hooks_and_overrides_no_private_method():
+    from coordinator.member.consumer_member import CoordinatorMember, ServerAssignedMember
+    from coordinator.member.incremental_member import IncrementalMember
+
+    for cls in (CoordinatorMember, ServerAssignedMember, IncrementalMember):
+        for i, c in enumerate(cls.__mro__):
+            for name, value in vars(c).items():
+                if callable(value) and name.startswith("_") and not name.startswith("__"):
+                    assert not any(name in vars(base) for base in cls.__mro__[i + 1 :]), (c, name)
+    member = CoordinatorMember("g", ["t"], bootstrap="127.0.0.1:1", server_assigned=True)
+    assert type(member) is ServerAssignedMember and member.server_assigned

@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.group.messages import DeleteGroup, GroupSnapshot, WriteGroupMetadata
 from coordinator.group.state import DEAD, EMPTY, PREPARING_REBALANCE
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from tests.unit.coordinator.test_group_driver import Driver
 
 T0 = ("t", 0)

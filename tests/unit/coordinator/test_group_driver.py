@@ -15,7 +15,7 @@ import msgspec
 
 from coordinator.group.coordinator import CoordinatorConfig, GroupCoordinator
 from coordinator.group.messages import Discarded, Respond, StateChanged, Write
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     APIS,
     DELETE_GROUPS,

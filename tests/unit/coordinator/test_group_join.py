@@ -16,7 +16,7 @@ from coordinator.group.messages import (
     WriteGroupMetadata,
 )
 from coordinator.group.state import DEAD, EMPTY
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import JOIN_GROUP, JoinGroupRequest
 from tests.unit.coordinator.test_group_driver import Driver
 

@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.group.messages import DeleteGroup, DeleteOffsets, WriteOffsets
 from coordinator.group.state import DEAD
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import OFFSET_COMMIT
 from tests.unit.coordinator.test_group_driver import Driver
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from coordinator.group.metadata import Group
 from coordinator.group.state import DEAD, EMPTY, STABLE
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from tests.unit.coordinator.test_group_driver import Driver
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.group.coordinator import VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
 from coordinator.group.metadata import Group
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from tests.unit.coordinator.test_group_driver import Driver
 
 S = GroupState

@@ -6,7 +6,7 @@ import pytest
 
 from coordinator.group.messages import WriteGroupMetadata
 from coordinator.group.state import DEAD, EMPTY
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from tests.unit.coordinator.test_group_driver import Driver
 
 

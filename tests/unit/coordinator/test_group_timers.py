@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.group.messages import GroupRecord, GroupSnapshot, MemberRecord, ProtocolRecord
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from tests.unit.coordinator.test_group_driver import Driver
 
 

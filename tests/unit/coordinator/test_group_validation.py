@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,

@@ -220,7 +220,9 @@ def test_every_module_imports_on_its_own():
 # The rooms of `coordinator` and what each may import from the others (docs/coordinator.md).
 ROOMS_MAY_IMPORT = {
     "coordinator.wire": set(),
-    "coordinator.assignors": set(),
+    # the consumer protocol on the wire (consumer_protocol: JoinGroup's protocols, scheme two's
+    # partition lists) is the assignors' payloads in the wire's structs
+    "coordinator.assignors": {"coordinator.wire"},
     # the group reads consumer subscriptions' topics (assignors.payloads), as Kafka's coordinator does
     "coordinator.group": {"coordinator.wire", "coordinator.assignors"},
     # a member with ZooKeeper finds the nodes in their registrations (coordinator.layout's paths)
@@ -230,7 +232,6 @@ ROOMS_MAY_IMPORT = {
         "coordinator.wire",
         "coordinator.group",
         "coordinator.assignors",
-        "coordinator.member",
     },
     # Kafka's binary protocol (the Kafka listener's codec and record batches), pure
     "coordinator.kafka_wire": {"coordinator.wire"},

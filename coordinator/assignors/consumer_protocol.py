@@ -1,9 +1,12 @@
-"""The consumer protocol on the member's side, pure: subscriptions, the rebalance protocol, the leader's job.
+"""The consumer protocol, pure: subscriptions, the rebalance protocol, the leader's job.
 
 What a member puts in JoinGroup (one subscription per assignor it lists, docs/protocol.md "Consumer
 protocol payloads"), which rebalance protocol its assignors allow (cooperative only if all of
 them support it), what the leader sends in SyncGroup (`perform_assignment` runs the assignor the
-group voted for), and what a cooperative member revokes. No I/O: `coordinator.member.client` does that.
+group voted for), what a cooperative member revokes, and scheme two's partition lists
+(`by_topic`, `partitions_of`). Shared by the member side (`coordinator.member`) and scheme two's
+server side (`coordinator.server_side`, which runs the assignors for its members). No I/O: the
+members do that.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Scheme two's incremental form on the member's side: ConsumerGroupHeartbeat (KIP-848).
 
 `IncrementalMember` is a `CoordinatorMember` (coordinator discovery, connections, offsets, the
-poll timer, close) whose group protocol is one heartbeat instead of JoinGroup/SyncGroup:
+poll timer, close) whose group protocol is one heartbeat instead of JoinGroup/SyncGroup; it fills
+in `group_member.GroupMember`'s hooks `join_group`, `heartbeat_period`, `heartbeats_now`,
+`heartbeat` and `leave_group` (and overrides the public `commit`):
 
 * joining is a heartbeat with member epoch 0 and the subscription; the answer carries the member
   id, its epoch and the partitions it may fetch now;
@@ -28,24 +30,16 @@ import threading
 import time
 from collections.abc import Mapping
 
-from coordinator.member.client import (
-    COORDINATOR_ERRORS,
-    CoordinatorMember,
-    Generation,
-    MemberState,
-    error_name,
-    log,
-    offset_commit_request,
-)
-from coordinator.member.connection import ConnectionLost
-from coordinator.member.consumer_protocol import by_topic, partitions_of
+from coordinator.assignors.consumer_protocol import by_topic, partitions_of
+from coordinator.member.connection import Connection, ConnectionLost, error_name
+from coordinator.member.consumer_member import CoordinatorMember, log, offset_commit_request
+from coordinator.member.state import Generation, MemberState
 from coordinator.wire import codec as wire
-from coordinator.wire.codec import ErrorCode as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
 from core.errors import CommitFailed, GroupshiftError, RebalanceFailed
 from core.types import OffsetAndMetadata, TopicPartition
 
-FENCED = (E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID)
 FATAL = (E.UNSUPPORTED_ASSIGNOR, E.INCONSISTENT_GROUP_PROTOCOL, E.INVALID_SESSION_TIMEOUT, E.INVALID_REQUEST)
 LEAVE_EPOCH = -1
 
@@ -109,18 +103,17 @@ class IncrementalMember(CoordinatorMember):
                     self._suggested = resp.heartbeat_interval_ms / 1000
                 if target == self._owned:
                     self._stable_generation = resp.member_epoch  # nothing moves: only the epoch
-                    if self.state != MemberState.STABLE:
-                        self.state = MemberState.STABLE
+                    self._set_state(MemberState.STABLE)
                 else:
                     self._rejoin_needed = True  # the next poll() reconciles
                 self._cv.notify_all()
             return
         log.debug("group %s: ConsumerGroupHeartbeat answered %s", self.group_id, error_name(code))
-        if code in FENCED:
+        if E.fences_member(code):
             with self._cv:
                 self._target = None
             self._reset_generation(f"heartbeat answered {error_name(code)}")
-        elif code in COORDINATOR_ERRORS:
+        elif E.coordinator_moved(code):
             self.mark_coordinator_unknown(f"heartbeat answered {error_name(code)}")
         elif code in FATAL:
             self._fail(
@@ -133,7 +126,7 @@ class IncrementalMember(CoordinatorMember):
 
     # -- the caller's thread: join and reconcile ---------------------------------------------------
 
-    def _join_group_if_needed(self, deadline: float | None) -> None:
+    def join_group(self, deadline: float | None) -> None:
         """Join (epoch 0) if needed, then converge on the latest assignment, telling the coordinator
         at once what was let go so the partitions reach their new owners."""
         for _ in range(100):  # every turn makes progress; the bound only guards against a bug
@@ -147,7 +140,9 @@ class IncrementalMember(CoordinatorMember):
                 return
             if not joined:
                 with self._cv:
-                    self.state = MemberState.PREPARING_REBALANCE
+                    if self._closed:
+                        return  # closed meanwhile (close() on another thread): CLOSED is terminal
+                    self._set_state(MemberState.PREPARING_REBALANCE)
                     self._rejoin_needed = False
                 if self._beat(conn, gen, joining=True) is None:
                     return
@@ -159,10 +154,12 @@ class IncrementalMember(CoordinatorMember):
                 owned = set(self._owned)
             if target is None or target == owned:
                 with self._cv:
+                    if self._closed:
+                        return
                     if self._target == self._owned:
                         joining = self.state == MemberState.PREPARING_REBALANCE
                         self._rejoin_needed = False
-                        self.state = MemberState.STABLE
+                        self._set_state(MemberState.STABLE)
                         self._stable_generation = self._generation.generation_id
                         self._cv.notify_all()
                     else:
@@ -202,39 +199,21 @@ class IncrementalMember(CoordinatorMember):
 
     # -- the heartbeat thread ----------------------------------------------------------------------
 
-    def _heartbeat_loop(self) -> None:
+    def heartbeat_period(self) -> float:
+        # The coordinator may ask for sooner (waiting for partitions being released): an answer
+        # that does wakes the heartbeat thread's wait up, so the new period counts from the last beat.
         interval = self.heartbeat_interval_ms / 1000
-        last = time.monotonic()
-        while True:
-            with self._cv:
-                # The coordinator may ask for sooner (waiting for partitions being released): an
-                # answer that does wakes this wait up, so the new interval counts from the last beat.
-                while not self._closed and time.monotonic() < last + min(
-                    interval, self._suggested or interval
-                ):
-                    self._cv.wait(last + min(interval, self._suggested or interval) - time.monotonic())
-                if self._closed:
-                    return
-                last = time.monotonic()
-                if self._poll_expired_locked():
-                    self._leave_on_poll_timeout()
-                    continue
-                gen, conn = self._generation, self._ctl_conn
-                joined = bool(gen.member_id) and gen.generation_id > 0 and self.state != MemberState.UNJOINED
-                rediscover = self._coordinator is None or conn is None
-            if not joined:
-                continue  # the caller's poll() joins
-            if rediscover:
-                self._discover_once()
-                continue
-            if time.monotonic() - self._last_heartbeat_ok > self.session_timeout_ms / 1000:
-                self.mark_coordinator_unknown("no heartbeat answer within the session timeout")
-                continue
-            resp = self._beat(conn, gen)
-            if resp is not None and resp.error_code == E.NONE:
-                self._refresh_nodes_if_due(conn)
+        return min(interval, self._suggested or interval)
 
-    def _leave(self, member_id: str, reason: str) -> None:
+    def heartbeats_now(self) -> bool:
+        gen = self._generation
+        return bool(gen.member_id) and gen.generation_id > 0 and self.state != MemberState.UNJOINED
+
+    def heartbeat(self, conn: Connection, gen: Generation) -> bool:
+        resp = self._beat(conn, gen)
+        return resp is not None and resp.error_code == E.NONE
+
+    def leave_group(self, member_id: str, reason: str) -> None:
         """Leave: a heartbeat with member epoch -1."""
         with self._cv:
             conn, gen = self._ctl_conn, self._generation
@@ -278,7 +257,7 @@ class IncrementalMember(CoordinatorMember):
                 return
             if code == E.STALE_MEMBER_EPOCH and attempt == 0:
                 continue  # our epoch moved on meanwhile: commit with the one we hold now
-            if code in FENCED or code == E.STALE_MEMBER_EPOCH:
+            if E.fences_member(code) or code == E.STALE_MEMBER_EPOCH:
                 raise CommitFailed(
                     f"commit refused by the coordinator ({error_name(code)}): member epoch "
                     f"{gen.generation_id} is not current; the records go to the partitions' new owner"

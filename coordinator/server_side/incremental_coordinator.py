@@ -1,4 +1,6 @@
-"""Scheme two's incremental form: the coordinator assigns, and each member converges on its own.
+"""Scheme two's incremental form on the server: the coordinator assigns, and each member converges
+on its own (the model — groups, epochs, target assignments, the stored record — is in
+`incremental_groups`; this module answers the requests and runs the timers).
 
 KIP-848's consumer group protocol (docs/scheme-two.md, "The incremental form"): there is no
 group-wide barrier and no join phase. Every member sends ConsumerGroupHeartbeat; the coordinator
@@ -31,12 +33,13 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from coordinator.assignors.base import Subscription, get_assignor, validate
+from coordinator.assignors.base import Subscription
+from coordinator.assignors.consumer_protocol import by_topic, partitions_of
 from coordinator.assignors.payloads import (
     decode_assignment,
     decode_subscription,
@@ -45,17 +48,19 @@ from coordinator.assignors.payloads import (
 )
 from coordinator.group.messages import (
     DeleteGroup,
-    GroupRecord,
     GroupSnapshot,
-    MemberRecord,
     Output,
-    ProtocolRecord,
     Respond,
     WriteGroupMetadata,
 )
-from coordinator.member.consumer_protocol import by_topic, partitions_of
+from coordinator.server_side.incremental_groups import (
+    INCREMENTAL_ASSIGNORS,
+    INCREMENTAL_PROTOCOL_TYPE,
+    Group,
+    Member,
+)
 from coordinator.wire import codec as P
-from coordinator.wire import error_codes as E
+from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     CONSUMER_GROUP_HEARTBEAT,
     DELETE_GROUPS,
@@ -82,70 +87,11 @@ from coordinator.wire.schema import (
     OffsetCommitRequest,
     OffsetCommitResponse,
 )
-from core.types import TopicPartition
-
-INCREMENTAL_PROTOCOL_TYPE = "consumer-incremental"
-#: Server-side assignors: `uniform` (sticky; the default) and `range`.
-INCREMENTAL_ASSIGNORS = ("uniform", "range")
-_ASSIGNOR_IMPL = {"uniform": "cooperative-sticky", "range": "range"}
-EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
 
 _SESSION, _REVOKE = 0, 1
 #: The heartbeat interval suggested to a member waiting for partitions its target holds that are
 #: still being released: it comes back soon for them instead of a whole interval later.
 WAITING_HEARTBEAT_MS = 10
-
-
-@dataclass(slots=True)
-class Member:
-    member_id: str
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    topics: tuple[str, ...]
-    epoch: int = 0
-    previous_epoch: int = -1
-    assigned: frozenset[TopicPartition] = frozenset()
-    revoking: frozenset[TopicPartition] = frozenset()  # still held until the member says it let go
-    session_deadline: int = 0
-    revoke_deadline: int | None = None
-
-
-@dataclass(slots=True)
-class Group:
-    group_id: str
-    assignor: str = "uniform"
-    epoch: int = 0  # the group epoch
-    assignment_epoch: int = 0  # the group epoch the target was computed for
-    target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
-    members: dict[str, Member] = field(default_factory=dict)
-    sizes: dict[str, int] = field(default_factory=dict)  # topic sizes the target was computed with
-    state_timestamp: int = 0
-
-    def topics(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.topics}
-
-    def owner(self, tp: TopicPartition, but: str) -> str | None:
-        for mid, m in self.members.items():
-            if mid != but and (tp in m.assigned or tp in m.revoking):
-                return mid
-        return None
-
-    @property
-    def state(self) -> str:
-        if not self.members:
-            return EMPTY
-        if self.assignment_epoch < self.epoch:
-            return ASSIGNING
-        for mid, m in self.members.items():
-            if (
-                m.epoch != self.assignment_epoch
-                or m.revoking
-                or m.assigned != self.target.get(mid, frozenset())
-            ):
-                return RECONCILING
-        return STABLE
 
 
 @dataclass(frozen=True, eq=False)
@@ -280,7 +226,7 @@ class IncrementalCoordinator:
         group.sizes = {}
         out.extend(self._watch(group))
         if all(t in self.partitions for t in group.topics()):
-            self._retarget(group, now_ms, bump=False)
+            group.retarget(self.partitions, bump=False)
         return out
 
     def resume(self, now_ms: int) -> list[Output]:
@@ -314,8 +260,8 @@ class IncrementalCoordinator:
             topics = group.topics()
             if topics and all(t in self.partitions for t in topics):
                 if any(group.sizes.get(t) != self.partitions[t] for t in topics):
-                    self._retarget(group, now_ms, bump=bool(group.sizes))
-                    out.append(WriteGroupMetadata(group.group_id, self._record(group), _Write(None)))
+                    group.retarget(self.partitions, bump=bool(group.sizes))
+                    out.append(WriteGroupMetadata(group.group_id, group.record(), _Write(None)))
         return out
 
     # ------------------------------------------------------------------ ConsumerGroupHeartbeat
@@ -345,7 +291,7 @@ class IncrementalCoordinator:
         if epoch == -1:
             self._remove(group, member, now)
             resp = ConsumerGroupHeartbeatResponse(E.NONE, member_id=mid, member_epoch=-1)
-            return [WriteGroupMetadata(gid, self._record(group), _Write(Respond(token, resp)))]
+            return [WriteGroupMetadata(gid, group.record(), _Write(Respond(token, resp)))]
         owned = None if req.topic_partitions is None else partitions_of(req.topic_partitions)
         holds_no_more = owned is not None and owned <= member.assigned
         nothing_to_revoke = member.assigned <= group.target.get(mid, frozenset()) and not member.revoking
@@ -411,7 +357,7 @@ class IncrementalCoordinator:
         out = self._watch(group)
         if changed:
             group.epoch += 1
-            self._retarget(group, now, bump=False)
+            group.retarget(self.partitions, bump=False)
         if owned is not None and member.revoking and not (owned & member.revoking):
             member.revoking = frozenset()  # the member let them go (after committing)
             member.revoke_deadline = None
@@ -433,11 +379,11 @@ class IncrementalCoordinator:
         elif member.assigned - before[1]:
             # A partition given is answered once it is written: another node taking the group over
             # must not give it to anyone else while this member fetches it.
-            out.append(WriteGroupMetadata(group.group_id, self._record(group), _Write(Respond(token, resp))))
+            out.append(WriteGroupMetadata(group.group_id, group.record(), _Write(Respond(token, resp))))
         else:
             # Nothing given (a join, a revocation, a new epoch): losing this write can only make
             # another node think the member holds more, or fence it — never two owners.
-            out.append(WriteGroupMetadata(group.group_id, self._record(group), _Write(None)))
+            out.append(WriteGroupMetadata(group.group_id, group.record(), _Write(None)))
             out.append(Respond(token, resp))
         return out
 
@@ -461,35 +407,13 @@ class IncrementalCoordinator:
         if free:
             member.assigned |= free
 
-    def _retarget(self, group: Group, now: int, bump: bool) -> None:
-        """Compute the target assignment for the group epoch (needs every subscribed topic's size)."""
-        if bump:
-            group.epoch += 1
-        topics = group.topics()
-        if any(t not in self.partitions for t in topics):
-            return  # computed once topics_changed reports them
-        sizes = {t: self.partitions[t] for t in topics}
-        subs = {
-            mid: Subscription(m.topics, owned_partitions=tuple(sorted(group.target.get(mid, m.assigned))))
-            for mid, m in group.members.items()
-        }
-        impl = get_assignor(_ASSIGNOR_IMPL[group.assignor])
-        if group.assignor == "uniform":
-            counts = validate(sizes, subs)
-            result = impl.sticky_assign(counts, subs).assignment if counts else {}
-        else:
-            result = impl.assign(sizes, subs)
-        group.target = {mid: frozenset(result.get(mid, ())) for mid in group.members}
-        group.sizes = sizes
-        group.assignment_epoch = group.epoch
-
     def _remove(self, group: Group, member: Member, now: int, retarget: bool = True) -> None:
         group.members.pop(member.member_id, None)
         group.target.pop(member.member_id, None)
         group.epoch += 1
         group.state_timestamp = now
         if retarget:
-            self._retarget(group, now, bump=False)
+            group.retarget(self.partitions, bump=False)
 
     # ------------------------------------------------------------------ timers
 
@@ -513,7 +437,7 @@ class IncrementalCoordinator:
             if kind == _REVOKE and (member.revoke_deadline != deadline or not member.revoking):
                 continue
             self._remove(group, member, now)
-            out.append(WriteGroupMetadata(gid, self._record(group), _Write(None)))
+            out.append(WriteGroupMetadata(gid, group.record(), _Write(None)))
         return out
 
     # ------------------------------------------------------------------ offsets and admin
@@ -617,38 +541,3 @@ class IncrementalCoordinator:
 
     def _watch(self, group: Group) -> list[Output]:
         return self.inner._watch(group.topics())
-
-    def _record(self, group: Group) -> GroupRecord:
-        return GroupRecord(
-            group_id=group.group_id,
-            protocol_type=INCREMENTAL_PROTOCOL_TYPE,
-            protocol_name=group.assignor,
-            generation_id=group.epoch,
-            leader_id=None,
-            state_timestamp=group.state_timestamp,
-            members=[
-                MemberRecord(
-                    member_id=m.member_id,
-                    group_instance_id=None,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    session_timeout_ms=m.session_timeout_ms,
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                    protocol_type=INCREMENTAL_PROTOCOL_TYPE,
-                    # The subscription's generation is the member epoch; its owned partitions are
-                    # the ones it still has to let go of.
-                    protocols=[
-                        ProtocolRecord(
-                            name=group.assignor,
-                            metadata=encode_subscription(
-                                Subscription(
-                                    m.topics, owned_partitions=tuple(sorted(m.revoking)), generation=m.epoch
-                                )
-                            ),
-                        )
-                    ],
-                    assignment=encode_assignment(sorted(m.assigned)),
-                )
-                for m in group.members.values()
-            ],
-        )

@@ -1,0 +1,152 @@
+"""A group member's two threads: the heartbeat thread (and the poll timer it enforces) and, with
+`poll_driven=False`, the group thread.
+
+The heartbeat thread keeps the session alive between polls: every `heartbeat_period()` it sends
+one heartbeat (`heartbeat(conn, gen)`, a hook: Heartbeat, ServerHeartbeat or
+ConsumerGroupHeartbeat) while `heartbeats_now()`, follows the group to a new coordinator, gives
+the coordinator up after a session without an answer, and leaves the group when `poll()` was not
+called for `max_poll_interval_ms` (Kafka's poll timeout; the caller's next poll() reports the
+partitions lost and rejoins). The group thread calls the member's `poll()` work in a loop, so a
+member nobody polls rebalances by itself. Part of `group_member.GroupMember`, whose state they
+share.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from coordinator.member.connection import Connection, ConnectionLost
+from coordinator.member.state import Generation, MemberState
+from core.errors import GroupshiftError
+
+log = logging.getLogger(__name__)
+
+
+class MemberThreads:
+    """The heartbeat thread and the group thread of a `GroupMember` (see the module docstring)."""
+
+    _cv: Any
+
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def heartbeat_period(self) -> float:
+        """Seconds between two heartbeats (called with the lock held, before every wait)."""
+        return self.heartbeat_interval_ms / 1000
+
+    def heartbeats_now(self) -> bool:
+        """Whether the heartbeat thread beats in the member's current state (lock held)."""
+        return self.state in (MemberState.STABLE, MemberState.COMPLETING_REBALANCE)
+
+    def heartbeat(self, conn: Connection, gen: Generation) -> bool:
+        """Send one heartbeat for `gen` and act on its answer; True when it was answered without error
+        (the thread then refreshes the member's list of nodes if it is due)."""
+        raise NotImplementedError
+
+    # -- the threads -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the heartbeat thread (and the group thread unless `poll_driven`); returns at once."""
+        with self._cv:
+            if self._threads:
+                return
+            self._last_poll = time.monotonic()
+            if self._coordinator is None and self._unknown_since is None:
+                self._unknown_since = time.monotonic()
+            self._threads = [
+                threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.group_id}", daemon=True)
+            ]
+            if not self.poll_driven:
+                self._threads.append(
+                    threading.Thread(target=self._group_loop, name=f"group-{self.group_id}", daemon=True)
+                )
+        for t in self._threads:
+            t.start()
+
+    def _heartbeat_loop(self) -> None:
+        last = time.monotonic()
+        while True:
+            with self._cv:
+                # The period may change while waiting (incremental: the coordinator asks for sooner);
+                # an answer that changes it wakes this wait up, so it counts from the last beat.
+                while not self._closed and time.monotonic() < last + self.heartbeat_period():
+                    self._cv.wait(last + self.heartbeat_period() - time.monotonic())
+                if self._closed:
+                    return
+                last = time.monotonic()
+                if self._poll_expired_locked():
+                    # Kafka's heartbeat thread enforces max.poll.interval.ms: leave, so the others
+                    # take the partitions; the caller's next poll() reports them lost and rejoins.
+                    self._leave_on_poll_timeout()
+                    continue
+                if not self.heartbeats_now():
+                    continue
+                rediscover = self._coordinator is None or self._ctl_conn is None
+                gen, conn = self._generation, self._ctl_conn
+            if rediscover:
+                # Keep the session alive while the caller processes: follow the group to its new
+                # coordinator from here rather than waiting for the next poll().
+                self._discover_once()
+                continue
+            if time.monotonic() - self._last_heartbeat_ok > self.session_timeout_ms / 1000:
+                # No successful heartbeat for a whole session: the coordinator is probably gone.
+                self.mark_coordinator_unknown("no heartbeat response within the session timeout")
+                continue
+            if self.heartbeat(conn, gen):
+                self._refresh_nodes_if_due(conn)
+
+    def _poll_expired_locked(self) -> bool:
+        return (
+            not self._poll_timed_out
+            and self._in_poll == 0
+            and self.state != MemberState.UNJOINED
+            and time.monotonic() - self._last_poll > self.max_poll_interval_ms / 1000
+        )
+
+    def _leave_on_poll_timeout(self) -> None:
+        """Kafka's poll timeout: a member that stopped polling leaves so the others can take over."""
+        gen = self._generation
+        log.warning(
+            "group %s: member %s did not poll for max_poll_interval_ms=%d; leaving the group (processing "
+            "is too slow: raise max_poll_interval_ms or lower max_poll_records)",
+            self.group_id,
+            gen.member_id,
+            self.max_poll_interval_ms,
+        )
+        self._poll_timed_out = True
+        if self.group_instance_id is None and gen.member_id:
+            try:
+                self.leave_group(gen.member_id, "consumer poll timeout has expired")
+            except ConnectionLost as exc:
+                log.info("LeaveGroup after poll timeout failed: %s", exc)
+        self._generation = Generation()
+        self._set_state(MemberState.UNJOINED)
+        self._rejoin_needed = True
+        self._cv.notify_all()
+
+    def _group_loop(self) -> None:
+        """`poll_driven=False` only: the member drives itself (as if polled whenever there is work)."""
+        try:
+            while True:
+                with self._cv:
+                    if self._closed:
+                        return
+                    if not self._work_pending_locked():
+                        self._cv.wait(1.0)
+                        continue
+                self._drive(None, None)
+        except Exception as exc:  # a bug or a fatal group error: surface it through record_poll()
+            if not isinstance(exc, GroupshiftError):
+                log.exception("group %s: group thread failed", self.group_id)
+            with self._cv:
+                self.fatal_error = exc
+                self._cv.notify_all()
+
+    def _work_pending_locked(self) -> bool:
+        if self._fenced_with_partitions_locked():
+            return True
+        if self._poll_timed_out:
+            return False
+        return self._rejoin_needed or self.state != MemberState.STABLE or self._coordinator is None
