@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.types import TopicPartition  # noqa: E402
 from core.zk import connect  # noqa: E402
-from experiments.cluster import ZkServer  # noqa: E402
 from migrate import legacy, offline, writes, zkio  # noqa: E402
+from testing.zookeeper import ZkServer  # noqa: E402
 
 TARGET_S = 10.0
 

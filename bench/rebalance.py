@@ -1,7 +1,7 @@
 """Benchmark: one join into a stable group of N members under all three schemes, on one ZooKeeper.
 
 Run on demand: `python -m bench.rebalance [--sizes 10,50,100] [--json out.json]`. One ZooKeeper
-container is started (experiments/cluster.py) unless `--zk` is given; scheme three uses one
+container is started (testing/zookeeper.py) unless `--zk` is given; scheme three uses one
 coordinator node process (`groupshift coordinator serve`). For every N, in one run:
 
 * scheme one: N `ZkGroupMember`s (each its own ZooKeeper session, Kafka 0.8 defaults except the
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.zk:
         zk_hosts = args.zk
     else:
-        from experiments.cluster import ZkServer
+        from testing.zookeeper import ZkServer
 
         server = ZkServer.start_single()
         zk_hosts = server.connect_string

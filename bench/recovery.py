@@ -1,7 +1,7 @@
 """Benchmark: recovery after a ZooKeeper outage longer than the session timeout, scheme one vs three.
 
 Run on demand: `python -m bench.recovery [--outage-s 15] [--session-ms 4000] [--json out.json]`.
-One ZooKeeper container is started (experiments/cluster.py). For each scheme, a group of
+One ZooKeeper container is started (testing/zookeeper.py). For each scheme, a group of
 `--consumers` `pipeline.Consumer`s reads a topic with one partition per consumer while a producer
 keeps writing; every consumer commits after each poll. Scheme three also runs one coordinator
 node process (`groupshift coordinator serve`). Every ZooKeeper session (node, members, the
@@ -38,8 +38,8 @@ from core.errors import GroupshiftError
 from core.four_letter import four_letter
 from core.types import TopicPartition
 from core.zk import connect
-from experiments.cluster import ZkServer
 from pipeline.consumer import Consumer
+from testing.zookeeper import ZkServer
 from topics.log import Log
 from topics.registry import create_topic
 

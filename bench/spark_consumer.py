@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coordinator.node.process import CoordinatorNodes  # noqa: E402
 from core.zk import connect  # noqa: E402
-from experiments.cluster import ZkServer  # noqa: E402
 from pipeline.spark import SparkConsumer, spark_session  # noqa: E402
+from testing.zookeeper import ZkServer  # noqa: E402
 from topics.log import Log  # noqa: E402
 from topics.registry import create_topic  # noqa: E402
 

@@ -8,7 +8,7 @@ of worker processes with a producer and faults (`GroupRun`).
         run.wait_settled(); run.finish()      # stop producing, drain, stop the workers
         summary(run.events(), run.ends(), since=t_fault)
 
-Everything runs for real: ZooKeeper in containers (`experiments/cluster.py`), coordinator nodes as
+Everything runs for real: ZooKeeper in containers (`testing/`), coordinator nodes as
 processes, each member a `python -m experiments.worker` process reading the Parquet log. The
 driver writes its faults (`killed`, `paused`/`resumed`, `cut`/`restored`, `fault`) to
 `driver.jsonl` beside the workers' logs, with the same monotonic clock.
@@ -37,8 +37,10 @@ from core.errors import GroupshiftError
 from core.lifeline import lifeline_env
 from core.zk import connect
 from experiments import analysis
-from experiments.cluster import ZkEnsemble, ZkServer, remove_labelled
 from experiments.worker import ProcessingLog
+from testing.ensemble import ZkEnsemble
+from testing.leftovers import remove_labelled
+from testing.zookeeper import ZkServer
 from topics.store import TopicStore
 from zk_rebalance.events import read_events
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fuzz_frames import RSS_GROWTH_TARGET_MB, FrameFuzzer, Target, run
+from fuzz.frames import FrameFuzzer, Target
+from fuzz.run import RSS_GROWTH_TARGET_MB, run
 
 FRAMES = 2_000
 

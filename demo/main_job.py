@@ -1,6 +1,6 @@
 """The main job (`groupshift demo`): Spark consumers migrated live from scheme one to scheme three.
 
-In a namespace of its own (`experiments.demo.DemoNamespace`: a ZooKeeper chroot and a log
+In a namespace of its own (`demo.namespace.DemoNamespace`: a ZooKeeper chroot and a log
 directory, both deleted at the end) the job creates a topic and produces records into it while it
 runs, and consumes it with Spark consumers (`pipeline.spark.SparkConsumer`, one Spark session,
 one thread each) in one group, in phases:
@@ -33,7 +33,7 @@ from coordinator.node.process import CoordinatorNodes
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 from core.zk import connect
-from experiments.demo import DemoNamespace
+from demo.namespace import DemoNamespace
 from migrate import live
 from pipeline.spark import SparkConsumer, outputs, spark_session
 from topics.store import TopicStore
