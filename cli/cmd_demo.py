@@ -117,7 +117,7 @@ def _compare(zk, data, partitions, records_per_partition, members, rebalancers, 
         partitions=partitions,
         records_per_partition=records_per_partition,
         members=members,
-        rebalancers=tuple(rebalancers) or (Rebalancer.ZK.value, Rebalancer.COORDINATOR.value),
+        rebalancers=tuple(rebalancers) or (Rebalancer.ZK, Rebalancer.COORDINATOR),
         out=out,
     )
     click.echo(format_table(results))

@@ -28,9 +28,11 @@ from pathlib import Path
 
 from coordinator.node.process import CoordinatorNodes
 from core.errors import CommitFailed, GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
 from core.zk import connect
 from demo.namespace import DemoNamespace
+from pipeline.backends import rebalancer_of
 from pipeline.consumer import Consumer
 from topics.store import TopicStore
 
@@ -107,14 +109,14 @@ def _covers(workers: list[_Worker], tps: set[TopicPartition]) -> bool:
 
 
 def run_scheme(
-    rebalancer: str,
+    rebalancer: Rebalancer,
     zk_connect: str,
     data: Path,
     ends: dict[TopicPartition, int],
     members: int,
     bootstrap: str | None,
 ) -> DemoResult:
-    group = f"demo-{rebalancer}-{uuid.uuid4().hex[:6]}"
+    group = f"demo-{rebalancer.value}-{uuid.uuid4().hex[:6]}"
     tps = set(ends)
     delivered: list = []
 
@@ -167,7 +169,7 @@ def run_scheme(
     counts = Counter(delivered)
     missing = sum(1 for tp, end in ends.items() for o in range(end) if (tp, o) not in counts)
     return DemoResult(
-        rebalancer,
+        rebalancer.value,
         group,
         members,
         len(tps),
@@ -189,7 +191,7 @@ def run_demo(
     partitions: int = 6,
     records_per_partition: int = 20_000,
     members: int = 3,
-    rebalancers: tuple[str, ...] = ("zk", "coordinator"),
+    rebalancers: tuple[str | Rebalancer, ...] = (Rebalancer.ZK, Rebalancer.COORDINATOR),
     out: Path | None = None,
 ) -> list[DemoResult]:
     """Create and fill the demo topic, then run each scheme; results are also written as JSON.
@@ -206,7 +208,11 @@ def run_demo(
 
 
 def _run(
-    ns: DemoNamespace, partitions: int, records_per_partition: int, members: int, rebalancers: tuple[str, ...]
+    ns: DemoNamespace,
+    partitions: int,
+    records_per_partition: int,
+    members: int,
+    rebalancers: tuple[str | Rebalancer, ...],
 ) -> list[DemoResult]:
     zk = connect(ns.zk_connect)
     try:
@@ -224,8 +230,8 @@ def _run(
         )
     ends = {TopicPartition(TOPIC, p): log.latest(TopicPartition(TOPIC, p)) for p in range(partitions)}
     results = []
-    for rebalancer in rebalancers:
-        if rebalancer in ("coordinator", "server"):
+    for rebalancer in map(rebalancer_of, rebalancers):
+        if rebalancer is not Rebalancer.ZK:
             # Its node registers and leads shards inside the demo's chroot only; it listens on a
             # free port. An operator's nodes (any ids) live in other chroots and share nothing.
             with CoordinatorNodes(ns.zk_connect, count=1, group_initial_rebalance_delay_ms=0) as nodes:
