@@ -1,7 +1,7 @@
 """Benchmark of a coordinator node over loopback: heartbeat throughput/latency, and rebalance time.
 
 Run on demand: `python -m bench.coordinator [--zk HOST:PORT] [--members 1000,10000] [--groups 1000]`.
-Without `--zk` a ZooKeeper container is started (experiments/cluster.py). One coordinator node
+Without `--zk` a ZooKeeper container is started (testing/zookeeper.py). One coordinator node
 runs as a child process (`groupshift coordinator serve`); the load comes from *another* process
 (this one), over loopback:
 
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         host, _, port = args.connect.rpartition(":")
         return _run(args, host, int(port))
     if zk is None:
-        from experiments.cluster import ZkServer
+        from testing.zookeeper import ZkServer
 
         server = ZkServer.start_single()
         zk = server.connect_string

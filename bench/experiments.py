@@ -14,9 +14,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from core.scheme import Scheme
+
 TARGET_FULL_S = 600.0
 TARGET_QUICK_S = 120.0
-SCHEMES = ("one", "two", "two-incremental", "three-eager", "three-cooperative")
+SCHEMES = Scheme.names()
 
 
 def _fault(results: dict, scenario: str, scheme: str) -> dict:

@@ -1,7 +1,7 @@
 """Benchmark of the Kafka listener against the native listener of the same node, in one run.
 
 Run on demand: `python -m bench.kafka_wire [--zk HOST:PORT] [--members 1000] [--records 1000000]`.
-Without `--zk` a ZooKeeper container is started (experiments/cluster.py). One node runs as a
+Without `--zk` a ZooKeeper container is started (testing/zookeeper.py). One node runs as a
 child process with both listeners (`--listen` and `--kafka-listen`) on one log root; the load
 comes from this process, over loopback.
 
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     zk = args.zk
     if zk is None:
-        from experiments.cluster import ZkServer
+        from testing.zookeeper import ZkServer
 
         server = ZkServer.start_single()
         zk = server.connect_string

@@ -19,10 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.scheme import Rebalancer  # noqa: E402
 from core.types import TopicPartition  # noqa: E402
 from core.zk import connect  # noqa: E402
-from experiments.cluster import ZkServer  # noqa: E402
 from migrate import legacy, offline, writes, zkio  # noqa: E402
+from testing.zookeeper import ZkServer  # noqa: E402
 
 TARGET_S = 10.0
 
@@ -44,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         before = dict(zkio.requests)
         start = time.perf_counter()
         for g in groups:
-            offline.run(zk, g, "zk", "coordinator")
+            offline.run(zk, g, Rebalancer.ZK.value, Rebalancer.COORDINATOR.value)
         migrated = time.perf_counter() - start
         for g in groups:
-            v = offline.verify(zk, g, "zk", "coordinator")
+            v = offline.verify(zk, g, Rebalancer.ZK.value, Rebalancer.COORDINATOR.value)
             assert v["equal"] and v["partitions"] == args.partitions, g
         took = time.perf_counter() - start
         sent = {k: v - before.get(k, 0) for k, v in zkio.requests.items() if v - before.get(k, 0)}

@@ -1,7 +1,7 @@
 """Benchmark: one join into a stable group of N members under all three schemes, on one ZooKeeper.
 
 Run on demand: `python -m bench.rebalance [--sizes 10,50,100] [--json out.json]`. One ZooKeeper
-container is started (experiments/cluster.py) unless `--zk` is given; scheme three uses one
+container is started (testing/zookeeper.py) unless `--zk` is given; scheme three uses one
 coordinator node process (`groupshift coordinator serve`). For every N, in one run:
 
 * scheme one: N `ZkGroupMember`s (each its own ZooKeeper session, Kafka 0.8 defaults except the
@@ -45,6 +45,7 @@ from coordinator.member.consumer_member import CoordinatorMember
 from coordinator.member.incremental_member import IncrementalMember
 from coordinator.member.state import MemberState
 from coordinator.node.process import CoordinatorNodes
+from core.scheme import Rebalancer, Scheme
 from core.types import TopicPartition
 from core.zk import connect
 from experiments.scale import Timeline, wait
@@ -131,15 +132,18 @@ def kept_partitions_pause(members, timelines, before, t_join: float, done: float
 
 # --- scheme three ----------------------------------------------------------------------------
 
+# The coordinated schemes measured, as group names and messages call them.
+SHORT = {Scheme.TWO: "two", Scheme.TWO_INCREMENTAL: "incremental", Scheme.THREE_EAGER: "three"}
+
 
 def coordinator_member(
-    zk, nodes: CoordinatorNodes, group: str, args, kind: str = "three", **kw
+    zk, nodes: CoordinatorNodes, group: str, args, kind: Scheme = Scheme.THREE_EAGER, **kw
 ) -> CoordinatorMember:
-    """A scheme-three member, or scheme two's (`kind` "two" or "incremental": no ZooKeeper client)."""
-    make = IncrementalMember if kind == "incremental" else CoordinatorMember
-    if kind == "two":
+    """A scheme-three member, or scheme two's (`kind` TWO or TWO_INCREMENTAL: no ZooKeeper client)."""
+    make = IncrementalMember if kind.incremental else CoordinatorMember
+    if kind is Scheme.TWO:
         kw["server_assigned"] = True
-    kw.setdefault("zk", zk if kind == "three" else None)
+    kw.setdefault("zk", zk if kind.rebalancer is Rebalancer.COORDINATOR else None)
     return make(
         group,
         ["t"],
@@ -165,11 +169,13 @@ def group_stable(members: list[CoordinatorMember], partitions: int, incremental:
     return (incremental or len(gens) == 1) and covers([m.assignment() for m in members], partitions)
 
 
-def scheme_three(zk, nodes: CoordinatorNodes, n: int, partitions: int, args, kind: str = "three") -> dict:
+def scheme_three(
+    zk, nodes: CoordinatorNodes, n: int, partitions: int, args, kind: Scheme = Scheme.THREE_EAGER
+) -> dict:
     """One join into a stable group of `n` coordinator members: scheme three, or scheme two's
-    draft (`kind="two"`) or incremental form (`kind="incremental"`)."""
-    group = f"{kind}-{n}-{uuid.uuid4().hex[:6]}"
-    incremental = kind == "incremental"
+    draft (`Scheme.TWO`) or incremental form (`Scheme.TWO_INCREMENTAL`)."""
+    group = f"{SHORT[kind]}-{n}-{uuid.uuid4().hex[:6]}"
+    incremental = kind.incremental
     timelines = [Timeline() for _ in range(n)]
     members = [coordinator_member(zk, nodes, group, args, kind, listener=tl) for tl in timelines]
     for m in members:
@@ -177,7 +183,7 @@ def scheme_three(zk, nodes: CoordinatorNodes, n: int, partitions: int, args, kin
     if wait(lambda: group_stable(members, partitions, incremental), args.timeout, step=0.02) is None:
         for m in members:
             m.close()
-        return {"error": f"scheme {kind}: {n} members did not form a stable group in {args.timeout}s"}
+        return {"error": f"scheme {SHORT[kind]}: {n} members did not form a stable group in {args.timeout}s"}
     time.sleep(args.settle)
     if not group_stable(members, partitions, incremental):
         wait(lambda: group_stable(members, partitions, incremental), args.timeout, step=0.02)
@@ -336,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.zk:
         zk_hosts = args.zk
     else:
-        from experiments.cluster import ZkServer
+        from testing.zookeeper import ZkServer
 
         server = ZkServer.start_single()
         zk_hosts = server.connect_string
@@ -356,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
                         if not args.skip_scheme_one:
                             runs["scheme_one"].append(scheme_one(chroot, n, partitions, args, Path(tmp)))
                         for key, kind in (
-                            ("scheme_two", "two"),
-                            ("scheme_two_incremental", "incremental"),
-                            ("scheme_three", "three"),
+                            ("scheme_two", Scheme.TWO),
+                            ("scheme_two_incremental", Scheme.TWO_INCREMENTAL),
+                            ("scheme_three", Scheme.THREE_EAGER),
                         ):
                             runs[key].append(scheme_three(zk, nodes, n, partitions, args, kind))
                     for key, got in runs.items():

@@ -1,7 +1,7 @@
 """Benchmark: recovery after a ZooKeeper outage longer than the session timeout, scheme one vs three.
 
 Run on demand: `python -m bench.recovery [--outage-s 15] [--session-ms 4000] [--json out.json]`.
-One ZooKeeper container is started (experiments/cluster.py). For each scheme, a group of
+One ZooKeeper container is started (testing/zookeeper.py). For each scheme, a group of
 `--consumers` `pipeline.Consumer`s reads a topic with one partition per consumer while a producer
 keeps writing; every consumer commits after each poll. Scheme three also runs one coordinator
 node process (`groupshift coordinator serve`). Every ZooKeeper session (node, members, the
@@ -36,15 +36,18 @@ from coordinator.node.process import CoordinatorNodes
 from coordinator.wire import codec as P
 from core.errors import GroupshiftError
 from core.four_letter import four_letter
+from core.scheme import Scheme
 from core.types import TopicPartition
 from core.zk import connect
-from experiments.cluster import ZkServer
 from pipeline.consumer import Consumer
+from testing.zookeeper import ZkServer
 from topics.log import Log
 from topics.registry import create_topic
 
 TARGET_NODE_S = 2.0
 TARGET_GROUP_S = 10.0
+# The schemes compared, as the output names them (three: range, the consumer's default assignor).
+COMPARED = {Scheme.ONE: "one", Scheme.THREE_EAGER: "three"}
 
 
 class Worker(threading.Thread):
@@ -124,10 +127,10 @@ def node_serves(nodes: CoordinatorNodes) -> bool:
     return found["error_code"] == 0 and joined["error_code"] == P.ErrorCode.MEMBER_ID_REQUIRED
 
 
-def run(server: ZkServer, scheme: str, kind: str, args, tmp: Path) -> dict:
+def run(server: ZkServer, scheme: Scheme, kind: str, args, tmp: Path) -> dict:
     connect_string = f"{server.connect_string}/bench-recovery-{uuid.uuid4().hex[:6]}"
     session_s = args.session_ms / 1000
-    log = Log(tmp / f"{scheme}-{kind}")
+    log = Log(tmp / f"{COMPARED[scheme]}-{kind}")
     admin = connect(connect_string, session_timeout=30.0)
     create_topic(admin, "t", partitions=args.consumers)
     log.create("t", args.consumers)
@@ -135,11 +138,11 @@ def run(server: ZkServer, scheme: str, kind: str, args, tmp: Path) -> dict:
     nodes = co_zk = None
     stop_producing = threading.Event()
     workers: list[Worker] = []
-    result: dict = {"scheme": scheme, "outage": kind}
+    result: dict = {"scheme": COMPARED[scheme], "outage": kind}
     try:
-        opts: dict = dict(rebalancer="zk" if scheme == "one" else "coordinator", auto_offset_reset="earliest")
+        opts: dict = dict(rebalancer=scheme.rebalancer, auto_offset_reset="earliest")
         opts.update(enable_auto_commit=False, max_poll_records=100)
-        if scheme == "one":
+        if scheme is Scheme.ONE:
             opts.update(
                 zk=connect_string,
                 session_timeout_ms=args.session_ms,
@@ -208,7 +211,7 @@ def table(results: list[dict]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for kind in ("revived", "expired"):
-        one, three = rows.get(("one", kind), {}), rows.get(("three", kind), {})
+        one, three = (rows.get((COMPARED[s], kind), {}) for s in COMPARED)
         lines.append(
             f"| {kind} | (a) node serves FindCoordinator + JoinGroup | < {TARGET_NODE_S:g} s | n/a | "
             f"{_s(three.get('node_s'))} | {_ratio(three.get('node_s'), TARGET_NODE_S)} |"
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmp:
             for kind in args.outages.split(","):
-                for scheme in ("one", "three"):
+                for scheme in COMPARED:
                     r = run(server, scheme, kind, args, Path(tmp))
                     results.append(r)
                     print(json.dumps(r), file=sys.stderr, flush=True)
@@ -254,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(a) node serving < {TARGET_NODE_S:g} s after ZooKeeper returns": all(
             r.get("node_s") is not None and r["node_s"] < TARGET_NODE_S
             for r in results
-            if r["scheme"] == "three"
+            if r["scheme"] == COMPARED[Scheme.THREE_EAGER]
         ),
         f"(b) group consuming < {TARGET_GROUP_S:g} s after ZooKeeper returns (both schemes)": all(
             r.get("group_s") is not None and r["group_s"] < TARGET_GROUP_S for r in results

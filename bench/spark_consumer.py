@@ -27,9 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coordinator.node.process import CoordinatorNodes  # noqa: E402
+from core.scheme import Rebalancer  # noqa: E402
 from core.zk import connect  # noqa: E402
-from experiments.cluster import ZkServer  # noqa: E402
 from pipeline.spark import SparkConsumer, spark_session  # noqa: E402
+from testing.zookeeper import ZkServer  # noqa: E402
 from topics.log import Log  # noqa: E402
 from topics.registry import create_topic  # noqa: E402
 
@@ -45,7 +46,9 @@ def fill(log: Log, topic: str, records: int) -> None:
             log.produce(topic, [(b"key", b"value-0123456789")] * min(100_000, per - start), partition=p)
 
 
-def consumer(spark, zk_connect, nodes, log, group, topic, out, rebalancer, batch) -> SparkConsumer:
+def consumer(
+    spark, zk_connect, nodes, log, group, topic, out, rebalancer: Rebalancer, batch, incremental: bool = False
+) -> SparkConsumer:
     opts = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 200}
     return SparkConsumer(
         spark,
@@ -54,9 +57,9 @@ def consumer(spark, zk_connect, nodes, log, group, topic, out, rebalancer, batch
         out=out,
         log=log,
         zk=zk_connect,
-        bootstrap=None if rebalancer == "zk" else nodes.bootstrap,
-        rebalancer="server" if rebalancer == "incremental" else rebalancer,
-        incremental=rebalancer == "incremental",
+        bootstrap=None if rebalancer is Rebalancer.ZK else nodes.bootstrap,
+        rebalancer=rebalancer,
+        incremental=incremental,
         max_records_per_batch=batch,
         consumer_options=opts,
     )
@@ -69,7 +72,9 @@ def throughput(spark, zk_connect, nodes, log, tmp: Path, records: int, batch: in
     t0 = time.perf_counter()
     spark.read.parquet(str(log.root / "bulk")).write.mode("overwrite").parquet(str(tmp / "plain"))
     plain = records / (time.perf_counter() - t0)
-    job = consumer(spark, zk_connect, nodes, log, "bench-bulk", "bulk", tmp / "out", "coordinator", batch)
+    job = consumer(
+        spark, zk_connect, nodes, log, "bench-bulk", "bulk", tmp / "out", Rebalancer.COORDINATOR, batch
+    )
     try:
         t0 = time.perf_counter()
         while job.progress.records < records:
@@ -80,8 +85,8 @@ def throughput(spark, zk_connect, nodes, log, tmp: Path, records: int, batch: in
     return plain, managed
 
 
-def rebalance_cost(spark, zk, zk_connect, nodes, log, tmp: Path, rebalancer: str) -> float:
-    topic = f"live-{rebalancer}"
+def rebalance_cost(spark, zk, zk_connect, nodes, log, tmp: Path, rebalancer: Rebalancer) -> float:
+    topic = f"live-{rebalancer.value}"
     log.create(topic, PARTITIONS)
     create_topic(zk, topic, partitions=PARTITIONS)
     stop = threading.Event()
@@ -94,7 +99,7 @@ def rebalance_cost(spark, zk, zk_connect, nodes, log, tmp: Path, rebalancer: str
 
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
-    group = f"bench-{rebalancer}"
+    group = f"bench-{rebalancer.value}"
     first = consumer(spark, zk_connect, nodes, log, group, topic, tmp / topic, rebalancer, 20_000)
     running = threading.Thread(target=first.run, args=(stop.is_set,), daemon=True)
     try:
@@ -132,10 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = spark_session("bench-spark-consumer")
         with CoordinatorNodes(zk_connect, count=1) as nodes:
             plain, managed = throughput(spark, zk_connect, nodes, log, tmp, args.records, args.batch)
-            costs = {
-                r: rebalance_cost(spark, zk, zk_connect, nodes, log, tmp, r)
-                for r in ("zk", "server", "coordinator")
-            }
+            costs = {r.value: rebalance_cost(spark, zk, zk_connect, nodes, log, tmp, r) for r in Rebalancer}
         zk.stop()
         zk.close()
     finally:

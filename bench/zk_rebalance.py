@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.zk import connect  # noqa: E402
-from experiments.cluster import ZkServer  # noqa: E402
+from testing.zookeeper import ZkServer  # noqa: E402
 from topics.registry import create_topic  # noqa: E402
 from zk_rebalance.events import read_events  # noqa: E402
 from zk_rebalance.member import ZkGroupMember  # noqa: E402

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from cli.main import main, zk_option
+from core.scheme import Rebalancer
 from pipeline.limits import MAX_RECORDS_PER_BATCH
 
 
@@ -25,8 +26,8 @@ from pipeline.limits import MAX_RECORDS_PER_BATCH
 )
 @click.option(
     "--rebalancer",
-    type=click.Choice(["zk", "server", "coordinator"]),
-    default="zk",
+    type=click.Choice(Rebalancer.names()),
+    default=Rebalancer.ZK.value,
     show_default=True,
     help="zk: scheme one (Kafka 0.8); server: scheme two (the coordinator assigns); "
     "coordinator: scheme three.",
@@ -78,7 +79,7 @@ def consume(
     from core.errors import GroupshiftError
     from pipeline.spark import SparkConsumer, load_transform, spark_session
 
-    if incremental and rebalancer != "server":
+    if incremental and Rebalancer(rebalancer) is not Rebalancer.SERVER:
         raise GroupshiftError(
             "--incremental is scheme two's incremental form: use it with --rebalancer server"
         )

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from cli.main import main, zk_option
+from core.scheme import Rebalancer
 
 
 @main.command("demo")
@@ -49,7 +50,7 @@ from cli.main import main, zk_option
 @click.option(
     "--rebalancer",
     "rebalancers",
-    type=click.Choice(["zk", "server", "coordinator"]),
+    type=click.Choice(Rebalancer.names()),
     multiple=True,
     help="--compare: run only these schemes (default: zk and coordinator).",
 )
@@ -86,7 +87,7 @@ def demo(
     if compare:
         _compare(resolve_zk(zk), data, partitions, records_per_partition, members, rebalancers, plot, home)
         return
-    from experiments.main_job import format_summary, run_main_job
+    from demo.main_job import format_summary, run_main_job
 
     png = plot or home / "timeline.png"
     result = run_main_job(
@@ -107,7 +108,7 @@ def demo(
 
 
 def _compare(zk, data, partitions, records_per_partition, members, rebalancers, plot, home: Path) -> None:
-    from experiments.demo import format_table, run_demo
+    from demo.compare import format_table, run_demo
 
     out = home / "compare.json"
     results = run_demo(
@@ -116,13 +117,13 @@ def _compare(zk, data, partitions, records_per_partition, members, rebalancers, 
         partitions=partitions,
         records_per_partition=records_per_partition,
         members=members,
-        rebalancers=tuple(rebalancers) or ("zk", "coordinator"),
+        rebalancers=tuple(rebalancers) or (Rebalancer.ZK, Rebalancer.COORDINATOR),
         out=out,
     )
     click.echo(format_table(results))
     click.echo(f"results: {out}")
     if plot is not None:
-        from experiments.demo import plot as draw
+        from demo.compare import plot as draw
 
         draw(results, plot)
         click.echo(f"plot: {plot}")

@@ -19,8 +19,7 @@ import click
 
 from cli.main import main
 from core.errors import GroupshiftError
-
-SCHEME_NAMES = ("one", "two", "two-incremental", "three-eager", "three-cooperative")
+from core.scheme import Scheme
 
 
 @main.group("experiment")
@@ -80,9 +79,9 @@ def _stop_on_signals():
 
 def _schemes(value: str) -> list[str]:
     names = [s.strip() for s in value.split(",") if s.strip()]
-    bad = [s for s in names if s not in SCHEME_NAMES]
+    bad = [s for s in names if s not in Scheme.names()]
     if bad or not names:
-        raise click.BadParameter(f"{', '.join(bad) or value!r}: schemes are {', '.join(SCHEME_NAMES)}")
+        raise click.BadParameter(f"{', '.join(bad) or value!r}: schemes are {', '.join(Scheme.names())}")
     return list(dict.fromkeys(names))
 
 
@@ -104,7 +103,7 @@ _out = click.option(
 _scheme = click.option(
     "--scheme",
     "schemes",
-    default=",".join(SCHEME_NAMES),
+    default=",".join(Scheme.names()),
     show_default=True,
     help="Comma-separated schemes.",
 )

@@ -1,1 +1,1 @@
-"""Comparison experiments on real ZooKeeper: clusters, faults, scenarios, metrics, report."""
+"""Comparison experiments on real ZooKeeper (servers from `testing`): faults, scenarios, metrics, report."""

@@ -24,9 +24,11 @@ import time
 from dataclasses import dataclass
 
 from core.errors import GroupshiftError
+from core.scheme import Scheme
 from experiments import analysis
 from experiments.harness import GroupRun, Lab, RunSettings
 from experiments.scenarios import measure
+from experiments.worker import scheme_of
 
 ACTIONS = ("join", "leave", "kill", "pause", "coordinator-restart", "zookeeper-restart")
 WEIGHTS = (3, 2, 2, 1, 1, 1)
@@ -75,7 +77,7 @@ class Chaos:
     def __init__(self, lab: Lab, runs: dict[str, GroupRun], settings: RunSettings, progress):
         self.lab, self.runs, self.settings, self.progress = lab, runs, settings, progress
         self.ensemble = lab.ensemble()
-        self.nodes = lab.nodes("ensemble") if any(not s.startswith("one") for s in runs) else None
+        self.nodes = lab.nodes("ensemble") if any(scheme_of(s) is not Scheme.ONE for s in runs) else None
         self.timers: list[threading.Timer] = []
         self.done: list[list] = []
         self._down_server = None
@@ -264,7 +266,7 @@ def run_chaos(
             figures["time_to_drain_s"] = None if drained[s] is None else round(drained[s] - t_end, 2)
             figures["not_drained"] = state["not_drained"]
             figures["unrecovered"] = state["unrecovered"]
-            figures["verdict"] = verdict(figures) if not s.startswith("one") else []
+            figures["verdict"] = verdict(figures) if scheme_of(s) is not Scheme.ONE else []
             out["schemes"][s] = figures
         out["actions"] = chaos.done
     finally:

@@ -8,7 +8,7 @@ of worker processes with a producer and faults (`GroupRun`).
         run.wait_settled(); run.finish()      # stop producing, drain, stop the workers
         summary(run.events(), run.ends(), since=t_fault)
 
-Everything runs for real: ZooKeeper in containers (`experiments/cluster.py`), coordinator nodes as
+Everything runs for real: ZooKeeper in containers (`testing/`), coordinator nodes as
 processes, each member a `python -m experiments.worker` process reading the Parquet log. The
 driver writes its faults (`killed`, `paused`/`resumed`, `cut`/`restored`, `fault`) to
 `driver.jsonl` beside the workers' logs, with the same monotonic clock.
@@ -32,13 +32,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from coordinator.layout import shard_path
 from coordinator.node.process import CoordinatorNodeError, CoordinatorNodes
 from core.errors import GroupshiftError
 from core.lifeline import lifeline_env
+from core.scheme import Scheme
 from core.zk import connect
 from experiments import analysis
-from experiments.cluster import ZkEnsemble, ZkServer, remove_labelled
-from experiments.worker import ProcessingLog
+from experiments.worker import ProcessingLog, scheme_of
+from testing.ensemble import ZkEnsemble
+from testing.leftovers import remove_labelled
+from testing.zookeeper import ZkServer
 from topics.store import TopicStore
 from zk_rebalance.events import read_events
 
@@ -208,7 +212,7 @@ class Lab:
         """The node id leading shard 0, which coordinates every group (`shards=1`)."""
         zk = connect(self.chroot(cluster))
         try:
-            data, _ = zk.get("/groupshift/shards/0/leader")
+            data, _ = zk.get(f"{shard_path(0)}/leader")  # /groupshift/shards/0/leader
             return int(json.loads(data)["node"])
         except Exception:
             return None
@@ -292,7 +296,7 @@ class GroupRun:
         self.driver = ProcessingLog(str(self.logdir / "driver.jsonl"), "driver")
         self.zk_connect = zk or lab.chroot(cluster)  # the members' connect string
         self.cut_victim = cut_victim  # the first member runs under CUT_GID, to be cut off (iptables)
-        if scheme.startswith("one"):
+        if scheme_of(scheme) is Scheme.ONE:
             self.bootstrap = None
         else:
             self.bootstrap = bootstrap or lab.nodes(cluster).bootstrap
@@ -325,7 +329,7 @@ class GroupRun:
         zk_options = {"rebalance_backoff_ms": self.settings.zk_backoff_ms} | self.zk_options
         cmd = [
             sys.executable, "-m", "experiments.worker",
-            "--scheme", "one" if self.scheme.startswith("one") else self.scheme,
+            "--scheme", Scheme.ONE.value if scheme_of(self.scheme) is Scheme.ONE else self.scheme,
             "--zk", zk or self.zk_connect, "--data", str(self.lab.data),
             "--group", self.group, "--topic", self.topic, "--member", member, "--log", str(log),
             "--session-ms", str(self.settings.session_ms),

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from core.extras import require
+from core.scheme import Scheme
+from experiments.worker import ONE_SYNC, scheme_of
 
+# Scheme (and run) names -> labels, in the report's order: scheme one's sync_before_read run after it.
 SCHEMES = {
-    "one": "one (ZooKeeper, Kafka 0.8)",
-    "one-sync": "one + sync before read",
-    "two": "two (coordinator assigns)",
-    "two-incremental": "two, incremental",
-    "three-eager": "three, eager",
-    "three-cooperative": "three, cooperative",
+    Scheme.ONE.value: Scheme.ONE.label,
+    ONE_SYNC: "one + sync before read",
+    **{s.value: s.label for s in Scheme if s is not Scheme.ONE},
 }
 MAX_SCHEMES, MAX_PARTITIONS = 6, 16
 DASH = "–"
@@ -437,7 +437,7 @@ def _verdicts(entries: dict[str, Any]) -> list[str]:
         bad = [str(v) for v in e.get("verdict") or []]
         judged = (
             "reported, not judged"
-            if s.startswith("one")
+            if scheme_of(s) is Scheme.ONE
             else ("FAILED: " + "; ".join(bad) if bad else "held")
         )
         lines.append(f"- **{label(s)}**: {judged}.")

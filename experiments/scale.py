@@ -32,6 +32,7 @@ from pathlib import Path
 from coordinator.member.consumer_member import CoordinatorMember
 from coordinator.member.incremental_member import IncrementalMember
 from coordinator.member.state import MemberState
+from core.scheme import Scheme
 from core.types import TopicPartition
 from core.zk import connect
 from experiments.zkstats import delta, server_counts, watches
@@ -40,7 +41,7 @@ from zk_rebalance.events import read_events
 from zk_rebalance.member import ZkGroupMember
 from zk_rebalance.metrics import conflicts
 
-SCHEMES = ("one", "two", "two-incremental", "three-eager", "three-cooperative")
+SCHEMES = Scheme.names()
 TOPIC_PREFIX = "scale"
 
 
@@ -123,9 +124,9 @@ class _Run:
         self.zk, self.zk_connect, self.host_port, self.bootstrap = zk, zk_connect, host_port, bootstrap
         self.topic, self.partitions, self.logdir, self.s = topic, partitions, Path(logdir), s
 
-    def member(self, scheme: str, group: str, i: int, listener=None):
+    def member(self, scheme: Scheme, group: str, i: int, listener=None):
         s = self.s
-        if scheme == "one":
+        if scheme is Scheme.ONE:
             return ZkGroupMember(
                 self.zk_connect,
                 group,
@@ -146,16 +147,15 @@ class _Run:
             rebalance_timeout_ms=60_000,
             retry_backoff_ms=20,
         )
-        if scheme == "two":
+        if scheme is Scheme.TWO:
             return CoordinatorMember(group, [self.topic], server_assigned=True, **kw)
-        if scheme == "two-incremental":
+        if scheme is Scheme.TWO_INCREMENTAL:
             return IncrementalMember(group, [self.topic], **kw)
-        assignor = {"three-eager": "range", "three-cooperative": "cooperative-sticky"}[scheme]
-        return CoordinatorMember(group, [self.topic], assignors=[assignor], zk=self.zk, **kw)
+        return CoordinatorMember(group, [self.topic], assignors=list(scheme.assignors), zk=self.zk, **kw)
 
-    def stable(self, scheme: str, members: list) -> bool:
+    def stable(self, scheme: Scheme, members: list) -> bool:
         """Every member settled (no rebalance in progress or pending) and the partitions covered once."""
-        if scheme == "one":
+        if scheme is Scheme.ONE:
             if not all(m.is_stable() for m in members):
                 return False
         else:
@@ -163,11 +163,11 @@ class _Run:
             for m in members:
                 if m.state != MemberState.STABLE or m.rebalance_in_progress:
                     return False
-                if scheme == "two-incremental" and m._target != m._owned:
+                if scheme.incremental and m._target != m._owned:
                     return False
                 gens.add(m.generation)
             # Incremental members converge one by one: their epochs may differ once all hold their targets.
-            if scheme != "two-incremental" and len(gens) != 1:
+            if not scheme.incremental and len(gens) != 1:
                 return False
         return _covers([m.assignment() for m in members], self.partitions)
 
@@ -175,28 +175,28 @@ class _Run:
         return server_counts(*self.host_port)
 
 
-def _client_counts(scheme: str, m) -> dict[str, int]:
+def _client_counts(scheme: Scheme, m) -> dict[str, int]:
     """One member's cumulative client-side counters."""
-    if scheme == "one":
+    if scheme is Scheme.ONE:
         c = m.events.counters
         return {"zk": c["zk"], "watch": c["watch"], "rounds": c["rebalance_begin"], "gen": m.generation}
     return {"zk": m.stats["zk_requests"], "watch": 0, "rounds": m.stats["rebalances"], "gen": m.generation}
 
 
-def _one_by_one(run: _Run, scheme: str, sizes: list[int], progress: Callable[[str], None]) -> list[dict]:
+def _one_by_one(run: _Run, scheme: Scheme, sizes: list[int], progress: Callable[[str], None]) -> list[dict]:
     rows: list[dict] = []
     for n in sizes:
-        progress(f"scale-up {scheme}: one by one N={n} ...")
+        progress(f"scale-up {scheme.value}: one by one N={n} ...")
         row = _join_one(run, scheme, n)
         rows.append(row)
         if "error" in row:
-            progress(f"scale-up {scheme}: one by one N={n}: {row['error']}")
+            progress(f"scale-up {scheme.value}: one by one N={n}: {row['error']}")
     return rows
 
 
-def _join_one(run: _Run, scheme: str, n: int) -> dict:
+def _join_one(run: _Run, scheme: Scheme, n: int) -> dict:
     """A group of n - 1 members formed (not measured), then the measured join that brings it to n."""
-    group = f"{TOPIC_PREFIX}-{scheme}-obo-{n}-{uuid.uuid4().hex[:6]}"
+    group = f"{TOPIC_PREFIX}-{scheme.value}-obo-{n}-{uuid.uuid4().hex[:6]}"
     timelines = [Timeline() for _ in range(n)]
     members = [run.member(scheme, group, i, timelines[i]) for i in range(n - 1)]
     timeout = run.s.timeout_s
@@ -224,7 +224,7 @@ def _join_one(run: _Run, scheme: str, n: int) -> dict:
             lambda: (
                 run.stable(scheme, members)
                 and bool(joiner.assignment())
-                and (scheme == "one" or max(m.generation for m in members) > prev_gen)
+                and (scheme is Scheme.ONE or max(m.generation for m in members) > prev_gen)
             ),
             timeout,
         )
@@ -237,7 +237,7 @@ def _join_one(run: _Run, scheme: str, n: int) -> dict:
         # "rounds" per member: scheme one's rebalance_begin events; a coordinator member's
         # completed joins (reconciles for the incremental form).
         rebalanced = [x["rounds"] > 0 for x in d]
-        if scheme == "one":
+        if scheme is Scheme.ONE:
             rounds = sum(x["rounds"] for x in d)
         else:  # generation (epoch) increments
             rounds = max(m.generation for m in members) - max(prev_gen, 0)
@@ -270,8 +270,8 @@ def _zero() -> dict[str, int]:
     return {"zk": 0, "watch": 0, "rounds": 0, "gen": -1}
 
 
-def _all_at_once(run: _Run, scheme: str, n: int) -> dict:
-    group = f"{TOPIC_PREFIX}-{scheme}-all-{n}-{uuid.uuid4().hex[:6]}"
+def _all_at_once(run: _Run, scheme: Scheme, n: int) -> dict:
+    group = f"{TOPIC_PREFIX}-{scheme.value}-all-{n}-{uuid.uuid4().hex[:6]}"
     members = [run.member(scheme, group, i) for i in range(n)]
     timeout = run.s.timeout_s
     try:
@@ -294,7 +294,7 @@ def _all_at_once(run: _Run, scheme: str, n: int) -> dict:
             row["time_to_stable_ms"] = round((done - t0) * 1000, 1)
         row["zk_requests"] = server["requests"]
         row["watch_notifications"] = server["watch_notifications"]
-        if scheme == "one":
+        if scheme is Scheme.ONE:
             events = read_events(sorted(run.logdir.glob(f"{group}-*.jsonl")))
             c = conflicts(events, since=t0, until=done if done is not None else float("inf"))
             row["conflicts"] = {"conflicts": c["conflicts"], "failed_attempts": c["failed_attempts"]}
@@ -334,13 +334,13 @@ def run_scale(
     try:
         create_topic(zk, topic, partitions)
         run = _Run(zk, zk_connect, host_port, bootstrap, topic, partitions, logdir, settings)
-        for scheme in schemes:
+        for scheme in map(Scheme, schemes):
             rows = _one_by_one(run, scheme, sizes, progress)
             every = []
             for n in sizes:
-                progress(f"scale-up {scheme}: all at once N={n} ...")
+                progress(f"scale-up {scheme.value}: all at once N={n} ...")
                 every.append(_all_at_once(run, scheme, n))
-            out["schemes"][scheme] = {"one_by_one": rows, "all_at_once": every}
+            out["schemes"][scheme.value] = {"one_by_one": rows, "all_at_once": every}
     finally:
         zk.stop()
         zk.close()

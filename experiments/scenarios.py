@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from core.scheme import Scheme
 from experiments import analysis, zkstats
 from experiments.harness import CUT_GID, NODE_OPTIONS, GroupRun, Lab, RunSettings
-from experiments.worker import SCHEMES
+from experiments.worker import ONE_SYNC, SCHEMES, scheme_of
 from zk_rebalance import metrics as zk_metrics
 
-COORDINATOR_SCHEMES = tuple(s for s in SCHEMES if s != "one")
+COORDINATOR_SCHEMES = tuple(s.value for s in Scheme.coordinated())
 
 
 @dataclass
@@ -96,7 +97,7 @@ def measure(
     out["drained"] = finished["drained"]
     if victim is not None:
         out["zombie"] = analysis.zombie(events, victim, since)
-    if run.scheme.startswith("one"):
+    if scheme_of(run.scheme) is Scheme.ONE:
         zk_events = run.zk_events()
         settled = since + out["time_to_stable_s"]
         out["s1"] = zk_metrics.conflicts(zk_events, since, settled + 0.001)
@@ -140,7 +141,7 @@ def fault_scenario(
 ) -> dict[str, dict]:
     """Form a group per scheme, apply the fault (`each` per group, or `shared` once), settle,
     drain, stop, measure. `each` returns the victim's member name, if any."""
-    chosen = [s for s in (schemes or ctx.schemes) if s in ctx.schemes or s == "one-sync"]
+    chosen = [s for s in (schemes or ctx.schemes) if s in ctx.schemes or s == ONE_SYNC]
     results: dict[str, dict] = {s: {"skipped": why} for s, why in (skip or {}).items() if s in ctx.schemes}
     chosen = [s for s in chosen if s not in results]
     runs: dict[str, GroupRun] = {}
@@ -205,7 +206,7 @@ def fault_scenario(
         results[scheme] = {"error": f"{type(exc).__name__}: {exc}"}
         if scheme in runs:
             runs[scheme].close()
-    return {s: results[s] for s in [*ctx.schemes, "one-sync"] if s in results}
+    return {s: results[s] for s in [*ctx.schemes, ONE_SYNC] if s in results}
 
 
 def _pause_past_session(run: GroupRun) -> str:
@@ -263,7 +264,10 @@ def coordinator_kill(ctx: Context) -> dict:
         killed["restart"] = lambda: nodes.start_node(node) if node is not None else None
 
     out = fault_scenario(
-        ctx, "coordinator-kill", shared=kill, skip={"one": "scheme one has no coordinator: nothing to kill"}
+        ctx,
+        "coordinator-kill",
+        shared=kill,
+        skip={Scheme.ONE.value: "scheme one has no coordinator: nothing to kill"},
     )
     if killed.get("restart"):
         killed["restart"]()  # back to two nodes for the scenarios that follow
@@ -280,8 +284,8 @@ def follower_partition(ctx: Context) -> dict:
 
     ens = ctx.lab.ensemble()
     results: dict[str, dict] = {}
-    for scheme, sync in (("one", False), ("one-sync", True)):
-        if "one" not in ctx.schemes:
+    for scheme, sync in ((Scheme.ONE.value, False), (ONE_SYNC, True)):
+        if Scheme.ONE.value not in ctx.schemes:
             break
         ctx.progress(f"follower-partition: scheme {scheme}")
         try:
@@ -297,7 +301,7 @@ def follower_partition(ctx: Context) -> dict:
             results[scheme] = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
             ens.heal()
-    coordinator = [s for s in ctx.schemes if s != "one"]
+    coordinator = [s for s in ctx.schemes if scheme_of(s) is not Scheme.ONE]
     if not coordinator:
         return results
     follower, leader = ens.followers()[0], ens.leader()
@@ -324,7 +328,7 @@ def follower_partition(ctx: Context) -> dict:
         results.update(more)
     finally:
         nodes.close()
-    return {s: results[s] for s in ("one", "one-sync", *COORDINATOR_SCHEMES) if s in results}
+    return {s: results[s] for s in (Scheme.ONE.value, ONE_SYNC, *COORDINATOR_SCHEMES) if s in results}
 
 
 def scale_up(ctx: Context) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from core.types import TopicPartition
 from core.zk import connect
-from experiments.cluster import ZkEnsemble
+from testing.ensemble import ZkEnsemble
 from topics.registry import create_topic
 from zk_rebalance.events import read_events
 from zk_rebalance.member import ZkGroupMember

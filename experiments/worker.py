@@ -34,18 +34,19 @@ import threading
 import time
 from pathlib import Path
 
-SCHEMES = ("one", "two", "two-incremental", "three-eager", "three-cooperative")
+from core.scheme import Scheme
+
+SCHEMES = Scheme.names()
+#: Scheme one with `sync_before_read` (the follower-partition scenario): a run and a report column of
+#: its own, but scheme one's members.
+ONE_SYNC = "one-sync"
 
 
-def consumer_options(scheme: str) -> dict:
-    """`pipeline.Consumer` keywords that make a consumer a member of `scheme`."""
-    return {
-        "one": {"rebalancer": "zk"},
-        "two": {"rebalancer": "server"},
-        "two-incremental": {"rebalancer": "server", "incremental": True},
-        "three-eager": {"rebalancer": "coordinator", "assignors": ["range"]},
-        "three-cooperative": {"rebalancer": "coordinator", "assignors": ["cooperative-sticky"]},
-    }[scheme]
+def scheme_of(run: str) -> Scheme | None:
+    """The scheme of the run named `run`: a scheme's name, or `ONE_SYNC` (None for any other name)."""
+    if run == ONE_SYNC:
+        return Scheme.ONE
+    return Scheme(run) if run in SCHEMES else None
 
 
 def tp_name(tp) -> str:
@@ -117,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     watch_parent()  # the run's driver was killed: stop as on SIGTERM
     listener = Listener(out)
-    options = consumer_options(args.scheme)
+    options = Scheme(args.scheme).consumer_options()
     membership = {}
-    if args.scheme == "one":
+    if Scheme(args.scheme) is Scheme.ONE:
         membership = {
             "consumer_id": args.member,
             "event_log": str(Path(args.log).with_suffix(".zk.jsonl")),

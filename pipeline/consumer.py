@@ -9,13 +9,10 @@
         consumer.commit()                     # positions of the assigned partitions, fenced
     consumer.close()
 
-`rebalancer="zk"` makes the consumer a scheme-one member (`zk_rebalance.ZkGroupMember`, Kafka 0.8
-ZooKeeper watches); `rebalancer="server"` a scheme-two member (the coordinator assigns: a
-`CoordinatorMember` with `server_assigned=True`, the first of `assignors` naming the strategy);
-`rebalancer="coordinator"` a scheme-three member (`coordinator.member.consumer_member.CoordinatorMember`).
-Nothing else in the calling code changes. While
-`migrate run --mode live` bridges the group from scheme one, a coordinator consumer joins through
-the bridge (`migrate.bridge.BridgedMember`), beside the legacy consumers, by itself.
+`rebalancer="zk"`, `"server"` or `"coordinator"` (or a `core.scheme.Rebalancer`) makes the consumer
+a member of scheme one, two or three (`pipeline.backends` builds the member; a scheme-three consumer
+joins through the bridge by itself while `migrate run --mode live` bridges the group). Nothing else
+in the calling code changes.
 
 The commit guarantee, under both schemes: `commit()` either commits every record `poll()`
 returned since the previous `commit()` call, or raises `CommitFailed` and commits nothing; after a
@@ -52,7 +49,6 @@ consumers do).
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,12 +59,15 @@ import pyarrow as pa
 
 from core.errors import CommitFailed, GroupshiftError
 from core.membership import NoopListener, call_listener
+from core.scheme import Rebalancer
 from core.types import OffsetAndMetadata, TopicPartition
+from pipeline.backends import BACKENDS, connect_string, rebalancer_of
+from pipeline.commits import AsyncCommits, Deliveries, describe
+from pipeline.state import ConsumerState
 from topics.fetcher import ConsumerRecord, Fetcher, records
 
 log = logging.getLogger(__name__)
 
-REBALANCERS = ("zk", "server", "coordinator")
 MAX_COORDINATOR_TIMEOUT_MS = 3_600_000  # an hour: beyond that, a consumer should rather fail
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], None]
 
@@ -85,7 +84,7 @@ class Consumer:
         group_id: str,
         topics: Sequence[str] = (),
         *,
-        rebalancer: str = "zk",
+        rebalancer: str | Rebalancer = "zk",
         incremental: bool = False,
         zk: Any = None,
         log: Any = None,
@@ -106,8 +105,7 @@ class Consumer:
         membership_options: Mapping[str, Any] | None = None,
         fetcher_options: Mapping[str, Any] | None = None,
     ):
-        if rebalancer not in REBALANCERS:
-            raise GroupshiftError(f"rebalancer must be one of {', '.join(REBALANCERS)}, not {rebalancer!r}")
+        kind = rebalancer_of(rebalancer)
         if isinstance(coordinator_timeout_ms, bool) or not isinstance(coordinator_timeout_ms, int):
             raise GroupshiftError(
                 f"coordinator_timeout_ms must be an integer, not {coordinator_timeout_ms!r}"
@@ -117,12 +115,13 @@ class Consumer:
                 f"coordinator_timeout_ms must be between 1 and {MAX_COORDINATOR_TIMEOUT_MS}, "
                 f"not {coordinator_timeout_ms}"
             )
-        if incremental and rebalancer != "server":
+        if incremental and kind is not Rebalancer.SERVER:
             raise GroupshiftError(
                 "incremental=True is scheme two's incremental form: use it with rebalancer='server'"
             )
         self.group_id = group_id
-        self.rebalancer = rebalancer
+        self.rebalancer = kind.value  # the spelling, as given (or the enum's)
+        self._rebalancer = kind
         self.incremental = incremental
         self.client_id = client_id or f"{group_id}-consumer"
         self.enable_auto_commit = enable_auto_commit
@@ -142,7 +141,7 @@ class Consumer:
 
         # Scheme one's members open their own ZooKeeper session (their ephemeral znodes are the
         # membership); the consumer's own client serves scheme three and manual-assignment offsets.
-        self._zk_connect = resolve_zk(zk) if zk is None or isinstance(zk, str) else _connect_string(zk)
+        self._zk_connect = resolve_zk(zk) if zk is None or isinstance(zk, str) else connect_string(zk)
         self._zk_given = None if zk is None or isinstance(zk, str) else zk
         self._zk_owned: Any = None
         if log is None:
@@ -162,17 +161,11 @@ class Consumer:
         self._membership: Any = None
         self._offsets_member: Any = None  # for manual assignment: commits outside a generation
         self._subscription: list[str] = []
-        self._manual = False
-        self._closed = False
+        self._state = ConsumerState.IDLE
         self._next_auto_commit = time.monotonic() + self.auto_commit_interval
-        self._async_queue: queue.Queue | None = None
-        self._async_thread: threading.Thread | None = None
+        self._async = AsyncCommits(group_id, self._commit, self._note_committed)
         self.generations: list[int] = []  # every generation this consumer was assigned under
-        # The commit guarantee's bookkeeping (all under self._lock):
-        self._assigned_seq: dict[TopicPartition, int] = {}  # which assignment of a partition this is
-        self._next_seq = 0
-        self._delivered: dict[TopicPartition, int] = {}  # returned since the last commit(): tp -> seq
-        self._base: dict[TopicPartition, int] = {}  # last committed (or first delivered) offset
+        self._deliveries = Deliveries()  # the commit guarantee's bookkeeping (under self._lock)
         if topics:
             self.subscribe(topics, listener=listener)
         elif listener is not None:
@@ -195,6 +188,7 @@ class Consumer:
                 self._listener = listener
             self._subscription = list(topics)
             self._membership = self._make_membership(self._subscription, _Applier(self))
+            self._enter(ConsumerState.SUBSCRIBED)
             self._membership.start()
 
     def subscription(self) -> list[str]:
@@ -209,18 +203,19 @@ class Consumer:
                 raise IllegalState(
                     "this consumer is subscribed; manual assign() needs a consumer without topics"
                 )
-            self._manual = True
+            self._enter(ConsumerState.ASSIGNED)
             added = partitions - self._fetcher.assignment()
             self._fetcher.assign(partitions)
-            self._forget(set(self._assigned_seq) - partitions)
-            self._track_assigned(added)
+            self._deliveries.forget(self._deliveries.held() - partitions)
+            self._deliveries.track_assigned(added)
             self._seek_to_committed(added)
 
     def unsubscribe(self) -> None:
         """Leave the group (or drop the manual assignment)."""
         with self._lock:
             member, self._membership = self._membership, None
-            self._manual = False
+            if not self._closed:
+                self._enter(ConsumerState.IDLE)
             self._subscription = []
         if member is not None:
             member.close()
@@ -282,7 +277,7 @@ class Consumer:
             with self._lock:
                 self._check_open()
                 got = self._fetcher.poll(min(wait, max(deadline - time.monotonic(), 0.0)))
-                self._note_delivered(got)
+                self._deliveries.note_delivered(got)
             if got or time.monotonic() >= deadline:
                 return got
 
@@ -338,20 +333,20 @@ class Consumer:
             self._check_open()
             explicit = offsets is not None
             offsets = self._offsets_to_commit(offsets)
-            delivered = self._take_delivered(offsets if explicit else None)
+            delivered = self._deliveries.take_delivered(offsets if explicit else None)
             moved = self._moved_since_delivery(delivered)
             try:
                 if moved:
                     raise CommitFailed(
-                        f"commit refused: {_names(moved)} changed hands after poll() returned their "
+                        f"commit refused: {describe(moved)} changed hands after poll() returned their "
                         "records (the group rebalanced); nothing was committed and the records will be "
                         "delivered again — keep polling and process what poll() returns"
                     )
                 self._commit(offsets, self.generation)
             except Exception:  # refused, or its outcome unknown: deliver the records again
-                self._rewind(set(offsets) | set(delivered))
+                self._deliveries.rewind(set(offsets) | set(delivered), self._fetcher)
                 raise
-            self._note_committed(offsets)
+            self._deliveries.note_committed(offsets)
 
     def commit_planned(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], generation: int
@@ -379,41 +374,15 @@ class Consumer:
             self._check_open()
             explicit = offsets is not None
             offsets = self._offsets_to_commit(offsets)
-            moved = self._moved_since_delivery(self._take_delivered(offsets if explicit else None))
+            moved = self._moved_since_delivery(self._deliveries.take_delivered(offsets if explicit else None))
             generation = self.generation
-            if self._async_queue is None:
-                self._async_queue = queue.Queue()
-                self._async_thread = threading.Thread(
-                    target=self._async_loop, name=f"commit-{self.group_id}", daemon=True
-                )
-                self._async_thread.start()
+            self._async.start()
         refused = None
         if moved:
             refused = CommitFailed(
-                f"async commit refused: {_names(moved)} changed hands after poll() returned their records"
+                f"async commit refused: {describe(moved)} changed hands after poll() returned their records"
             )
-        self._async_queue.put((offsets, generation, callback, refused))
-
-    def _async_loop(self) -> None:
-        assert self._async_queue is not None
-        while True:
-            item = self._async_queue.get()
-            if item is None:
-                return
-            offsets, generation, callback, exc = item
-            try:
-                if exc is None:
-                    self._commit(offsets, generation)
-                    with self._lock:
-                        self._note_committed(offsets)
-            except GroupshiftError as e:
-                exc = e
-                log.info("group %s: async commit failed: %s", self.group_id, e)
-            if callback is not None:
-                try:
-                    callback(offsets, exc)
-                except Exception:
-                    log.exception("commit callback failed")
+        self._async.put(offsets, generation, callback, refused)
 
     def _offsets_to_commit(self, offsets) -> dict[TopicPartition, OffsetAndMetadata]:
         if offsets is None:
@@ -434,54 +403,23 @@ class Consumer:
             else:
                 self._membership.commit(self._for_backend(offsets), generation)
 
-    # -- the commit guarantee's bookkeeping (called with self._lock held) ---------------------------
-
-    def _track_assigned(self, partitions: Iterable[TopicPartition]) -> None:
-        for tp in partitions:
-            self._next_seq += 1
-            self._assigned_seq[tp] = self._next_seq
-            self._base.pop(tp, None)
-
-    def _forget(self, partitions: Iterable[TopicPartition]) -> None:
-        for tp in partitions:
-            self._assigned_seq.pop(tp, None)
-            self._base.pop(tp, None)
-
-    def _note_delivered(self, got: Mapping[TopicPartition, pa.RecordBatch]) -> None:
-        for tp, batch in got.items():
-            self._delivered[tp] = self._assigned_seq.get(tp, 0)
-            if tp not in self._base and batch.num_rows:
-                self._base[tp] = batch.column("offset")[0].as_py()  # nothing committed: rewind here
-
     def _note_committed(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
-        for tp, om in offsets.items():
-            if tp in self._assigned_seq:
-                self._base[tp] = om.offset
-
-    def _take_delivered(self, only: Mapping[TopicPartition, Any] | None) -> dict[TopicPartition, int]:
-        """The partitions delivered since the last commit (those in `only`), now being committed."""
-        if only is None:
-            taken, self._delivered = self._delivered, {}
-            return taken
-        return {tp: self._delivered.pop(tp) for tp in list(self._delivered) if tp in only}
+        with self._lock:
+            self._deliveries.note_committed(offsets)
 
     def _moved_since_delivery(self, delivered: Mapping[TopicPartition, int]) -> list[TopicPartition]:
         """Delivered partitions revoked (or revoked and assigned again) since poll() returned them."""
         if self._manual or self._membership is None:
             return []
-        return sorted(tp for tp, seq in delivered.items() if self._assigned_seq.get(tp) != seq)
-
-    def _rewind(self, partitions: Iterable[TopicPartition]) -> None:
-        """After CommitFailed: deliver the uncommitted records of partitions still held again."""
-        for tp in partitions:
-            base = self._base.get(tp)
-            if base is not None and tp in self._assigned_seq and tp in self._fetcher.assignment():
-                if self._fetcher.position(tp) != base:
-                    self._fetcher.seek(tp, base)
+        return self._deliveries.moved(delivered)
 
     def _for_backend(self, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> dict:
         # Scheme one stores a bare decimal offset per partition (Kafka 0.8 has no metadata).
-        return {tp: om.offset for tp, om in offsets.items()} if self.rebalancer == "zk" else dict(offsets)
+        return (
+            {tp: om.offset for tp, om in offsets.items()}
+            if self._rebalancer is Rebalancer.ZK
+            else dict(offsets)
+        )
 
     def _maybe_auto_commit(self) -> None:
         if not self.enable_auto_commit or self._membership is None and not self._manual:
@@ -508,7 +446,7 @@ class Consumer:
         for tp, offset in self._offsets().committed(partitions).items():
             if offset is not None:
                 self._fetcher.seek(tp, offset)
-                self._base[tp] = offset
+                self._deliveries.set_base(tp, offset)
 
     # -- rebalance callbacks (membership thread) ----------------------------------------------------
 
@@ -525,11 +463,11 @@ class Consumer:
                     call_listener(self._listener, "on_partitions_revoked", partitions)
                 finally:  # a failing listener must not leave revoked partitions being fetched
                     self._fetcher.assign(self._fetcher.assignment() - partitions)
-                    self._forget(partitions)
+                    self._deliveries.forget(partitions)
             elif what == "lost":
                 partitions &= self._fetcher.assignment()
                 self._fetcher.assign(self._fetcher.assignment() - partitions)
-                self._forget(partitions)
+                self._deliveries.forget(partitions)
                 if hasattr(self._listener, "on_partitions_lost"):
                     call_listener(self._listener, "on_partitions_lost", partitions)
                 else:  # Kafka's default onPartitionsLost calls onPartitionsRevoked
@@ -537,7 +475,7 @@ class Consumer:
             else:
                 current = self._fetcher.assignment()
                 self._fetcher.assign(current | partitions)
-                self._track_assigned(partitions - current)
+                self._deliveries.track_assigned(partitions - current)
                 self._seek_to_committed(partitions - current)
                 self.generations.append(self.generation)
                 call_listener(self._listener, "on_partitions_assigned", partitions)
@@ -559,10 +497,7 @@ class Consumer:
             enable = self.enable_auto_commit
             self.enable_auto_commit = enable and autocommit
         try:
-            if self._async_queue is not None:
-                self._async_queue.put(None)
-                if self._async_thread is not None:
-                    self._async_thread.join(10)
+            self._async.stop(10)
             if self._membership is not None:
                 self._membership.close()  # revokes through _apply: commits positions when auto-committing
             elif self._manual and autocommit and enable:
@@ -574,7 +509,7 @@ class Consumer:
                 self._offsets_member.close()
         finally:
             with self._lock:
-                self._closed = True
+                self._enter(ConsumerState.CLOSED)
             self._fetcher.close()
             if self._zk_owned is not None:
                 self._zk_owned.stop()
@@ -585,6 +520,19 @@ class Consumer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def _closed(self) -> bool:
+        return self._state is ConsumerState.CLOSED
+
+    @property
+    def _manual(self) -> bool:
+        """Manual assignment (`assign()`), not group management."""
+        return self._state is ConsumerState.ASSIGNED
+
+    def _enter(self, state: ConsumerState) -> None:
+        self._state.check_transition_to(state)
+        self._state = state
 
     def _check_open(self) -> None:
         if self._closed:
@@ -604,129 +552,8 @@ class Consumer:
         return self._zk_owned
 
     def _make_membership(self, topics: list[str], listener: object | None, offsets_only: bool = False) -> Any:
-        o = self._options
-        if self.rebalancer == "zk" and offsets_only:
-            return _ZkOffsets(self.zk, self.group_id)  # manual assignment: offsets only
-        if self.rebalancer == "server":
-            from coordinator.member.consumer_member import CoordinatorMember
-            from coordinator.member.incremental_member import IncrementalMember
-
-            # Scheme two: the coordinator assigns with the first strategy named, and the member
-            # reads no ZooKeeper (only to find the coordinator when no bootstrap is given). The
-            # incremental form's strategies are the coordinator's `uniform` (default) and `range`.
-            given = o["assignors"][:1] if o["assignors_given"] else []
-            make = CoordinatorMember if not self.incremental else IncrementalMember
-            kind = (
-                {"server_assignor": (given or [None])[0]} if self.incremental else {"server_assigned": True}
-            )
-            return make(
-                self.group_id,
-                topics,
-                zk=None if o["bootstrap"] else self.zk,
-                bootstrap=o["bootstrap"],
-                assignors=given or ["range"],
-                listener=listener,
-                session_timeout_ms=o["session_timeout_ms"],
-                heartbeat_interval_ms=o["heartbeat_interval_ms"],
-                max_poll_interval_ms=o["max_poll_interval_ms"],
-                client_id=self.client_id,
-                coordinator_timeout_ms=o["coordinator_timeout_ms"],
-                **kind,
-                **self._membership_options,
-                poll_driven=not offsets_only,
-            )
-        if self.rebalancer == "coordinator":
-            from coordinator.member.consumer_member import CoordinatorMember
-
-            options = dict(self._membership_options)
-            bridge_log = options.pop("bridge_event_log", None)
-
-            def member(assignors: list, listener: object | None) -> CoordinatorMember:
-                return CoordinatorMember(
-                    self.group_id,
-                    topics,
-                    zk=self.zk,
-                    bootstrap=o["bootstrap"],
-                    assignors=assignors,
-                    listener=listener,
-                    session_timeout_ms=o["session_timeout_ms"],
-                    heartbeat_interval_ms=o["heartbeat_interval_ms"],
-                    max_poll_interval_ms=o["max_poll_interval_ms"],
-                    group_instance_id=o["group_instance_id"],
-                    client_id=self.client_id,
-                    coordinator_timeout_ms=o["coordinator_timeout_ms"],
-                    **options,
-                    poll_driven=not offsets_only,  # rebalances run inside poll(), on the caller's thread
-                )
-
-            if not offsets_only:
-                from migrate import bridge
-
-                rec = bridge.read_record(self.zk, self.group_id)
-                if bridge.bridging(rec):
-                    # A live migration from scheme one is under way: join through the bridge.
-                    log.info("group %s is being migrated live: joining through the bridge", self.group_id)
-                    return bridge.BridgedMember(
-                        self.zk,
-                        self.group_id,
-                        topics,
-                        rec,
-                        listener,
-                        member,
-                        assignors=o["assignors"],
-                        event_log=bridge_log,
-                    )
-            return member(o["assignors"], listener)
-        from zk_rebalance.member import ZkGroupMember
-
-        options = {
-            "session_timeout_ms": o["session_timeout_ms"],
-            "assignor": o["assignors"][0],
-            "auto_commit": False,  # the consumer commits its own positions (auto-commit included)
-            **self._membership_options,
-        }
-        return ZkGroupMember(self._zk_connect, self.group_id, topics, listener=listener, **options)
-
-
-class _ZkOffsets:
-    """Scheme one's offsets without membership (manual assignment): `/consumers/<g>/offsets/<t>/<p>`."""
-
-    def __init__(self, zk: Any, group_id: str):
-        self.zk, self.group_id = zk, group_id
-        self.generation = -1
-
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], generation: int) -> None:
-        from zk_rebalance.layout import offset_path
-
-        for tp, om in offsets.items():
-            off = om.offset if isinstance(om, OffsetAndMetadata) else int(om)
-            path = offset_path(self.group_id, tp.topic, tp.partition)
-            self.zk.ensure_path(path)
-            self.zk.set(path, str(off).encode())
-
-    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        from kazoo.exceptions import NoNodeError
-
-        from zk_rebalance.layout import offset_path
-
-        out: dict[TopicPartition, int | None] = {}
-        for tp in partitions:
-            try:
-                data, _ = self.zk.get(offset_path(self.group_id, tp.topic, tp.partition))
-                text = data.decode().strip()
-                out[tp] = int(text) if text.lstrip("-").isdigit() and int(text) >= 0 else None
-            except NoNodeError:
-                out[tp] = None
-        return out
-
-    def close(self) -> None:
-        pass
-
-
-def _connect_string(client: Any) -> str:
-    """A kazoo client's connect string (`host:port,...[/chroot]`)."""
-    hosts = ",".join(f"{h}:{p}" for h, p in client.hosts)
-    return hosts + (client.chroot or "")
+        """The membership of this consumer's rebalancer (`pipeline.backends`)."""
+        return BACKENDS[self._rebalancer](self, topics, listener, offsets_only)
 
 
 class _Applier:
@@ -743,11 +570,6 @@ class _Applier:
 
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
         self._consumer._apply("lost", set(partitions))
-
-
-def _names(partitions: Sequence[TopicPartition], limit: int = 5) -> str:
-    shown = ", ".join(map(str, partitions[:limit]))
-    return shown + (f" and {len(partitions) - limit} more" if len(partitions) > limit else "")
 
 
 def _flatten(partitions: Iterable[Any]) -> set[TopicPartition]:

@@ -49,7 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
+from pipeline.backends import rebalancer_of
 from pipeline.consumer import Consumer
 from pipeline.limits import MAX_RECORDS_PER_BATCH
 from topics.segment import parse_segment_name
@@ -167,7 +169,7 @@ class SparkConsumer:
         out: str | os.PathLike,
         transform: Callable[[Any], Any] | None = None,
         max_records_per_batch: int = 100_000,
-        rebalancer: str = "zk",
+        rebalancer: str | Rebalancer = "zk",
         incremental: bool = False,
         zk: Any = None,
         log: Any = None,
@@ -190,7 +192,7 @@ class SparkConsumer:
         self.max_records = int(max_records_per_batch)
         self.auto_offset_reset = auto_offset_reset
         options = dict(consumer_options or {})
-        if rebalancer == "zk":
+        if rebalancer_of(rebalancer) is Rebalancer.ZK:
             # Scheme one's opt-in fix: a member that lost a partition cannot commit it any more, so
             # an abandoned batch is never published over its successor's.
             membership = dict(options.pop("membership_options", {}) or {})

@@ -62,7 +62,7 @@ else
 fi
 [ "$interrupted" -eq 0 ] || rc=130
 # Containers of this run are removed by the fixtures; sweep what a killed run may have left.
-.venv/bin/python -c 'from experiments.cluster import sweep_leftovers; sweep_leftovers()' 2>/dev/null || true
+.venv/bin/python -c 'from testing.leftovers import sweep_leftovers; sweep_leftovers()' 2>/dev/null || true
 .venv/bin/python scripts/slowest_tests.py 20 "$reports/parallel.xml" "$reports/alone.xml" || true
 rm -rf "$reports"
 elapsed=$(( $(date +%s) - start ))

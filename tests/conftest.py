@@ -36,7 +36,9 @@ import signal
 import pytest
 
 from core.zk import connect
-from experiments.cluster import ZkEnsemble, ZkServer, sweep_leftovers
+from testing.ensemble import ZkEnsemble
+from testing.leftovers import sweep_leftovers
+from testing.zookeeper import ZkServer
 from tests.namespaces import chroot_for, remove_namespace
 
 # See the module docstring. The tests run alone (marked `faults` here, so `-m faults` selects them):

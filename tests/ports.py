@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from experiments.cluster import free_port  # the one the ZooKeeper containers pin, retried the same way
+from testing.zookeeper import free_port  # the one the ZooKeeper containers pin, retried the same way
 
 T = TypeVar("T")
 ATTEMPTS = 5

@@ -22,8 +22,8 @@ import pytest
 
 from core.types import TopicPartition as TP
 from core.zk import connect
-from experiments.cluster import ZkServer
 from migrate import legacy
+from testing.zookeeper import ZkServer
 from tests.inspect_helpers import REPO, make_topic, run
 from topics.log import Log
 

@@ -20,8 +20,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.node.process import CoordinatorNodes
-from experiments.demo import DemoNamespace, format_table, plot, run_demo
-from experiments.main_job import format_summary, run_main_job
+from demo.compare import format_table, plot, run_demo
+from demo.main_job import format_summary, run_main_job
+from demo.namespace import DemoNamespace
 from tests.snapshots import dir_tree, zk_tree
 
 REPO = Path(__file__).resolve().parents[3]

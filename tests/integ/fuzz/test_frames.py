@@ -1,6 +1,6 @@
-"""2,000 random and mutated frames at a real coordinator node beside a live group (bench/fuzz_frames.py).
+"""2,000 random and mutated frames at a real coordinator node beside a live group (fuzz/frames.py).
 
-The same generator and checks as `python -m bench.fuzz_frames`, smaller, against the session's
+The same generator and checks as `python -m fuzz`, smaller, against the session's
 ZooKeeper container: the node must stay alive, answer or close on every bad frame, keep serving the
 live group (stable, commits succeed), not grow by 50 MB, log no traceback, and answer requests
 pipelined before a frame it refuses by closing.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fuzz_frames import RSS_GROWTH_TARGET_MB, FrameFuzzer, Target, run
+from fuzz.frames import FrameFuzzer, Target
+from fuzz.run import RSS_GROWTH_TARGET_MB, run
 
 FRAMES = 2_000
 

@@ -33,8 +33,8 @@ from coordinator.wire import codec as P
 from core.errors import GroupshiftError
 from core.types import TopicPartition as TP
 from core.zk import connect
-from experiments.cluster import ZkServer
 from pipeline.consumer import Consumer
+from testing.zookeeper import ZkServer
 from topics.log import Log
 from topics.registry import create_topic
 from zk_rebalance.member import ZkGroupMember

@@ -119,7 +119,7 @@ def test_a_zookeeper_container_whose_port_was_taken_starts_on_another(monkeypatc
     run in parallel): the start is retried on a new port, never left to luck."""
     import socket
 
-    from experiments import cluster
+    from testing import zookeeper as cluster
 
     taken = socket.socket()
     taken.bind(("0.0.0.0", 0))

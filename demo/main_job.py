@@ -1,6 +1,6 @@
 """The main job (`groupshift demo`): Spark consumers migrated live from scheme one to scheme three.
 
-In a namespace of its own (`experiments.demo.DemoNamespace`: a ZooKeeper chroot and a log
+In a namespace of its own (`demo.namespace.DemoNamespace`: a ZooKeeper chroot and a log
 directory, both deleted at the end) the job creates a topic and produces records into it while it
 runs, and consumes it with Spark consumers (`pipeline.spark.SparkConsumer`, one Spark session,
 one thread each) in one group, in phases:
@@ -31,9 +31,10 @@ from pathlib import Path
 
 from coordinator.node.process import CoordinatorNodes
 from core.errors import GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
 from core.zk import connect
-from experiments.demo import DemoNamespace
+from demo.namespace import DemoNamespace
 from migrate import live
 from pipeline.spark import SparkConsumer, outputs, spark_session
 from topics.store import TopicStore
@@ -137,7 +138,7 @@ class MainJob:
                 self.timeline.append((round(now, 2), name, len(m.job.consumer.assignment())))
             time.sleep(0.25)
 
-    def start_member(self, name: str, rebalancer: str, bootstrap: str | None) -> None:
+    def start_member(self, name: str, rebalancer: Rebalancer, bootstrap: str | None) -> None:
         job = SparkConsumer(
             self.spark,
             GROUP,
@@ -153,7 +154,7 @@ class MainJob:
                 "heartbeat_interval_ms": 300,
                 "membership_options": (
                     {"rebalance_backoff_ms": 300, "rebalance_max_retries": 50}
-                    if rebalancer == "zk"
+                    if rebalancer is Rebalancer.ZK
                     else {"retry_backoff_ms": 100}
                 ),
             },
@@ -269,15 +270,15 @@ class MainJob:
             zk.close()
 
     def _phases(self, zk, bootstrap: str) -> JobResult:
-        self.start_member("legacy-1", "zk", None)
-        self.start_member("legacy-2", "zk", None)
+        self.start_member("legacy-1", Rebalancer.ZK, None)
+        self.start_member("legacy-2", Rebalancer.ZK, None)
         self.phase("scheme one")
-        self.start_member("legacy-3", "zk", None)
+        self.start_member("legacy-3", Rebalancer.ZK, None)
         self.phase("join")
         rec = live.run(zk, GROUP)
         self.say(f"migrate {GROUP} --mode live: {rec.state}")
         for i in (1, 2, 3):
-            self.start_member(f"coordinator-{i}", "coordinator", bootstrap)
+            self.start_member(f"coordinator-{i}", Rebalancer.COORDINATOR, bootstrap)
             self.stop_member(f"legacy-{i}")
             self.phase(f"bridge: legacy-{i} replaced", run_s=self.phase_s / 3)
         rec = live.run(zk, GROUP, wait_s=30, settle_s=60)

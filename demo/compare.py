@@ -6,7 +6,7 @@ after every poll; one more consumer then joins. Per scheme the demo reports the 
 group first covers every partition, the consumption time, the time for the join to settle, and
 checks that every record was delivered exactly once and every committed offset reached the log end.
 
-The demo runs in a namespace of its own (`DemoNamespace`): a fresh ZooKeeper chroot
+The demo runs in a namespace of its own (`demo.namespace.DemoNamespace`): a fresh ZooKeeper chroot
 `<chroot>/groupshift-demo-<pid>-<random>` below the one it is given, holding its topic, its groups
 and its coordinator node's registration and shards, and a fresh log directory. An operator's
 coordinator nodes, groups and topics on the same ZooKeeper are in other namespaces and neither
@@ -19,9 +19,6 @@ see the demo nor disturb it. Both are deleted when the demo ends, also on failur
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -29,12 +26,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
-
 from coordinator.node.process import CoordinatorNodes
 from core.errors import CommitFailed, GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from core.zk import connect, parse_zk
+from core.zk import connect
+from demo.namespace import DemoNamespace
+from pipeline.backends import rebalancer_of
 from pipeline.consumer import Consumer
 from topics.store import TopicStore
 
@@ -111,14 +109,14 @@ def _covers(workers: list[_Worker], tps: set[TopicPartition]) -> bool:
 
 
 def run_scheme(
-    rebalancer: str,
+    rebalancer: Rebalancer,
     zk_connect: str,
     data: Path,
     ends: dict[TopicPartition, int],
     members: int,
     bootstrap: str | None,
 ) -> DemoResult:
-    group = f"demo-{rebalancer}-{uuid.uuid4().hex[:6]}"
+    group = f"demo-{rebalancer.value}-{uuid.uuid4().hex[:6]}"
     tps = set(ends)
     delivered: list = []
 
@@ -171,7 +169,7 @@ def run_scheme(
     counts = Counter(delivered)
     missing = sum(1 for tp, end in ends.items() for o in range(end) if (tp, o) not in counts)
     return DemoResult(
-        rebalancer,
+        rebalancer.value,
         group,
         members,
         len(tps),
@@ -186,73 +184,6 @@ def run_scheme(
     )
 
 
-class DemoNamespace:
-    """The demo's own ZooKeeper chroot and log directory; `close()` deletes both.
-
-    with DemoNamespace("127.0.0.1:2181/team") as ns:
-        ns.zk_connect    # "127.0.0.1:2181/team/groupshift-demo-4242-1a2b3c"
-        ns.data          # a fresh directory under the system temp dir (or `data_parent`)
-
-    Parents of the chroot that did not exist are created, and removed again on close when empty.
-    """
-
-    def __init__(self, zk_connect: str, data_parent: Path | None = None):
-        if data_parent is not None and not Path(data_parent).is_dir():
-            raise GroupshiftError(f"demo: {data_parent} is not a directory; create it or pass another one")
-        address = parse_zk(zk_connect)
-        self.name = f"groupshift-demo-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.hosts = address.hosts
-        self.chroot = address.with_chroot(self.name).chroot
-        self.zk_connect = self.hosts + self.chroot
-        self._root = connect(self.hosts)
-        self._created: list[str] = []
-        self._closed = False
-        try:
-            path = ""
-            for part in self.chroot.strip("/").split("/"):
-                path += "/" + part
-                try:
-                    self._root.create(path)
-                    self._created.append(path)
-                except NodeExistsError:
-                    if path == self.chroot:
-                        raise GroupshiftError(f"demo: {path} already exists; run the demo again") from None
-            self.data = Path(tempfile.mkdtemp(prefix=self.name + "-", dir=data_parent))
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Delete the chroot (with what any demo process left in it) and the log directory."""
-        if self._closed:
-            return
-        self._closed = True
-        data = getattr(self, "data", None)
-        if data is not None:
-            shutil.rmtree(data, ignore_errors=True)
-        try:
-            for path in reversed(self._created):
-                for _ in range(20):  # a closing session may still be dropping its ephemeral nodes
-                    try:
-                        self._root.delete(path, recursive=path == self.chroot)
-                        break
-                    except NoNodeError:
-                        break
-                    except NotEmptyError:
-                        if path != self.chroot:
-                            break  # a parent someone else now uses: not ours to delete
-                        time.sleep(0.1)
-        finally:
-            self._root.stop()
-            self._root.close()
-
-    def __enter__(self) -> DemoNamespace:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
 def run_demo(
     zk_connect: str,
     data_parent: Path | None = None,
@@ -260,7 +191,7 @@ def run_demo(
     partitions: int = 6,
     records_per_partition: int = 20_000,
     members: int = 3,
-    rebalancers: tuple[str, ...] = ("zk", "coordinator"),
+    rebalancers: tuple[str | Rebalancer, ...] = (Rebalancer.ZK, Rebalancer.COORDINATOR),
     out: Path | None = None,
 ) -> list[DemoResult]:
     """Create and fill the demo topic, then run each scheme; results are also written as JSON.
@@ -277,7 +208,11 @@ def run_demo(
 
 
 def _run(
-    ns: DemoNamespace, partitions: int, records_per_partition: int, members: int, rebalancers: tuple[str, ...]
+    ns: DemoNamespace,
+    partitions: int,
+    records_per_partition: int,
+    members: int,
+    rebalancers: tuple[str | Rebalancer, ...],
 ) -> list[DemoResult]:
     zk = connect(ns.zk_connect)
     try:
@@ -295,8 +230,8 @@ def _run(
         )
     ends = {TopicPartition(TOPIC, p): log.latest(TopicPartition(TOPIC, p)) for p in range(partitions)}
     results = []
-    for rebalancer in rebalancers:
-        if rebalancer in ("coordinator", "server"):
+    for rebalancer in map(rebalancer_of, rebalancers):
+        if rebalancer is not Rebalancer.ZK:
             # Its node registers and leads shards inside the demo's chroot only; it listens on a
             # free port. An operator's nodes (any ids) live in other chroots and share nothing.
             with CoordinatorNodes(ns.zk_connect, count=1, group_initial_rebalance_delay_ms=0) as nodes:
