@@ -1,13 +1,15 @@
 """Dependencies point downwards only: every module imports on its own, and no import cycle exists.
 
-Two checks:
+The checks:
 
 * each module is imported first thing in a fresh interpreter (so it cannot lean on an import some
   other module happened to do earlier);
 * the import graph read from the source — every `import`, including those inside functions and
   under `TYPE_CHECKING`, because a lazy import only hides a cycle — has no cycle between modules,
-  and none between top-level packages (`cli → migrate, experiments, pipeline → zk_rebalance,
-  coordinator → topics → core`).
+  and none between top-level packages;
+* every top-level package imports only the packages `PACKAGES_MAY_IMPORT` allows it (the table the
+  README's "Rooms" draws), and inside `coordinator` every room only the rooms `ROOMS_MAY_IMPORT`
+  allows it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,38 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-PACKAGES = ("core", "topics", "zk_rebalance", "coordinator", "pipeline", "migrate", "experiments", "cli")
+PACKAGES = (
+    "core",
+    "topics",
+    "zk_rebalance",
+    "coordinator",
+    "testing",
+    "pipeline",
+    "migrate",
+    "fuzz",
+    "experiments",
+    "demo",
+    "cli",
+)
+
+# Which top-level package may import which (the README's "Rooms" draws this table): everything
+# points down towards `core`, and a package imports only what its job needs.
+PACKAGES_MAY_IMPORT: dict[str, set[str]] = {
+    "core": set(),
+    "topics": {"core"},
+    # scheme one reads the topics' partition counts and assignments from the 0.8 layout
+    "zk_rebalance": {"core", "topics"},
+    "coordinator": {"core", "topics"},
+    # ZooKeeper servers and ensembles in containers, for tests, benchmarks and experiments
+    "testing": {"core"},
+    "migrate": {"core", "topics", "zk_rebalance", "coordinator"},
+    # a consumer joins through a live migration's bridge while one runs (migrate.migration.bridge)
+    "pipeline": {"core", "topics", "zk_rebalance", "coordinator", "migrate"},
+    "fuzz": {"core", "topics", "coordinator", "testing"},
+    "experiments": {"core", "topics", "zk_rebalance", "coordinator", "testing", "pipeline"},
+    "demo": {"core", "topics", "coordinator", "migrate", "pipeline"},
+    "cli": {"core", "topics", "coordinator", "migrate", "pipeline", "experiments", "demo"},
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -197,6 +230,21 @@ def test_no_package_cycle():
 
 def test_core_depends_on_no_other_package():
     assert PACKAGE_GRAPH["core"] == set()
+
+
+def test_every_package_imports_only_what_the_table_allows():
+    assert set(PACKAGES_MAY_IMPORT) == set(PACKAGES)
+    wrong = sorted(
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        for dep in deps
+        if dep.split(".")[0] not in {name.split(".")[0], *PACKAGES_MAY_IMPORT[name.split(".")[0]]}
+    )
+    assert wrong == []
+
+
+def test_the_package_table_has_no_cycle():
+    assert _cycles(PACKAGES_MAY_IMPORT) == []
 
 
 def test_every_module_imports_on_its_own():
