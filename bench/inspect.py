@@ -21,11 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.types import TopicPartition  # noqa: E402
 from core.zk import connect  # noqa: E402
 from experiments.cluster import ZkServer  # noqa: E402
-from migrate import legacy, plans, writes, zkio  # noqa: E402
-from migrate.describe import log_offsets, partition_rows, partitions_of  # noqa: E402
-from migrate.groups import read  # noqa: E402
-from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK  # noqa: E402
-from migrate.reset import Scenario  # noqa: E402
+from migrate.groups.describe import log_offsets, partition_rows, partitions_of  # noqa: E402
+from migrate.groups.listing import read  # noqa: E402
+from migrate.offsets import plans  # noqa: E402
+from migrate.offsets.reset import Scenario  # noqa: E402
+from migrate.schemes import writes, zkio  # noqa: E402
+from migrate.schemes import zk_store as legacy  # noqa: E402
+from migrate.schemes.model import SCHEME_COORDINATOR, SCHEME_ZK  # noqa: E402
 from topics.log import Log  # noqa: E402
 from topics.registry import create_topic  # noqa: E402
 

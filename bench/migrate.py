@@ -22,7 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.types import TopicPartition  # noqa: E402
 from core.zk import connect  # noqa: E402
 from experiments.cluster import ZkServer  # noqa: E402
-from migrate import legacy, offline, writes, zkio  # noqa: E402
+from migrate.migration import offline  # noqa: E402
+from migrate.schemes import writes, zkio  # noqa: E402
+from migrate.schemes import zk_store as legacy  # noqa: E402
 
 TARGET_S = 10.0
 

@@ -24,8 +24,8 @@ def groups_group() -> None:
 @zk_option
 def list_(scheme, states, output, zk) -> None:
     """Every group with its scheme, state, members and protocol (offsets-only groups too)."""
-    from migrate.groups import list_groups
-    from migrate.render import render
+    from migrate.groups.listing import list_groups
+    from migrate.groups.render import render
 
     with zk_session(zk) as client:
         rows = list_groups(client, scheme, list(states))
@@ -52,10 +52,10 @@ def list_(scheme, states, output, zk) -> None:
 def describe(group, scheme, view, samples, output, data, zk) -> None:
     """Members, per-partition offsets, lag and owners, state, and Burrow-style status of GROUP."""
     from core.zk import resolve_zk
-    from migrate.describe import group_summary, log_offsets, partition_rows, partitions_of
-    from migrate.groups import find
-    from migrate.render import render
-    from migrate.watch import WatchState, samples_path
+    from migrate.groups.describe import group_summary, log_offsets, partition_rows, partitions_of
+    from migrate.groups.listing import find
+    from migrate.groups.render import render
+    from migrate.groups.watch import WatchState, samples_path
     from topics.root import default_root
 
     view = view or "offsets"
@@ -172,11 +172,11 @@ def _struct(s) -> dict:
 def watch(group, scheme, interval, count, samples, data, zk) -> None:
     """Sample GROUP's commits and log end offsets into a local window (used by `describe` statuses)."""
     from core.zk import resolve_zk
-    from migrate.describe import log_offsets, partitions_of
-    from migrate.groups import exists_in, read
-    from migrate.model import choose_scheme
-    from migrate.status import evaluate, group_status
-    from migrate.watch import WatchState, samples_path
+    from migrate.groups.describe import log_offsets, partitions_of
+    from migrate.groups.listing import exists_in, read
+    from migrate.groups.status import evaluate, group_status
+    from migrate.groups.watch import WatchState, samples_path
+    from migrate.schemes.model import choose_scheme
     from topics.log import Log
 
     if not 0.1 <= interval <= 3600:
@@ -231,9 +231,9 @@ def watch(group, scheme, interval, count, samples, data, zk) -> None:
 @zk_option
 def delete(group, scheme, zk) -> None:
     """Delete GROUP and all its offsets (refused while it has live members)."""
-    from migrate.groups import exists_in
-    from migrate.model import choose_scheme
-    from migrate.writes import delete_group
+    from migrate.groups.listing import exists_in
+    from migrate.schemes.model import choose_scheme
+    from migrate.schemes.writes import delete_group
 
     with zk_session(zk) as client:
         s = choose_scheme(group, exists_in(client, group), scheme)

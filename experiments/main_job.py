@@ -34,7 +34,7 @@ from core.errors import GroupshiftError
 from core.types import TopicPartition
 from core.zk import connect
 from experiments.demo import DemoNamespace
-from migrate import live
+from migrate.migration import live
 from pipeline.spark import SparkConsumer, outputs, spark_session
 from topics.store import TopicStore
 

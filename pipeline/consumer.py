@@ -660,7 +660,7 @@ class Consumer:
                 )
 
             if not offsets_only:
-                from migrate import bridge
+                from migrate.migration import bridge
 
                 rec = bridge.read_record(self.zk, self.group_id)
                 if bridge.bridging(rec):

@@ -21,8 +21,8 @@ import msgspec
 
 from core.errors import GroupshiftError
 from core.types import TopicPartition
-from migrate.model import GroupView
-from migrate.status import WINDOW, Commit
+from migrate.groups.status import WINDOW, Commit
+from migrate.schemes.model import GroupView
 
 ENV_HOME = "GROUPSHIFT_HOME"
 

@@ -27,9 +27,9 @@ from coordinator.layout import (
 )
 from core.errors import GroupshiftError
 from core.types import TopicPartition
-from migrate import zkio
-from migrate.legacy import topic_partitions
-from migrate.model import EMPTY, SCHEME_COORDINATOR, STABLE, Committed, GroupView, Member
+from migrate.schemes import zkio
+from migrate.schemes.model import EMPTY, SCHEME_COORDINATOR, STABLE, Committed, GroupView, Member
+from migrate.schemes.zk_store import topic_partitions
 
 DESCRIBE_TIMEOUT_S = 5.0
 

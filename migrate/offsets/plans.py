@@ -11,24 +11,24 @@ from kazoo.client import KazooClient
 
 from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
-from migrate import coordinated, legacy
-from migrate.describe import LogRange, log_offsets
-from migrate.groups import exists_in
-from migrate.model import SCHEME_ZK, choose_scheme
-from migrate.reset import Plan, PlanRow, Scenario, plan_reset
-from migrate.writes import check_inactive
+from migrate.groups.describe import LogRange, log_offsets
+from migrate.groups.listing import exists_in
+from migrate.offsets.reset import Plan, PlanRow, Scenario, plan_reset
+from migrate.schemes import coordinator_store, zk_store
+from migrate.schemes.model import SCHEME_ZK, choose_scheme
+from migrate.schemes.writes import check_inactive
 from topics.log import Log
 
 MAX_PARTITIONS = 200_000
 
 
 def _committed(zk: KazooClient, scheme: str, group: str) -> dict[TopicPartition, int]:
-    read = legacy.read_offsets if scheme == SCHEME_ZK else coordinated.read_offsets
+    read = zk_store.read_offsets if scheme == SCHEME_ZK else coordinator_store.read_offsets
     return {tp: c.offset for tp, c in read(zk, group).items()}
 
 
 def _check_partitions(zk: KazooClient, tps: list[TopicPartition]) -> None:
-    counts = legacy.topic_partitions(zk, sorted({tp.topic for tp in tps}))
+    counts = zk_store.topic_partitions(zk, sorted({tp.topic for tp in tps}))
     for tp in sorted(tps):
         n = counts[tp.topic]
         if n is None:
@@ -107,7 +107,7 @@ def reset_plan(
                 f"group {group!r} has no committed offsets; name the partitions with --topic"
             )
     else:
-        counts = legacy.topic_partitions(zk, sorted(scope))
+        counts = zk_store.topic_partitions(zk, sorted(scope))
         tps = []
         for topic, parts in scope.items():
             if counts[topic] is None:

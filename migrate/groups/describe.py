@@ -16,9 +16,9 @@ import msgspec
 
 from core.errors import GroupshiftError
 from core.types import TopicPartition
-from migrate.model import GroupView
-from migrate.status import evaluate, group_status
-from migrate.watch import WatchState
+from migrate.groups.status import evaluate, group_status
+from migrate.groups.watch import WatchState
+from migrate.schemes.model import GroupView
 
 if TYPE_CHECKING:
     from topics.log import Log

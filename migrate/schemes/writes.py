@@ -33,8 +33,8 @@ from coordinator.member.wire_client import commit_body
 from coordinator.wire import codec as P
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
-from migrate import coordinated, legacy, zkio
-from migrate.model import SCHEME_ZK
+from migrate.schemes import coordinator_store, zk_store, zkio
+from migrate.schemes.model import SCHEME_ZK
 
 BATCH = 1_000  # ops per ZooKeeper transaction, and partitions per OffsetCommit request
 
@@ -43,19 +43,19 @@ class GroupActive(GroupshiftError):
     """The group has live members; the write was refused."""
 
 
-def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coordinated.Leader | None:
+def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coordinator_store.Leader | None:
     """Raise `GroupActive` unless the group has no live members; returns the shard leader (scheme three)."""
     if scheme == SCHEME_ZK:
-        ids = zkio.children(zk, f"{legacy.group_dir(group)}/ids") or []
+        ids = zkio.children(zk, f"{zk_store.group_dir(group)}/ids") or []
         if ids:
             raise GroupActive(
                 f"group {group!r} has {len(ids)} live consumer(s) ({ids[0]}"
                 f"{', ...' if len(ids) > 1 else ''}); stop them before {what}"
             )
         return None
-    _, lead = coordinated.leader(zk, group)
+    _, lead = coordinator_store.leader(zk, group)
     if lead is not None:
-        state = coordinated.describe_live(lead, group)
+        state = coordinator_store.describe_live(lead, group)
         if state["group_state"] not in ("Empty", "Dead"):
             raise GroupActive(
                 f"group {group!r} is {state['group_state']} with {len(state['members'])} member(s) on "
@@ -89,7 +89,7 @@ def commit(
     batch = max(1, min(batch, BATCH))
     lead = check_inactive(zk, scheme, group, "writing offsets")
     if scheme == SCHEME_ZK:
-        n = legacy.write_offsets(zk, group, offsets, batch=batch, progress=progress)
+        n = zk_store.write_offsets(zk, group, offsets, batch=batch, progress=progress)
         return f"in ZooKeeper ({n} transaction{'s' if n != 1 else ''})"
     if lead is not None:
         _commit_via(lead, group, offsets, progress, batch)
@@ -98,12 +98,16 @@ def commit(
 
 
 def _commit_via(
-    lead: coordinated.Leader, group: str, offsets: dict[TopicPartition, int], progress, batch: int = BATCH
+    lead: coordinator_store.Leader,
+    group: str,
+    offsets: dict[TopicPartition, int],
+    progress,
+    batch: int = BATCH,
 ) -> None:
     tps = sorted(offsets)
     for i, chunk in enumerate(zkio.chunked(tps, batch)):
         body = commit_body(group, -1, "", {(tp.topic, tp.partition): offsets[tp] for tp in chunk})
-        resp = coordinated.request(lead, P.OFFSET_COMMIT, body, timeout=30.0)
+        resp = coordinator_store.request(lead, P.OFFSET_COMMIT, body, timeout=30.0)
         bad = [
             (t["name"], p["partition_index"], p["error_code"])
             for t in resp.get("topics", [])
@@ -124,7 +128,7 @@ def _commit_via(
 def _commit_in_zk(
     zk: KazooClient, group: str, offsets: dict[TopicPartition, int], progress, batch: int = BATCH
 ) -> str:
-    shard, _ = coordinated.leader(zk, group)
+    shard, _ = coordinator_store.leader(zk, group)
     epoch_path = f"{shard_path(shard)}/epoch"
     got_epoch = zkio.get_many(zk, [epoch_path])[0]
     now = int(time.time() * 1000)
@@ -142,23 +146,23 @@ def _commit_in_zk(
         path = offset_path(group, *tp)
         ops.append(("create", path, data) if got is None else ("set", path, data, got[1].version))
     guard = (epoch_path, got_epoch[1].version) if got_epoch is not None else None
-    n = legacy.run_ops(zk, ops, batch=batch, guard=guard, progress=progress)
+    n = zk_store.run_ops(zk, ops, batch=batch, guard=guard, progress=progress)
     return f"in ZooKeeper, fenced by shard {shard}'s epoch ({n} transaction{'s' if n != 1 else ''})"
 
 
 def delete_group(zk: KazooClient, scheme: str, group: str) -> str:
-    exists = legacy.exists(zk, group) if scheme == SCHEME_ZK else coordinated.exists(zk, group)
+    exists = zk_store.exists(zk, group) if scheme == SCHEME_ZK else coordinator_store.exists(zk, group)
     if not exists:
         raise UnknownGroup(f"group {group!r} does not exist under scheme {scheme}; check the name (and --zk)")
     lead = check_inactive(zk, scheme, group, "deleting the group")
     if scheme == SCHEME_ZK:
-        if zkio.children(zk, f"{legacy.group_dir(group)}/owners") and _any_owner(zk, group):
+        if zkio.children(zk, f"{zk_store.group_dir(group)}/owners") and _any_owner(zk, group):
             raise GroupActive(
                 f"group {group!r} still has partition owners; its consumers are stopping, retry"
             )
-        return _delete_tree(zk, legacy.group_dir(group), None)
+        return _delete_tree(zk, zk_store.group_dir(group), None)
     if lead is not None:
-        resp = coordinated.request(lead, P.DELETE_GROUPS, {"groups_names": [group]})
+        resp = coordinator_store.request(lead, P.DELETE_GROUPS, {"groups_names": [group]})
         code = (resp.get("results") or [{"error_code": resp.get("error_code", 0)}])[0]["error_code"]
         if code:
             raise GroupshiftError(
@@ -170,7 +174,7 @@ def delete_group(zk: KazooClient, scheme: str, group: str) -> str:
 
 def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
     if scheme == SCHEME_ZK:
-        base = legacy.group_dir(group)
+        base = zk_store.group_dir(group)
         if zkio.get_many(zk, [f"{base}/offsets/{topic}"])[0] is None:
             raise GroupshiftError(f"group {group!r} has no offsets for topic {topic!r}")
         check_inactive(zk, scheme, group, "deleting offsets")
@@ -190,7 +194,7 @@ def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
                 {"name": topic, "partitions": [{"partition_index": int(p)} for p in parts if p.isdigit()]}
             ],
         }
-        resp = coordinated.request(lead, P.OFFSET_DELETE, body)
+        resp = coordinator_store.request(lead, P.OFFSET_DELETE, body)
         codes = [resp.get("error_code", 0)] + [
             p["error_code"] for t in resp.get("topics", []) for p in t["partitions"]
         ]
@@ -206,19 +210,19 @@ def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
 
 
 def _any_owner(zk: KazooClient, group: str) -> bool:
-    base = f"{legacy.group_dir(group)}/owners"
+    base = f"{zk_store.group_dir(group)}/owners"
     topics = zkio.children(zk, base) or []
     return any(zkio.children_many(zk, [f"{base}/{t}" for t in topics]))
 
 
 def _delete_tree(zk: KazooClient, root: str, guard: tuple | None) -> str:
     paths = zkio.subtree_paths(zk, root)
-    n = legacy.run_ops(zk, [("delete", p) for p in paths], batch=BATCH, guard=guard)
+    n = zk_store.run_ops(zk, [("delete", p) for p in paths], batch=BATCH, guard=guard)
     return f"{len(paths)} znodes deleted ({n} transaction{'s' if n != 1 else ''})"
 
 
 def _delete_tree_fenced(zk: KazooClient, group: str, root: str) -> str:
-    shard, _ = coordinated.leader(zk, group)
+    shard, _ = coordinator_store.leader(zk, group)
     epoch_path = f"{shard_path(shard)}/epoch"
     got = zkio.get_many(zk, [epoch_path])[0]
     return _delete_tree(zk, root, (epoch_path, got[1].version) if got else None)
@@ -228,7 +232,7 @@ def delete_partitions(zk: KazooClient, scheme: str, group: str, tps: list[TopicP
     """Delete the committed offsets of exactly these partitions (those that exist) of an inactive group."""
     lead = check_inactive(zk, scheme, group, "deleting offsets")
     if scheme == SCHEME_ZK:
-        paths = [legacy.offset_path(group, tp) for tp in tps]
+        paths = [zk_store.offset_path(group, tp) for tp in tps]
         guard = None
     elif lead is not None:
         by_topic: dict[str, list[int]] = {}
@@ -240,7 +244,7 @@ def delete_partitions(zk: KazooClient, scheme: str, group: str, tps: list[TopicP
                 {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in by_topic.items()
             ],
         }
-        resp = coordinated.request(lead, P.OFFSET_DELETE, body, timeout=30.0)
+        resp = coordinator_store.request(lead, P.OFFSET_DELETE, body, timeout=30.0)
         codes = [resp.get("error_code", 0)] + [
             p["error_code"] for t in resp.get("topics", []) for p in t["partitions"]
         ]
@@ -252,11 +256,11 @@ def delete_partitions(zk: KazooClient, scheme: str, group: str, tps: list[TopicP
             )
         return f"through coordinator {lead.address}"
     else:
-        shard, _ = coordinated.leader(zk, group)
+        shard, _ = coordinator_store.leader(zk, group)
         epoch_path = f"{shard_path(shard)}/epoch"
         got = zkio.get_many(zk, [epoch_path])[0]
         guard = (epoch_path, got[1].version) if got else None
         paths = [offset_path(group, *tp) for tp in tps]
     present = [p for p, got in zip(paths, zkio.get_many(zk, paths), strict=True) if got is not None]
-    n = legacy.run_ops(zk, [("delete", p) for p in present], batch=BATCH, guard=guard) if present else 0
+    n = zk_store.run_ops(zk, [("delete", p) for p in present], batch=BATCH, guard=guard) if present else 0
     return f"{len(present)} offsets deleted ({n} transaction{'s' if n != 1 else ''})"

@@ -22,11 +22,12 @@ from kazoo.client import KazooClient
 
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
-from migrate import offline, writes
-from migrate import record as R
-from migrate.kafka_target import KafkaTarget, check_bootstrap
-from migrate.model import SCHEMES, check_scheme
-from migrate.offline import MigrationBusy, checkpoint
+from migrate.migration import offline
+from migrate.migration import record as R
+from migrate.migration.kafka_target import KafkaTarget, check_bootstrap
+from migrate.migration.offline import MigrationBusy, checkpoint
+from migrate.schemes import writes
+from migrate.schemes.model import SCHEMES, check_scheme
 
 DEST = "kafka"
 

@@ -24,10 +24,9 @@ from kazoo.client import KazooClient
 
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
-from migrate import bridge, coordinated, legacy, writes
-from migrate import record as R
-from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK
-from migrate.offline import (
+from migrate.migration import bridge
+from migrate.migration import record as R
+from migrate.migration.offline import (
     MigrationBusy,
     _dead_here,
     _holder_text,
@@ -38,6 +37,8 @@ from migrate.offline import (
     offsets,
     read_record,
 )
+from migrate.schemes import coordinator_store, writes, zk_store
+from migrate.schemes.model import SCHEME_COORDINATOR, SCHEME_ZK
 
 SETTLE_S = 30.0  # how long `run` waits for the members' commits to bring the coordinator level
 POLL_S = 0.5
@@ -67,13 +68,13 @@ def behind(zk: KazooClient, group: str) -> dict[TopicPartition, tuple[int, int |
 def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
     """What a live `run` would do and the checks it makes; writes nothing."""
     check_args(SCHEME_ZK, SCHEME_COORDINATOR, legacy_assignor)
-    if not legacy.exists(zk, group):
+    if not zk_store.exists(zk, group):
         raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
     rec, _ = read_record(zk, group)
     resuming = rec is not None and rec.state not in R.TERMINAL
     src, dst = offsets(zk, SCHEME_ZK, group), offsets(zk, SCHEME_COORDINATOR, group)
     legacy_ids, bridged_ids = bridge.registered(zk, group)
-    _, lead = coordinated.leader(zk, group)
+    _, lead = coordinator_store.leader(zk, group)
     coord_members = [] if resuming else _coordinator_members(zk, group, lead)
     holder = lock_holder(zk, group)
     checks = [
@@ -113,10 +114,10 @@ def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
     }
 
 
-def _coordinator_members(zk: KazooClient, group: str, lead: coordinated.Leader | None) -> list[str]:
+def _coordinator_members(zk: KazooClient, group: str, lead: coordinator_store.Leader | None) -> list[str]:
     if lead is None:
         return []
-    described = coordinated.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
+    described = coordinator_store.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
     if described["group_state"] in ("Empty", "Dead"):
         return []
     return sorted(f"{m['client_id']} ({m['member_id']})" for m in described["members"])
@@ -174,7 +175,7 @@ def run(
                     "live",
                     _now(),
                     dst,
-                    coordinated.exists(zk, group),
+                    coordinator_store.exists(zk, group),
                     False,
                     legacy_assignor,
                 )
@@ -185,9 +186,9 @@ def run(
 
 
 def _check_start(zk: KazooClient, group: str) -> None:
-    if not legacy.exists(zk, group):
+    if not zk_store.exists(zk, group):
         raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
-    _, lead = coordinated.leader(zk, group)
+    _, lead = coordinator_store.leader(zk, group)
     if lead is None:
         raise GroupshiftError(
             f"no coordinator node leads group {group!r}; start one (`groupshift coordinator serve`) before a "
@@ -271,7 +272,7 @@ def _settle(st: _Run, settle_s: float, progress) -> None:
             progress(total - len(lag), total)
         if not lag:
             return
-        _, lead = coordinated.leader(st.zk, st.group)
+        _, lead = coordinator_store.leader(st.zk, st.group)
         if not _coordinator_members(st.zk, st.group, lead):
             todo = {tp: legacy_off for tp, (legacy_off, _) in lag.items()}
             checkpoint("before:copy")

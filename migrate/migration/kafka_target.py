@@ -226,7 +226,7 @@ class KafkaTarget:
 
     def check_idle(self, group: str, known: dict[TopicPartition, int] | None = None) -> str:
         """Raise `GroupActive` if the group has members; returns how that was checked."""
-        from migrate.writes import GroupActive
+        from migrate.schemes.writes import GroupActive
 
         names = self.members(group)
         if names:
@@ -251,7 +251,7 @@ class KafkaTarget:
         from confluent_kafka import ConsumerGroupTopicPartitions
         from confluent_kafka import TopicPartition as KTP
 
-        from migrate.writes import GroupActive
+        from migrate.schemes.writes import GroupActive
 
         tps = sorted(offsets)
         requests = 0
@@ -295,7 +295,7 @@ class KafkaTarget:
             if name == "GROUP_ID_NOT_FOUND":
                 return True
             if name == "NON_EMPTY_GROUP":
-                from migrate.writes import GroupActive
+                from migrate.schemes.writes import GroupActive
 
                 raise GroupActive(
                     f"{self.bootstrap} refused to delete group {group!r}: it has live members"

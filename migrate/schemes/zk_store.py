@@ -17,8 +17,8 @@ from kazoo.client import KazooClient
 from coordinator.layout import bridge_marker_dir
 from core.errors import GroupshiftError
 from core.types import TopicPartition
-from migrate import zkio
-from migrate.model import DEAD, EMPTY, REBALANCING, SCHEME_ZK, STABLE, Committed, GroupView, Member
+from migrate.schemes import zkio
+from migrate.schemes.model import DEAD, EMPTY, REBALANCING, SCHEME_ZK, STABLE, Committed, GroupView, Member
 
 CONSUMERS = "/consumers"
 BROKER_TOPICS = "/brokers/topics"

@@ -39,9 +39,10 @@ from coordinator.layout import (
 )
 from core.errors import GroupshiftError, UnknownGroup
 from core.types import TopicPartition
-from migrate import bridge, coordinated, legacy, writes, zkio
-from migrate import record as R
-from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK, check_scheme
+from migrate.migration import bridge
+from migrate.migration import record as R
+from migrate.schemes import coordinator_store, writes, zk_store, zkio
+from migrate.schemes.model import SCHEME_COORDINATOR, SCHEME_ZK, check_scheme
 
 EXIT_CODE = 99
 _reached = 0  # checkpoints this process passed (the k of GROUPSHIFT_MIGRATE_EXIT_AT=k)
@@ -81,21 +82,21 @@ def read_record(zk: KazooClient, group: str) -> tuple[R.Migration | None, int]:
 
 
 def exists(zk: KazooClient, scheme: str, group: str) -> bool:
-    return legacy.exists(zk, group) if scheme == SCHEME_ZK else coordinated.exists(zk, group)
+    return zk_store.exists(zk, group) if scheme == SCHEME_ZK else coordinator_store.exists(zk, group)
 
 
 def offsets(zk: KazooClient, scheme: str, group: str) -> dict[TopicPartition, int]:
-    read = legacy.read_offsets if scheme == SCHEME_ZK else coordinated.read_offsets
+    read = zk_store.read_offsets if scheme == SCHEME_ZK else coordinator_store.read_offsets
     return {tp: c.offset for tp, c in read(zk, group).items()}
 
 
 def live_members(zk: KazooClient, scheme: str, group: str) -> list[str]:
     """Who is in the group now (scheme one: registered consumer ids; scheme three: client/member ids)."""
     if scheme == SCHEME_ZK:
-        return sorted(zkio.children(zk, f"{legacy.group_dir(group)}/ids") or [])
-    _, lead = coordinated.leader(zk, group)
+        return sorted(zkio.children(zk, f"{zk_store.group_dir(group)}/ids") or [])
+    _, lead = coordinator_store.leader(zk, group)
     if lead is not None:
-        described = coordinated.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
+        described = coordinator_store.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
         if described["group_state"] in ("Empty", "Dead"):
             return []
         return sorted(f"{m['client_id']} ({m['member_id']})" for m in described["members"])

@@ -11,8 +11,8 @@ import msgspec
 from kazoo.client import KazooClient
 
 from core.errors import GroupshiftError, UnknownGroup
-from migrate import coordinated, legacy
-from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK, SCHEMES, STATES, GroupView
+from migrate.schemes import coordinator_store, zk_store
+from migrate.schemes.model import SCHEME_COORDINATOR, SCHEME_ZK, SCHEMES, STATES, GroupView
 
 MAX_GROUP_NAME = 255
 
@@ -34,8 +34,8 @@ def check_group_name(group: str) -> str:
 
 def read(zk: KazooClient, scheme: str, group: str, *, live: bool = True) -> GroupView | None:
     if scheme == SCHEME_ZK:
-        return legacy.read_group(zk, group)
-    return coordinated.read_group(zk, group, live=live)
+        return zk_store.read_group(zk, group)
+    return coordinator_store.read_group(zk, group, live=live)
 
 
 def find(zk: KazooClient, group: str, scheme: str = "all") -> dict[str, GroupView]:
@@ -51,7 +51,7 @@ def find(zk: KazooClient, group: str, scheme: str = "all") -> dict[str, GroupVie
 
 def exists_in(zk: KazooClient, group: str) -> dict[str, bool]:
     check_group_name(group)
-    return {SCHEME_ZK: legacy.exists(zk, group), SCHEME_COORDINATOR: coordinated.exists(zk, group)}
+    return {SCHEME_ZK: zk_store.exists(zk, group), SCHEME_COORDINATOR: coordinator_store.exists(zk, group)}
 
 
 def list_groups(zk: KazooClient, scheme: str = "all", states: list[str] | None = None) -> list[GroupListing]:
@@ -65,7 +65,7 @@ def list_groups(zk: KazooClient, scheme: str = "all", states: list[str] | None =
         wanted = {lookup[s.lower()] for s in states}
     out = []
     for s in SCHEMES if scheme == "all" else (scheme,):
-        names = legacy.list_groups(zk) if s == SCHEME_ZK else coordinated.list_groups(zk)
+        names = zk_store.list_groups(zk) if s == SCHEME_ZK else coordinator_store.list_groups(zk)
         for name in names:
             view = read(zk, s, name)
             if view is None or (wanted and view.state not in wanted):
