@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.scheme import Rebalancer  # noqa: E402
 from core.types import TopicPartition  # noqa: E402
 from core.zk import connect  # noqa: E402
 from experiments.cluster import ZkServer  # noqa: E402
@@ -27,7 +28,6 @@ from migrate.offsets import plans  # noqa: E402
 from migrate.offsets.reset import Scenario  # noqa: E402
 from migrate.schemes import writes, zkio  # noqa: E402
 from migrate.schemes import zk_store as legacy  # noqa: E402
-from migrate.schemes.model import SCHEME_COORDINATOR, SCHEME_ZK  # noqa: E402
 from topics.log import Log  # noqa: E402
 from topics.registry import create_topic  # noqa: E402
 
@@ -60,11 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             tps = [TopicPartition(t, p) for t in names for p in range(args.partitions)]
             offsets = dict.fromkeys(tps, 0)
             legacy.write_offsets(zk, "g-zk", offsets, batch=writes.BATCH)
-            writes.commit(zk, SCHEME_COORDINATOR, "g-coord", offsets)
+            writes.commit(zk, Rebalancer.COORDINATOR, "g-coord", offsets)
             print(f"{len(tps)} partitions in {args.topics} topics; target < {TARGET_S:g} s each")
             print(f"{'scheme':<12} {'operation':<24} {'seconds':>8}  zookeeper requests")
             worst = 0.0
-            for scheme, group in ((SCHEME_ZK, "g-zk"), (SCHEME_COORDINATOR, "g-coord")):
+            for scheme, group in ((Rebalancer.ZK, "g-zk"), (Rebalancer.COORDINATOR, "g-coord")):
 
                 def describe(scheme=scheme, group=group):
                     view = read(zk, scheme, group)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 for what, fn in (("groups describe", describe), ("offsets reset --execute", reset)):
                     _, took, sent = timed(fn)
                     worst = max(worst, took)
-                    print(f"{scheme:<12} {what:<24} {took:>8.2f}  {sent}")
+                    print(f"{scheme.value:<12} {what:<24} {took:>8.2f}  {sent}")
             print(f"worst {worst:.2f} s = {worst / TARGET_S:.2f} x target")
             zk.stop()
             zk.close()

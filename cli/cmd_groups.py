@@ -84,10 +84,10 @@ def describe(group, scheme, view, samples, output, data, zk) -> None:
         return
     for i, (v, rows, summary, notes) in enumerate(results):
         if not v.members:
-            click.echo(f"Consumer group '{group}' ({v.scheme}) has no active members.", err=True)
+            click.echo(f"Consumer group '{group}' ({v.scheme.value}) has no active members.", err=True)
         elif v.state not in ("Stable", "Empty"):
             click.echo(
-                f"Warning: consumer group '{group}' ({v.scheme}) is rebalancing ({v.state}).", err=True
+                f"Warning: consumer group '{group}' ({v.scheme.value}) is rebalancing ({v.state}).", err=True
             )
         warn(notes)
         if i:
@@ -99,7 +99,7 @@ def describe(group, scheme, view, samples, output, data, zk) -> None:
         else:
             if output == "table":
                 click.echo(
-                    f"GROUP {group} ({v.scheme})  state {v.state}  members {len(v.members)}  "
+                    f"GROUP {group} ({v.scheme.value})  state {v.state}  members {len(v.members)}  "
                     f"lag {summary['total_lag'] if summary['total_lag'] is not None else '-'}  "
                     f"status {summary['status'] or '-'}"
                 )
@@ -205,7 +205,7 @@ def watch(group, scheme, interval, count, samples, data, zk) -> None:
                     warn("ZooKeeper is back; sampling again")
                     away = False
                 if v is None:
-                    raise GroupshiftError(f"group {group!r} no longer exists under scheme {s}")
+                    raise GroupshiftError(f"group {group!r} no longer exists under scheme {s.value}")
                 ranges = log_offsets(log, partitions_of(v))
                 ends = {tp: (r.end if r else None) for tp, r in ranges.items()}
                 now = int(time.time() * 1000)
@@ -238,4 +238,4 @@ def delete(group, scheme, zk) -> None:
     with zk_session(zk) as client:
         s = choose_scheme(group, exists_in(client, group), scheme)
         how = delete_group(client, s, group)
-    click.echo(f"deleted group {group} ({s}): {how}")
+    click.echo(f"deleted group {group} ({s.value}): {how}")

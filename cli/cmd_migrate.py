@@ -9,9 +9,10 @@ import click
 from cli.inspect_common import zk_session
 from cli.main import main, zk_option
 from core.errors import GroupshiftError
+from core.scheme import STORES
 
-SCHEMES = click.Choice(["zk", "coordinator"])
-DESTS = click.Choice(["zk", "coordinator", "kafka"])
+SCHEMES = click.Choice([s.value for s in STORES])
+DESTS = click.Choice([s.value for s in STORES] + ["kafka"])  # kafka: a group on a Kafka-protocol broker
 
 
 @main.group("migrate")

@@ -198,7 +198,7 @@ def delete(group, topic, scheme, zk) -> None:
     with zk_session(zk) as client:
         s = choose_scheme(group, exists_in(client, group), scheme)
         how = delete_offsets(client, s, group, topic)
-    click.echo(f"deleted offsets of group {group} ({s}) for topic {topic}: {how}")
+    click.echo(f"deleted offsets of group {group} ({s.value}) for topic {topic}: {how}")
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -231,13 +231,14 @@ def _show_and_write(client, scheme, group, plan, execute, output, target=None) -
     from migrate.groups.render import Progress, render
     from migrate.schemes.writes import commit
 
+    where = scheme if target is not None else scheme.value  # a Rebalancer, or "kafka at HOST:PORT"
     warn(plan.warnings)
     rows = [msgspec.structs.asdict(r) for r in plan.rows]
     cols = ["topic", "partition", "current", "new", "log_end", "lag_after"]
     click.echo(render(rows, output, cols))
     if not execute:
         click.echo(
-            f"dry run: nothing written to group {group} ({scheme}); add --execute to write these offsets",
+            f"dry run: nothing written to group {group} ({where}); add --execute to write these offsets",
             err=True,
         )
         return
@@ -246,4 +247,4 @@ def _show_and_write(client, scheme, group, plan, execute, output, target=None) -
         how = f"in {n} OffsetCommit request(s)"
     else:
         how = commit(client, scheme, group, plan.offsets(), progress=Progress(f"writing {group}"))
-    click.echo(f"wrote {len(plan.rows)} offset(s) for group {group} ({scheme}) {how}", err=True)
+    click.echo(f"wrote {len(plan.rows)} offset(s) for group {group} ({where}) {how}", err=True)

@@ -9,6 +9,7 @@ import click
 from kazoo.exceptions import KazooException
 
 from core.errors import GroupshiftError, ZooKeeperUnavailable
+from core.scheme import STORES
 from migrate.groups.render import OUTPUTS
 
 CONNECT_TIMEOUT_S = 5.0
@@ -57,7 +58,7 @@ def data_option(f):
 
 
 def scheme_option(default: str | None, allow_all: bool = False):
-    choices = ["zk", "coordinator"] + (["all"] if allow_all else [])
+    choices = [s.value for s in STORES] + (["all"] if allow_all else [])
     return click.option(
         "--scheme",
         type=click.Choice(choices),

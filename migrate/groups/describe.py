@@ -118,7 +118,7 @@ def group_summary(view: GroupView, rows: list[PartitionRow]) -> dict:
     worst = max(rows, key=lambda r: r.lag if r.lag is not None else -1, default=None)
     return {
         "group": view.group,
-        "scheme": view.scheme,
+        "scheme": view.scheme.value,
         "state": view.state,
         "protocol_type": view.protocol_type,
         "protocol": view.protocol,

@@ -26,9 +26,10 @@ from coordinator.layout import (
     shard_path,
 )
 from core.errors import GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
 from migrate.schemes import zkio
-from migrate.schemes.model import EMPTY, SCHEME_COORDINATOR, STABLE, Committed, GroupView, Member
+from migrate.schemes.model import EMPTY, STABLE, Committed, GroupView, Member
 from migrate.schemes.zk_store import topic_partitions
 
 DESCRIBE_TIMEOUT_S = 5.0
@@ -122,7 +123,7 @@ def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView |
     except (msgspec.DecodeError, msgspec.ValidationError):
         record = None
         notes.append("the group metadata znode is unreadable; showing offsets only")
-    view = GroupView(scheme=SCHEME_COORDINATOR, group=group, state=EMPTY, offsets=read_offsets(zk, group))
+    view = GroupView(scheme=Rebalancer.COORDINATOR, group=group, state=EMPTY, offsets=read_offsets(zk, group))
     if record is not None:
         view.protocol_type, view.protocol = record.protocol_type, record.protocol_name
         view.generation, view.leader = record.generation_id, record.leader_id

@@ -32,9 +32,10 @@ from coordinator.layout import (
 from coordinator.member.wire_client import commit_body
 from coordinator.wire import codec as P
 from core.errors import GroupshiftError, UnknownGroup
+from core.scheme import Rebalancer
 from core.types import TopicPartition
 from migrate.schemes import coordinator_store, zk_store, zkio
-from migrate.schemes.model import SCHEME_ZK
+from migrate.schemes.model import as_store
 
 BATCH = 1_000  # ops per ZooKeeper transaction, and partitions per OffsetCommit request
 
@@ -43,9 +44,12 @@ class GroupActive(GroupshiftError):
     """The group has live members; the write was refused."""
 
 
-def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coordinator_store.Leader | None:
+def check_inactive(
+    zk: KazooClient, scheme: str | Rebalancer, group: str, what: str
+) -> coordinator_store.Leader | None:
     """Raise `GroupActive` unless the group has no live members; returns the shard leader (scheme three)."""
-    if scheme == SCHEME_ZK:
+    scheme = as_store(scheme)
+    if scheme is Rebalancer.ZK:
         ids = zkio.children(zk, f"{zk_store.group_dir(group)}/ids") or []
         if ids:
             raise GroupActive(
@@ -76,7 +80,7 @@ def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coord
 
 def commit(
     zk: KazooClient,
-    scheme: str,
+    scheme: str | Rebalancer,
     group: str,
     offsets: dict[TopicPartition, int],
     progress=None,
@@ -87,8 +91,9 @@ def commit(
     `batch` (1..BATCH) bounds the ops per transaction and the partitions per OffsetCommit.
     """
     batch = max(1, min(batch, BATCH))
+    scheme = as_store(scheme)
     lead = check_inactive(zk, scheme, group, "writing offsets")
-    if scheme == SCHEME_ZK:
+    if scheme is Rebalancer.ZK:
         n = zk_store.write_offsets(zk, group, offsets, batch=batch, progress=progress)
         return f"in ZooKeeper ({n} transaction{'s' if n != 1 else ''})"
     if lead is not None:
@@ -150,12 +155,15 @@ def _commit_in_zk(
     return f"in ZooKeeper, fenced by shard {shard}'s epoch ({n} transaction{'s' if n != 1 else ''})"
 
 
-def delete_group(zk: KazooClient, scheme: str, group: str) -> str:
-    exists = zk_store.exists(zk, group) if scheme == SCHEME_ZK else coordinator_store.exists(zk, group)
+def delete_group(zk: KazooClient, scheme: str | Rebalancer, group: str) -> str:
+    scheme = as_store(scheme)
+    exists = zk_store.exists(zk, group) if scheme is Rebalancer.ZK else coordinator_store.exists(zk, group)
     if not exists:
-        raise UnknownGroup(f"group {group!r} does not exist under scheme {scheme}; check the name (and --zk)")
+        raise UnknownGroup(
+            f"group {group!r} does not exist under scheme {scheme.value}; check the name (and --zk)"
+        )
     lead = check_inactive(zk, scheme, group, "deleting the group")
-    if scheme == SCHEME_ZK:
+    if scheme is Rebalancer.ZK:
         if zkio.children(zk, f"{zk_store.group_dir(group)}/owners") and _any_owner(zk, group):
             raise GroupActive(
                 f"group {group!r} still has partition owners; its consumers are stopping, retry"
@@ -172,8 +180,9 @@ def delete_group(zk: KazooClient, scheme: str, group: str) -> str:
     return _delete_tree_fenced(zk, group, group_path(group))
 
 
-def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
-    if scheme == SCHEME_ZK:
+def delete_offsets(zk: KazooClient, scheme: str | Rebalancer, group: str, topic: str) -> str:
+    scheme = as_store(scheme)
+    if scheme is Rebalancer.ZK:
         base = zk_store.group_dir(group)
         if zkio.get_many(zk, [f"{base}/offsets/{topic}"])[0] is None:
             raise GroupshiftError(f"group {group!r} has no offsets for topic {topic!r}")
@@ -228,10 +237,13 @@ def _delete_tree_fenced(zk: KazooClient, group: str, root: str) -> str:
     return _delete_tree(zk, root, (epoch_path, got[1].version) if got else None)
 
 
-def delete_partitions(zk: KazooClient, scheme: str, group: str, tps: list[TopicPartition]) -> str:
+def delete_partitions(
+    zk: KazooClient, scheme: str | Rebalancer, group: str, tps: list[TopicPartition]
+) -> str:
     """Delete the committed offsets of exactly these partitions (those that exist) of an inactive group."""
+    scheme = as_store(scheme)
     lead = check_inactive(zk, scheme, group, "deleting offsets")
-    if scheme == SCHEME_ZK:
+    if scheme is Rebalancer.ZK:
         paths = [zk_store.offset_path(group, tp) for tp in tps]
         guard = None
     elif lead is not None:

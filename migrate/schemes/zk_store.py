@@ -16,9 +16,10 @@ from kazoo.client import KazooClient
 
 from coordinator.layout import bridge_marker_dir
 from core.errors import GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
 from migrate.schemes import zkio
-from migrate.schemes.model import DEAD, EMPTY, REBALANCING, SCHEME_ZK, STABLE, Committed, GroupView, Member
+from migrate.schemes.model import DEAD, EMPTY, REBALANCING, STABLE, Committed, GroupView, Member
 
 CONSUMERS = "/consumers"
 BROKER_TOPICS = "/brokers/topics"
@@ -148,7 +149,7 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     if stale:
         notes.append(f"partitions owned by consumers that are not registered: {', '.join(stale)}")
     return GroupView(
-        scheme=SCHEME_ZK,
+        scheme=Rebalancer.ZK,
         group=group,
         state=state,
         protocol_type="zk-0.8",
