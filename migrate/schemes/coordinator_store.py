@@ -4,12 +4,10 @@ The stored record says who the members were at the last accepted assignment; a n
 the group's shard knows more (a rebalance in progress), so `read_group` asks it with
 DescribeGroups and falls back to the stored record, with a note, when it does not answer.
 Writes (offsets, deletes) go through the leading node so its cache stays right
-(`migrate.writes`), or into ZooKeeper fenced by the shard epoch when no node leads the shard.
+(`migrate.schemes.writes`), or into ZooKeeper fenced by the shard epoch when no node leads the shard.
 """
 
 from __future__ import annotations
-
-import json
 
 import msgspec
 from kazoo.client import KazooClient
@@ -19,6 +17,8 @@ from coordinator.layout import (
     GROUPS,
     SHARDS,
     decode_group,
+    decode_leader,
+    decode_offset,
     group_path,
     name_from_znode,
     offset_path,
@@ -71,13 +71,11 @@ def leader(zk: KazooClient, group: str) -> tuple[int, Leader | None]:
     if got_leader is None:
         return shard, None
     try:
-        rec = json.loads(got_leader[0])
-        epoch_version = got_epoch[1].version if got_epoch else -1
-        return shard, Leader(
-            int(rec["node"]), int(rec["epoch"]), str(rec["host"]), int(rec["port"]), shard, epoch_version
-        )
-    except (ValueError, KeyError, TypeError):
+        rec = decode_leader(got_leader[0])
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return shard, None
+    epoch_version = got_epoch[1].version if got_epoch else -1
+    return shard, Leader(rec.node, rec.epoch, rec.host, rec.port, shard, epoch_version)
 
 
 def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
@@ -95,15 +93,10 @@ def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]
         if got is None:
             continue
         try:
-            z = json.loads(got[0])
-            out[tp] = Committed(
-                int(z["offset"]),
-                int(z.get("commit_ts") or got[1].mtime),
-                got[1].mzxid,
-                z.get("metadata") or "",
-            )
-        except (ValueError, KeyError, TypeError):
+            z = decode_offset(tp.topic, tp.partition, got[0])
+        except (msgspec.DecodeError, msgspec.ValidationError):
             continue
+        out[tp] = Committed(z.offset, z.commit_timestamp or got[1].mtime, got[1].mzxid, z.metadata)
     return out
 
 

@@ -20,9 +20,16 @@ from core.scheme import Rebalancer
 from core.types import TopicPartition
 from migrate.schemes import zkio
 from migrate.schemes.model import DEAD, EMPTY, REBALANCING, STABLE, Committed, GroupView, Member
+from zk_rebalance.layout import (
+    BROKER_TOPICS,
+    INTERNAL_TOPICS,
+    InvalidRegistration,
+    decode_registration,
+    parse_thread_id,
+    topic_path,
+)
 
 CONSUMERS = "/consumers"
-BROKER_TOPICS = "/brokers/topics"
 
 
 def group_dir(group: str) -> str:
@@ -51,7 +58,7 @@ def topic_partitions(zk: KazooClient, topics: list[str]) -> dict[str, int | None
     from topics.registry import decode_assignment
 
     out: dict[str, int | None] = {}
-    for topic, got in zip(topics, zkio.get_many(zk, [f"{BROKER_TOPICS}/{t}" for t in topics]), strict=True):
+    for topic, got in zip(topics, zkio.get_many(zk, [topic_path(t) for t in topics]), strict=True):
         if got is None:
             out[topic] = None
             continue
@@ -96,9 +103,6 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     top = zkio.get_many(zk, [group_dir(group)])[0]
     if top is None:
         return None
-    # Kafka 0.8's codecs only once there is a group to show (`groups list` of none needs none).
-    from zk_rebalance.layout import INTERNAL_TOPICS, InvalidRegistration, decode_registration
-
     ids, bridged = zkio.children_many(zk, [f"{group_dir(group)}/ids", bridge_marker_dir(group)])
     ids, bridged = ids or [], set(bridged or [])
     regs = zkio.get_many(zk, [f"{group_dir(group)}/ids/{c}" for c in ids])
@@ -164,8 +168,6 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
 
 def _read_owners(zk: KazooClient, group: str) -> dict[TopicPartition, str]:
     """tp -> owning consumer id (the owner znode holds a thread id `<consumerId>-<n>`)."""
-    from zk_rebalance.layout import parse_thread_id
-
     base = f"{group_dir(group)}/owners"
     tps = _partition_znodes(zk, base)
     out = {}
