@@ -1,6 +1,6 @@
 """A consumer group on any broker that speaks Kafka's protocol, through confluent-kafka's AdminClient.
 
-The one module that imports confluent-kafka. `migrate.to_kafka` (the `--to kafka` migration) and
+The one module that imports confluent-kafka. `migrate.migration.to_kafka` (the `--to kafka` migration) and
 `offsets export|import --bootstrap` read and write a group's committed offsets with it:
 
     with KafkaTarget("127.0.0.1:9093") as t:      # reachable within TIMEOUT_S, else one line

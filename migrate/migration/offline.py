@@ -286,10 +286,12 @@ def run(
     say=lambda line: None,
     progress=None,
 ) -> R.Migration:
-    """Start or resume the migration; returns the record in state done (live mode: `migrate.live`)."""
+    """Start or resume the migration; returns the record in state done (live mode: `live.run`)."""
     source, dest = check_args(source, dest, mode)
     if mode != "offline":
-        raise GroupshiftError("migrate.offline.run migrates offline; --mode live is migrate.live.run")
+        raise GroupshiftError(
+            "migrate.migration.offline.run migrates offline; --mode live is migrate.migration.live.run"
+        )
     rec, version = read_record(zk, group)
     why = R.conflict(rec, source.value, dest.value, mode)
     if why:
