@@ -1,9 +1,10 @@
 """Every /groupshift znode path and payload, pure — as zk_rebalance/layout.py is for Kafka 0.8's layout.
 
 The names, paths and payload codecs of the coordinator's metadata, and the migration engine's
-paths. No asyncio, no ZooKeeper client, no I/O: the node's store (`coordinator/node/store.py`) does
-the node's reads and writes; the tools (`groupshift groups`, `offsets`, `migrate`) import this
-module, not the store. Layout (documented in `docs/coordinator.md`; every payload is UTF-8 JSON):
+paths. No asyncio, no ZooKeeper client, no I/O: the node's store (`coordinator/node/store.py` and
+the modules it is built of) does the node's reads and writes; the tools (`groupshift groups`,
+`offsets`, `migrate`) import this module, not the store. Layout (documented in
+`docs/coordinator.md`; every payload is UTF-8 JSON):
 
     /groupshift/coordinators/ids/<node>            ephemeral  {"version":1,"host","port","started"}
     /groupshift/shards/<s>/epoch                   persistent its *version* is the shard epoch
@@ -12,14 +13,20 @@ module, not the store. Layout (documented in `docs/coordinator.md`; every payloa
     /groupshift/groups/<g>/offsets/<t>/<p>         persistent {"offset","metadata","generation","commit_ts"}
     /brokers/ids/<node>                            ephemeral  Kafka 0.8 broker JSON (v4 with a Kafka listener)
 
-and the migration engine's (`migrate/`, docs/migrate.md):
+(paths: `coordinator_path`, `epoch_path`, `leader_path`, `group_path`, `offsets_dir`, `offset_path`,
+`broker_path`; parents: `COORDINATORS`, `SHARDS`, `GROUPS`, `BROKERS`), the migration engine's
+(`migrate/`, docs/migrate.md):
 
     /groupshift/migrations/<g>                     persistent the migration record (migrate/record.py)
     /groupshift/migration-locks/<g>                ephemeral  held by the process running the migration
     /groupshift/bridge/<g>/<consumer id>           ephemeral  a bridged coordinator member (live mode)
 
-(`/groupshift/topics/<t>`, a topic's id, is the data plane's: `topics/registry.py`, below this
-package.) Both coordinator records also carry `kafka_host`/`kafka_port`, present only on nodes with
+(`migration_path`, `migration_lock_path`, `bridge_marker_dir`), and the data plane's, defined in
+`topics/registry.py` (a lower package, which may not import this one) and named here `TOPIC_IDS`:
+
+    /groupshift/topics/<t>                         persistent a topic's id (also in its log directory)
+
+Both coordinator records also carry `kafka_host`/`kafka_port`, present only on nodes with
 a Kafka-protocol listener (docs/kafka-listener.md); `host`/`port` are always the native listener's.
 
 Group and topic names are znode names after escaping (`znode_name`): characters outside
@@ -40,6 +47,7 @@ from msgspec import UNSET, UnsetType
 
 from coordinator.group.records import GroupRecord, OffsetRecord
 from core.javahash import java_abs, java_string_hash
+from topics.registry import TOPIC_IDS_PATH
 
 ROOT = "/groupshift"
 COORDINATORS = f"{ROOT}/coordinators/ids"
@@ -49,6 +57,7 @@ BROKERS = "/brokers/ids"
 MIGRATIONS = f"{ROOT}/migrations"
 MIGRATION_LOCKS = f"{ROOT}/migration-locks"
 BRIDGE_MARKERS = f"{ROOT}/bridge"
+TOPIC_IDS = TOPIC_IDS_PATH  # the data plane's (topics/registry.py): `/groupshift/topics`
 DEFAULT_SHARDS = 50
 MAX_NODES = 10_000  # coordinator registrations read at most
 
@@ -82,12 +91,38 @@ def group_path(group_id: str) -> str:
     return f"{GROUPS}/{znode_name(group_id)}"
 
 
+def offsets_dir(gpath: str) -> str:
+    """`<group znode>/offsets`, the parent of the group's topics' offsets (`gpath` as `group_path`
+    returns it, or `GROUPS/<znode name>` as listed in ZooKeeper)."""
+    return f"{gpath}/offsets"
+
+
 def offset_path(group_id: str, topic: str, partition: int) -> str:
     return f"{GROUPS}/{znode_name(group_id)}/offsets/{znode_name(topic)}/{partition}"
 
 
 def shard_path(shard: int) -> str:
     return f"{SHARDS}/{shard}"
+
+
+def epoch_path(shard: int) -> str:
+    """The shard's epoch znode: its data version is the epoch (bumped by every claim)."""
+    return f"{SHARDS}/{shard}/epoch"
+
+
+def leader_path(shard: int) -> str:
+    """The shard's leader znode (ephemeral, a `LeaderRecord`)."""
+    return f"{SHARDS}/{shard}/leader"
+
+
+def coordinator_path(node: int | str) -> str:
+    """A coordinator node's registration (ephemeral, a `CoordinatorRecord`)."""
+    return f"{COORDINATORS}/{node}"
+
+
+def broker_path(node: int | str) -> str:
+    """A coordinator node's Kafka 0.8 broker registration (ephemeral, `broker_json`)."""
+    return f"{BROKERS}/{node}"
 
 
 def migration_path(group: str) -> str:

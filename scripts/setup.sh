@@ -21,8 +21,8 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 if ! java -version 2>&1 | grep -q 'version "17'; then need+=(openjdk-17-jre-headless); fi
-# Third-party Kafka clients for tests/test_kafka_clients.py: kcat (with its own librdkafka) and
-# Burrow (the lag checker; its binary is /usr/bin/Burrow).
+# Third-party Kafka clients for tests/integ/coordinator/test_kafka_clients.py: kcat (with its own
+# librdkafka) and Burrow (the lag checker; its binary is /usr/bin/Burrow).
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v Burrow >/dev/null 2>&1 || need+=(burrow)
 if [ ${#need[@]} -gt 0 ]; then

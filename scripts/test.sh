@@ -5,8 +5,8 @@
 #  2. alone, one after the other: the fault-injection tests (ZooKeeper stopped, paused, cut off,
 #     the shared 3-node ensemble), which time sessions and pauses a loaded machine would stretch.
 # (tests/conftest.py sorts the tests.) Extra arguments go to pytest in both phases, e.g.
-#   scripts/test.sh tests/test_topics_log.py          # one file
-#   scripts/test.sh -k describe -n 0                  # by name, without workers
+#   scripts/test.sh tests/integ/topics/test_log.py    # one file
+#   scripts/test.sh -k describe -n 0                # by name, without workers
 # (-m is the script's own, to split the phases: select with -k.)
 # GROUPSHIFT_TEST_WORKERS sets the worker count of phase 1 (default 3: most tests wait on
 # ZooKeeper and child processes, so three workers keep two cores busy).

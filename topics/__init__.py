@@ -2,6 +2,7 @@
 
 * `topics.registry`  — `/brokers/topics/<t>` in ZooKeeper, Kafka 0.8 JSON byte for byte
 * `topics.log`       — `Log(root)`: create, produce, earliest/latest/offsets_for_times, read, retain
+  (its parts: `topics.log_writer`, `log_reader`, `log_retention`, `log_index`, `log_input`)
 * `topics.fetcher`   — `Fetcher(log)`: the pipelined fetcher a consumer polls (Kafka's consumer fetcher
 design)
 * `topics.store`     — `TopicStore(root, zk)`: registration and log directories together
@@ -21,10 +22,10 @@ _EXPORTS = {
     "InvalidTopic": "topics.errors",
     "Log": "topics.log",
     "NoOffsetForPartition": "topics.errors",
-    "OffsetAndTimestamp": "topics.log",
+    "OffsetAndTimestamp": "topics.log_reader",
     "OffsetOutOfRange": "topics.errors",
-    "ProduceResult": "topics.log",
-    "ReadResult": "topics.log",
+    "ProduceResult": "topics.log_writer",
+    "ReadResult": "topics.log_reader",
     "TopicAlreadyExists": "topics.errors",
     "TopicDescription": "topics.registry",
     "TopicStore": "topics.store",

@@ -36,6 +36,8 @@ BROKER_IDS_PATH = "/brokers/ids"
 TOPIC_CONFIG_PATH = "/config/topics"
 # groupshift's own record of a topic: the id also written in the topic's data directory, so a
 # command given one namespace never deletes data created for a topic registered in another.
+# Defined here (`topics` may not import `coordinator`); coordinator/layout.py, which lists every
+# /groupshift path, names it `TOPIC_IDS`.
 TOPIC_IDS_PATH = "/groupshift/topics"
 # Kafka 0.10+ (and the issue) allow 249 so that `<topic>-<partition>` log dirs stay under 255 bytes.
 MAX_NAME_LENGTH = 249

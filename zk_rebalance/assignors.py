@@ -2,7 +2,7 @@
 
 Pure functions of one member's view of the group (`AssignmentContext`). Every member computes
 the whole group's decision; 0.8 keeps only its own entries. Worked example (also a test in
-`tests/test_zk_rebalance_units.py`): consumers C1 and C2 with two streams each, topic t with 5
+`tests/unit/zk_rebalance/test_zk_rebalance.py`): consumers C1 and C2 with two streams each, topic t with 5
 partitions. Range gives `C1-0 ← 0,1  C1-1 ← 2  C2-0 ← 3  C2-1 ← 4` (threads in string order,
 the first `5 % 4` threads get one extra). Round-robin sorts the partitions by the Java hash of
 `"[t,p]"` and deals them to `C1-0, C1-1, C2-0, C2-1, C1-0, ...`.

@@ -54,7 +54,7 @@ from zk_rebalance.layout import (
 )
 from zk_rebalance.rebalance import RebalanceMixin
 from zk_rebalance.state import (
-    _ENTERED_FROM,
+    ENTERED_FROM,
     ConsumerRebalanceFailed,
     ZkMemberState,
     _PartitionInfo,
@@ -338,7 +338,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
 
     # -- state ---------------------------------------------------------------------------------
     def _transition(self, new: ZkMemberState) -> None:
-        if self.state not in _ENTERED_FROM[new]:
+        if self.state not in ENTERED_FROM[new]:
             raise RuntimeError(f"illegal member transition {self.state.name} -> {new.name}")
         self.state = new
 

@@ -1,4 +1,23 @@
-"""Scheme one's member vocabulary: its states, its rebalance failure, its registry entry."""
+"""Scheme one's member vocabulary: its states, its rebalance failure, its registry entry.
+
+State transitions
+-----------------
+
+A `ZkGroupMember` (zk_rebalance/member.py) is in one `ZkMemberState`; `ENTERED_FROM` is the table
+of the states each may be entered from, and `ZkGroupMember._transition` refuses any other move
+(a bug in the member, raised as RuntimeError):
+
+    NEW             ──start()───────────────────────────▶ STARTING
+    STARTING        ──the first syncedRebalance─────────▶ REBALANCING
+    STABLE, FAILED  ──a ZooKeeper event─────────────────▶ REBALANCING
+    REBALANCING     ──a rebalance that ended unresolved─▶ REBALANCING
+    REBALANCING     ──an attempt claimed everything─────▶ STABLE
+    REBALANCING     ──every attempt failed──────────────▶ FAILED
+    any but CLOSED  ──close()───────────────────────────▶ CLOSED
+
+>>> ZkMemberState.STABLE.entered_from == frozenset({ZkMemberState.REBALANCING})
+True
+"""
 
 from __future__ import annotations
 
@@ -19,27 +38,42 @@ class ConsumerRebalanceFailed(RebalanceFailed):
 
 
 class ZkMemberState(Enum):
-    """Where a member is; `_ENTERED_FROM` lists the states each may be entered from."""
+    """Where a member is; `entered_from` is the set of states it may be entered from (`ENTERED_FROM`)."""
 
+    #: Created, not started. Entered from: nothing (the initial state).
     NEW = "new"
+    #: `start()`: connecting, registering under /consumers/<g>/ids. Entered from: New.
     STARTING = "starting"
+    #: `syncedRebalance`: up to rebalance.max.retries attempts to release, compute and claim.
+    #: Entered from: Starting, Stable or Failed (a ZooKeeper event), Rebalancing (another event).
     REBALANCING = "rebalancing"
+    #: An attempt claimed every partition it was assigned; fetching. Entered from: Rebalancing.
     STABLE = "stable"
-    FAILED = "failed"  # ConsumerRebalanceFailed: owns nothing until the next ZooKeeper event
+    #: ConsumerRebalanceFailed: owns nothing until the next ZooKeeper event. Entered from: Rebalancing.
+    FAILED = "failed"
+    #: `close()`: fetchers stopped, offsets committed, session closed. Terminal.
+    #: Entered from: any state but Closed.
     CLOSED = "closed"
 
+    @property
+    def entered_from(self) -> frozenset[ZkMemberState]:
+        return ENTERED_FROM.get(self, frozenset())
 
-_ENTERED_FROM = {
-    ZkMemberState.STARTING: {ZkMemberState.NEW},
-    ZkMemberState.REBALANCING: {
-        ZkMemberState.STARTING,
-        ZkMemberState.STABLE,
-        ZkMemberState.FAILED,
-        ZkMemberState.REBALANCING,
-    },
-    ZkMemberState.STABLE: {ZkMemberState.REBALANCING},
-    ZkMemberState.FAILED: {ZkMemberState.REBALANCING},
-    ZkMemberState.CLOSED: set(ZkMemberState) - {ZkMemberState.CLOSED},
+
+#: target state -> the states it may be entered from (the table each member documents above).
+ENTERED_FROM: dict[ZkMemberState, frozenset[ZkMemberState]] = {
+    ZkMemberState.STARTING: frozenset({ZkMemberState.NEW}),
+    ZkMemberState.REBALANCING: frozenset(
+        {
+            ZkMemberState.STARTING,
+            ZkMemberState.STABLE,
+            ZkMemberState.FAILED,
+            ZkMemberState.REBALANCING,
+        }
+    ),
+    ZkMemberState.STABLE: frozenset({ZkMemberState.REBALANCING}),
+    ZkMemberState.FAILED: frozenset({ZkMemberState.REBALANCING}),
+    ZkMemberState.CLOSED: frozenset(ZkMemberState) - {ZkMemberState.CLOSED},
 }
 
 

@@ -22,7 +22,7 @@ from kazoo.exceptions import NoNodeError
 from coordinator.kafka_wire import messages as M
 from coordinator.kafka_wire.offsets_topic import OFFSETS_TOPIC
 from coordinator.kafka_wire.records import InvalidRecords, decode_batches, encode_batch
-from coordinator.layout import COORDINATORS, decode_coordinator
+from coordinator.layout import COORDINATORS, coordinator_path, decode_coordinator
 from coordinator.wire import error_codes as E
 from core.errors import GroupshiftError, UnknownTopic
 from core.types import TopicPartition
@@ -72,7 +72,7 @@ class DataPlane:
             if not child.isdigit():
                 continue
             try:
-                record = decode_coordinator(zk.get(f"{COORDINATORS}/{child}")[0])
+                record = decode_coordinator(zk.get(coordinator_path(child))[0])
             except (NoNodeError, msgspec.DecodeError, msgspec.ValidationError):
                 continue
             if record.kafka_host:

@@ -11,10 +11,15 @@ requests of its connection, never those of other connections.
     host, port = await node.start()
     await node.wait_stopped()          # node.request_stop() from a signal handler
 
-Shard placement and leadership are `shards.ShardLeadership`; each connection is a
-`connection.Connection`; the settings are `config.NodeConfig`.
+This module is the node's lifecycle (start, stop), its timers, its ZooKeeper session and
+housekeeping. A request is served by `dispatch.RequestDispatch` and the core's outputs are carried
+out by `outputs.CoreOutputs` (both bases of `CoordinatorNode`); shard placement and leadership are
+`shards.ShardLeadership`; the ZooKeeper metadata is `store.CoordinatorStore`; each connection is a
+`connection.Connection`, the Kafka listener `kafka_listener.KafkaListener`; the settings are
+`config.NodeConfig`.
 
-ZooKeeper outages (docs/recovery.md): while the session is SUSPENDED the node answers every group
+ZooKeeper outages (docs/recovery.md; the node's states and their transitions are
+`coordinator/node/state.py`'s `NodeState`): while the session is SUSPENDED the node answers every group
 request with COORDINATOR_NOT_AVAILABLE and fires no timers, but keeps its shards; if the
 connection comes back within the session timeout, in the same session, it serves on as before.
 Once the session is LOST, or SUSPENDED for longer than the session timeout (another node may have
@@ -30,65 +35,30 @@ import asyncio
 import errno
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kazoo.protocol.states import KazooState
 
 from coordinator.group.coordinator import GroupCoordinator
-from coordinator.group.messages import (
-    DeleteGroup,
-    DeleteOffsets,
-    Discarded,
-    Respond,
-    StateChanged,
-    Write,
-    WriteGroupMetadata,
-    WriteOffsets,
-)
 from coordinator.group.state import (
     COMPLETING_REBALANCE,
-    DEAD,
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
     GroupState,
 )
 from coordinator.node.config import NodeConfig
-from coordinator.node.connection import Connection, Pending, error_of
+from coordinator.node.connection import Connection
+from coordinator.node.dispatch import RequestDispatch, _now_ms
 from coordinator.node.metrics import Metrics, serve_metrics
+from coordinator.node.outputs import CoreOutputs
 from coordinator.node.shards import ShardLeadership, ShardStatus
-from coordinator.node.store import (
-    CoordinatorStore,
-    Fenced,
-    StoreError,
-    StoreUnavailable,
-    WriteTooLarge,
-)
-from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
+from coordinator.node.state import LOST, NEW, SERVING, STOPPED, SUSPENDED, NodeState
+from coordinator.node.store import CoordinatorStore
+from coordinator.server_side.assigned import ServerAssignedCoordinator
 from coordinator.server_side.incremental import IncrementalCoordinator
-from coordinator.wire import codec as P
-from coordinator.wire.error_codes import (
-    COORDINATOR_NOT_AVAILABLE,
-    KAFKA_STORAGE_ERROR,
-    MESSAGE_TOO_LARGE,
-    NOT_LEADER_OR_FOLLOWER,
-    REQUEST_TIMED_OUT,
-)
-from coordinator.wire.schema import (
-    DeleteGroupsResponse,
-    DeleteGroupsResult,
-    DescribeClusterBroker,
-    DescribeClusterResponse,
-    DescribeGroupsResponse,
-    ErrorResponse,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-    ListGroupsResponse,
-    Message,
-)
 from core.errors import GroupshiftError
 from core.zk import connect
-from topics.registry import decode_assignment, topic_path
 
 if TYPE_CHECKING:
     from coordinator.node.offsets_mirror import OffsetsMirror
@@ -96,29 +66,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _unavailable_body(api: int, body: Any) -> Message:
-    """COORDINATOR_NOT_AVAILABLE in the shape of `api`'s response (the node has lost ZooKeeper)."""
-    code = COORDINATOR_NOT_AVAILABLE
-    if api == P.DESCRIBE_GROUPS:
-        return DescribeGroupsResponse(groups=[P.described_error(g, code) for g in body.groups])
-    if api == P.LIST_GROUPS:
-        return ListGroupsResponse(error_code=code)
-    if api == P.DELETE_GROUPS:
-        return DeleteGroupsResponse(
-            results=[DeleteGroupsResult(group_id=g, error_code=code) for g in body.groups_names]
-        )
-    return P.precheck_error_body(api, body, code, "this node has lost ZooKeeper")
-
-
 # ---------------------------------------------------------------------------------------------
 # The node
 
 
-class CoordinatorNode:
+class CoordinatorNode(RequestDispatch, CoreOutputs):
     """A coordinator node: ZooKeeper registration and shards, the core, the TCP and metrics servers."""
 
     def __init__(self, config: NodeConfig):
@@ -135,8 +87,12 @@ class CoordinatorNode:
         self._topic_watches: set[str] = set()
         self.connections: set[Connection] = set()
         self.leadership = ShardLeadership(self)
-        self.accepting = False
-        self.serving = False  # False while the ZooKeeper session is suspended or lost
+        # The node's state (coordinator/node/state.py), and two of its facts read on every request,
+        # kept as plain attributes by `_enter`: serving group requests (False while ZooKeeper is
+        # away, before start and after stop) and taking new connections (from start until stop).
+        self.state = NEW
+        self.serving = NEW.serving
+        self.accepting = NEW.accepting
         self.zk = None
         self.store: CoordinatorStore | None = None
         self.host = config.host
@@ -160,6 +116,13 @@ class CoordinatorNode:
         self._state_counts: dict[GroupState, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def _enter(self, state: NodeState) -> None:
+        """Move to `state` (coordinator/node/state.py's table); `serving` and `accepting` are its."""
+        state.check_transition_from(self.state)
+        self.state = state
+        self.serving = state.serving
+        self.accepting = state.accepting
 
     async def start(self) -> tuple[str, int]:
         """Connect, register, start serving; return the address clients should use."""
@@ -205,8 +168,7 @@ class CoordinatorNode:
         self.zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, state))
         self.store.add_listener(self._wake.set)
         self.store.watch()
-        self.accepting = True
-        self.serving = True
+        self._enter(SERVING)
         # Take (and load) the shards this node is preferred for before announcing itself, so a
         # single node answers for every group as soon as it prints `listening on`.
         await self.leadership.reconcile()
@@ -251,8 +213,7 @@ class CoordinatorNode:
     async def stop(self) -> None:
         """Release every shard (so other nodes take them at once), unregister, close everything."""
         self._stopping = True
-        self.accepting = False
-        self.serving = False
+        self._enter(STOPPED)
         if self._server is not None:
             self._server.close()
         for s in list(self.leadership.shards):
@@ -299,246 +260,6 @@ class CoordinatorNode:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed", exc_info=task.exception())
 
-    # -- requests ----------------------------------------------------------------------------
-
-    def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None:
-        """Handle one frame of `conn` (called in order; never raises for anything a client sends)."""
-        try:
-            req = P.decode_request(payload)
-        except P.RequestError as exc:
-            conn.send(exc.id, exc.body())
-            self.metrics.observe(P.API_NAMES.get(exc.api, "invalid"), time.perf_counter() - t0, exc.code)
-            return
-        except P.BadFrame as exc:
-            self.metrics.inc("frames_refused")
-            log.info("closing connection from %s: %s", conn.peer_host, exc)
-            conn.close()
-            return
-        except Exception:  # never let a frame hurt the node: drop only this connection
-            self.metrics.inc("frames_refused")
-            log.exception("closing connection from %s: undecodable frame", conn.peer_host)
-            conn.close()
-            return
-        pending = Pending(conn, req.id, req.api, t0)
-        body = self.handle(pending, req.api, req.body, req.client_id)
-        if body is not None:
-            conn.send(req.id, body)
-            self.metrics.observe(req.name, time.perf_counter() - t0, error_of(body))
-
-    def handle(
-        self, pending: Pending, api: int, body: Any, client_id: str, kafka: bool = False
-    ) -> Message | None:
-        """Serve one decoded request of `pending.conn` (either listener): the answer when it is
-        immediate, or None when the core took it (it answers through `pending`, now or later).
-        `kafka`: the request came from the Kafka listener, so FindCoordinator names Kafka endpoints."""
-        conn = pending.conn
-        if api == P.API_VERSIONS:
-            return P.api_versions_body()
-        if api == P.FIND_COORDINATOR:
-            return self._find_coordinator(body, kafka)
-        if api == P.DESCRIBE_CLUSTER:
-            return self._describe_cluster()
-        if not self.serving or self._stopping:
-            # ZooKeeper is away: answer without the core, so that nothing in it moves (no timer
-            # fires, no parked request completes) until the node knows it still leads its shards.
-            return _unavailable_body(api, body)
-        conn.busy = pending
-        try:
-            outputs = self.core.handle(
-                api,
-                body,
-                _now_ms(),
-                client_id=client_id,
-                client_host=conn.peer_host,
-                request_token=pending,
-                group_check=self.leadership.group_error,
-            )
-        except Exception:
-            log.exception("the core failed on api %d from %s", api, conn.peer_host)
-            conn.busy = None
-            return ErrorResponse(error_code=-1, error_message="internal error")
-        self._apply(outputs)
-        # A heartbeat only moves deadlines later; while a timer is armed it will re-arm itself.
-        if api != P.HEARTBEAT or self._timer is None:
-            self._schedule_timer()
-        return None
-
-    def _describe_cluster(self) -> DescribeClusterResponse:
-        """The live nodes' native listeners, from the registrations this node watches (itself first
-        known even before its watch reports it). Answered while ZooKeeper is away too: the last
-        view is the best a member can get, and a member only uses it to find nodes."""
-        me = self.config.node_id
-        nodes = {n: (r.host, r.port) for n, r in dict(self.store.registrations).items()}
-        nodes[me] = (self.host, self.port)
-        return DescribeClusterResponse(
-            error_code=0,
-            cluster_id="groupshift",
-            controller_id=me,
-            brokers=[
-                DescribeClusterBroker(broker_id=n, host=h, port=p) for n, (h, p) in sorted(nodes.items())
-            ],
-        )
-
-    def _find_coordinator(self, body: FindCoordinatorRequest, kafka: bool = False) -> Message:
-        if body.key_type != 0:
-            return P.precheck_error_body(
-                P.FIND_COORDINATOR,
-                body,
-                P.ErrorCode.INVALID_REQUEST,
-                f"key_type {body.key_type} is not served",
-            )
-        if not self.serving:
-            return P.precheck_error_body(
-                P.FIND_COORDINATOR, body, COORDINATOR_NOT_AVAILABLE, "this node has lost ZooKeeper"
-            )
-        shard = self.leadership.shard_for(body.key)
-        leader = self.store.leaders.get(shard)
-        if leader is None or (leader.node == self.config.node_id and shard not in self.leadership.shards):
-            # No leader, or our own leadership from before a session loss not yet reclaimed.
-            return P.precheck_error_body(
-                P.FIND_COORDINATOR, body, COORDINATOR_NOT_AVAILABLE, f"shard {shard} has no leader"
-            )
-        if kafka:
-            if not leader.kafka_host:  # the leader has no Kafka listener
-                return P.precheck_error_body(
-                    P.FIND_COORDINATOR,
-                    body,
-                    COORDINATOR_NOT_AVAILABLE,
-                    f"node {leader.node} has no Kafka listener",
-                )
-            return FindCoordinatorResponse(
-                error_code=0, node_id=leader.node, host=leader.kafka_host, port=leader.kafka_port
-            )
-        return FindCoordinatorResponse(error_code=0, node_id=leader.node, host=leader.host, port=leader.port)
-
-    def _apply(self, outputs: list) -> None:
-        for out in outputs:
-            kind = type(out)
-            if kind is Respond:
-                token = out.request_token
-                if isinstance(token, Pending):
-                    token.conn.answer(token, out.body)
-            elif kind is StateChanged:
-                self._state_changed(out)
-            elif kind is WatchTopics:
-                self._watch_topics(out.topics)
-            elif kind is Discarded:
-                token = out.request_token
-                # Kafka never answers it; with answers in order, the connection could not carry
-                # anything else, so close it (the client reconnects and learns its fate).
-                if isinstance(token, Pending) and token.conn.busy is token:
-                    log.info(
-                        "closing connection from %s: its parked request was discarded", token.conn.peer_host
-                    )
-                    token.conn.close()
-            else:
-                self._spawn(self._persist(out))
-
-    def _watch_topics(self, topics: tuple[str, ...]) -> None:
-        """Scheme two: the node (and no member) watches the partition counts of subscribed topics."""
-        for topic in topics:
-            if topic not in self._topic_watches:
-                self._topic_watches.add(topic)
-                self._spawn(
-                    asyncio.to_thread(self.zk.DataWatch, topic_path(topic), self._topic_watcher(topic))
-                )
-
-    def _topic_watcher(self, topic: str):
-        loop = self._loop
-
-        def changed(data: bytes | None, stat: Any) -> bool | None:  # kazoo's thread
-            if self._stopping:
-                return False  # ends the watch
-            try:
-                count = len(decode_assignment(data, topic)) if data else 0
-            except GroupshiftError:
-                count = 0  # an unreadable registration assigns nothing
-            loop.call_soon_threadsafe(self._topic_sized, topic, count)
-            return None
-
-        return changed
-
-    def _topic_sized(self, topic: str, count: int) -> None:
-        if self._stopping:
-            return
-        if not self.serving:  # nothing in the core moves while ZooKeeper is away: try again later
-            self._loop.call_later(0.2, self._topic_sized, topic, count)
-            return
-        self._apply(self.core.topics_changed({topic: count}, _now_ms()))
-        self._schedule_timer()
-
-    def _state_changed(self, out: StateChanged) -> None:
-        counts = self._state_counts
-        old, new = out.old, out.new
-        if old is not None:
-            counts[old] = counts.get(old, 0) - 1
-        if new is not DEAD:
-            counts[new] = counts.get(new, 0) + 1
-        if new is PREPARING_REBALANCE:
-            self.metrics.inc("rebalances")
-        elif new is STABLE:
-            self.metrics.inc("rebalances_completed")
-        if log.isEnabledFor(logging.DEBUG):
-            was = "" if old is None else old.value
-            log.debug(
-                "group %r %s -> %s",
-                out.group_id,
-                was or "(new)",
-                new.value,
-                extra={"event": "group_state", "group": out.group_id, "old": was, "new": new.value},
-            )
-
-    # -- persistence -------------------------------------------------------------------------
-
-    async def _persist(self, out: Write) -> None:
-        shard = self.leadership.shard_for(out.group_id)
-        st = self.leadership.leading(out.group_id)
-        ok, code = False, NOT_LEADER_OR_FOLLOWER
-        if st is not None:
-            store = self.store
-            try:
-                match out:
-                    case WriteGroupMetadata():  # (a WriteStaticReplacement too)
-                        await store.write_group(shard, st.epoch, out.record)
-                    case WriteOffsets():
-                        await store.commit_offsets(
-                            shard, st.epoch, out.group_id, out.offsets, out.generation_id
-                        )
-                        if self.offsets_mirror is not None:
-                            self.offsets_mirror.offer(out.group_id, out.offsets)
-                    case DeleteOffsets():
-                        await store.delete_offsets(shard, st.epoch, out.group_id, out.partitions)
-                        if self.offsets_mirror is not None:
-                            self.offsets_mirror.forget(out.group_id, out.partitions)
-                    case DeleteGroup():
-                        await store.delete_group(shard, st.epoch, out.group_id)
-                    case _:
-                        raise TypeError(f"not a write: {out!r}")
-                ok, code = True, 0
-            except Fenced as exc:
-                log.warning(
-                    "shard %d fenced: %s", shard, exc, extra={"event": "shard_fenced", "shard": shard}
-                )
-                if self.leadership.shards.get(shard) is st:
-                    self._spawn(self.leadership.drop(shard, "fenced", release=False))
-            except WriteTooLarge as exc:
-                log.warning("write refused for group %r: %s", out.group_id, exc)
-                code = MESSAGE_TOO_LARGE
-            except StoreUnavailable as exc:
-                log.warning("write for group %r failed: %s", out.group_id, exc)
-                code = REQUEST_TIMED_OUT
-            except StoreError as exc:
-                log.warning("write for group %r failed: %s", out.group_id, exc)
-                code = KAFKA_STORAGE_ERROR
-            except Exception:
-                log.exception("write for group %r failed", out.group_id)
-                code = KAFKA_STORAGE_ERROR
-        if not ok:
-            self.metrics.inc("store_write_failures")
-        if out.token is not None:
-            self._apply(self.core.persisted(out.token, ok, _now_ms(), code))
-            self._schedule_timer()
-
     # -- timers ------------------------------------------------------------------------------
 
     def _schedule_timer(self) -> None:
@@ -574,9 +295,9 @@ class CoordinatorNode:
         if state == KazooState.SUSPENDED:
             if self._suspended_since is None:
                 self._suspended_since = now
-            self.serving = False
+            self._enter(SUSPENDED)
         elif state == KazooState.LOST:
-            self.serving = False
+            self._enter(LOST)
             self._suspended_since = None
             self._need_register = True
             self.leadership.lose_all("ZooKeeper session expired")
@@ -593,7 +314,7 @@ class CoordinatorNode:
             if not self.serving and self.leadership.shards:
                 # Kept shards: the members were turned away meanwhile, so their timers restart.
                 self._apply(self.core.resume(_now_ms()))
-            self.serving = True
+            self._enter(SERVING)
             self._schedule_timer()
             self._wake.set()
 

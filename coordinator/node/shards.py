@@ -11,6 +11,21 @@ locally at once (`lose_all`), and claimed again with new epochs once ZooKeeper a
 
 `ShardLeadership` is the part of `CoordinatorNode` that does this; it reaches into its node for
 the store, the core (to load and unload groups) and the session state.
+
+State transitions
+-----------------
+
+A shard this node holds is a `Shard` in `ShardLeadership.shards`, in one `ShardStatus`;
+`ENTERED_FROM` is the table of the statuses each may be entered from (None: the node does not
+hold the shard), and `Shard.enter` refuses any other move (`IllegalShardTransition`, a bug):
+
+    (not held) ──claimed with a new epoch───────────────▶ LOADING
+    LOADING    ──its groups and offsets read back───────▶ LEADING
+    LOADING, LEADING ──dropped: handed over, fenced, leader znode lost, session lost,
+                       load failed, shutdown────────────▶ (not held: removed from `shards`)
+
+>>> ShardStatus.LEADING.entered_from
+frozenset({<ShardStatus.LOADING: 'loading'>})
 """
 
 from __future__ import annotations
@@ -32,18 +47,34 @@ from coordinator.wire.error_codes import (
 log = logging.getLogger("coordinator.node.server")
 
 
+class IllegalShardTransition(RuntimeError):
+    """A move `ENTERED_FROM` forbids: a bug in the node, never a client's fault."""
+
+
 class ShardStatus(enum.Enum):
-    """What this node does with a shard it claimed."""
+    """What this node does with a shard it claimed; `entered_from` lists what it may follow."""
 
     #: Claimed (its epoch is ours); its groups are being read from ZooKeeper: group requests get
-    #: COORDINATOR_LOAD_IN_PROGRESS.
+    #: COORDINATOR_LOAD_IN_PROGRESS. Entered from: not held (a claim).
     LOADING = "loading"
     #: Loaded: this node serves the shard's groups and writes them with the shard's epoch.
+    #: Entered from: Loading.
     LEADING = "leading"
+
+    @property
+    def entered_from(self) -> frozenset[ShardStatus | None]:
+        return ENTERED_FROM[self]
 
 
 LOADING = ShardStatus.LOADING
 LEADING = ShardStatus.LEADING
+
+#: status -> the statuses a shard may be in before it (None: not held). Any status may be left
+#: for "not held" (the shard is dropped from `ShardLeadership.shards`).
+ENTERED_FROM: dict[ShardStatus, frozenset[ShardStatus | None]] = {
+    LOADING: frozenset({None}),
+    LEADING: frozenset({LOADING}),
+}
 
 
 class Shard:
@@ -52,9 +83,22 @@ class Shard:
     __slots__ = ("status", "epoch", "since")
 
     def __init__(self, status: ShardStatus, epoch: int):
+        _check(None, status)
         self.status = status
         self.epoch = epoch
         self.since = time.monotonic()
+
+    def enter(self, status: ShardStatus) -> None:
+        """Move to `status` (see the module docstring's table); `since` is now."""
+        _check(self.status, status)
+        self.status = status
+        self.since = time.monotonic()
+
+
+def _check(old: ShardStatus | None, new: ShardStatus) -> None:
+    if old not in ENTERED_FROM[new]:
+        was = "not held" if old is None else old.value
+        raise IllegalShardTransition(f"a shard cannot go from {was} to {new.value}")
 
 
 def _now_ms() -> int:
@@ -219,8 +263,7 @@ class ShardLeadership:
         now = _now_ms()
         for snap in snapshots:
             self.node._apply(self.node.core.load_group(snap, now))
-        st.status = LEADING
-        st.since = time.monotonic()
+        st.enter(LEADING)
         self.node._schedule_timer()
         log.info(
             "leading shard %d (epoch %d, %d groups)",

@@ -1,7 +1,14 @@
 """The coordinator's shared metadata in ZooKeeper: registration, shard leadership, groups and offsets.
 
 The znodes, their names and payloads are `coordinator/layout.py`'s (pure; documented in
-`docs/coordinator.md`); this is the node's asyncio access to them through one kazoo client.
+`docs/coordinator.md`); `CoordinatorStore` is the node's asyncio access to them through one kazoo
+client, built of three modules, one job each:
+
+* this one — the node's registration, its watches (shard leaders, live nodes) and shard leadership;
+* `coordinator/node/group_store.py` — a shard's groups and offsets: loaded, written, deleted;
+* `coordinator/node/zk_async.py` — kazoo's calls as asyncio futures, the epoch-fenced transaction
+  every write goes through, and the store's errors (`StoreError`, `Fenced`, `StoreUnavailable`,
+  `WriteTooLarge`, `NodeIdInUse`).
 
 A node becomes leader of shard `s` with one transaction that creates the ephemeral `leader` znode
 and bumps `epoch` (expected version = the version it read), so the new epoch is the version after
@@ -27,25 +34,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    BadVersionError,
-    ConnectionLoss,
-    KazooException,
-    NodeExistsError,
-    NoNodeError,
-    OperationTimeoutError,
-    RolledBackError,
-    SessionExpiredError,
-)
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from coordinator.group.records import GroupRecord, GroupSnapshot, OffsetRecord
 from coordinator.layout import (
     BROKERS,
     COORDINATORS,
@@ -56,75 +52,20 @@ from coordinator.layout import (
     KafkaEndpoint,
     LeaderRecord,
     broker_json,
+    broker_path,
+    coordinator_path,
     decode_coordinator,
-    decode_group,
     decode_leader,
-    decode_offset,
     encode_coordinator,
-    encode_group,
     encode_leader,
-    encode_offset,
-    group_path,
-    name_from_znode,
-    offset_path,
+    epoch_path,
+    leader_path,
     shard_of,
-    shard_path,
-    znode_name,
 )
-from core.errors import GroupshiftError
-from core.types import TopicPartition
+from coordinator.node.group_store import GroupData
+from coordinator.node.zk_async import NodeIdInUse, _retrying
 
 log = logging.getLogger(__name__)
-
-# ZooKeeper refuses requests above jute.maxbuffer (1 MiB by default) by dropping the connection,
-# which would hurt every shard of the node: refuse such writes before sending them.
-MAX_WRITE_BYTES = 900_000
-WRITE_TIMEOUT_S = 10.0
-# A node starting while a ZooKeeper server restarts (its connection reset mid-request) retries the
-# steps of its start for this long before it gives up.
-STARTUP_RETRY_S = 60.0
-_TRANSIENT = (ConnectionLoss, OperationTimeoutError, TimeoutError, KazooTimeoutError)
-
-
-class StoreError(GroupshiftError):
-    """A ZooKeeper write of the coordinator failed; `kafka_error` is the storage error Kafka would see."""
-
-    kafka_error = 15  # COORDINATOR_NOT_AVAILABLE
-
-
-class Fenced(StoreError):
-    """Another node leads the shard now (its epoch moved on): this node must stop serving it."""
-
-    kafka_error = 6  # NOT_LEADER_OR_FOLLOWER -> NOT_COORDINATOR
-
-
-class StoreUnavailable(StoreError):
-    """ZooKeeper did not answer in time or the session is gone."""
-
-    kafka_error = 7  # REQUEST_TIMED_OUT
-
-
-class WriteTooLarge(StoreError):
-    """The write would exceed ZooKeeper's request size limit."""
-
-    kafka_error = 10  # MESSAGE_TOO_LARGE
-
-
-class NodeIdInUse(GroupshiftError):
-    """Another live coordinator node is registered with the same node id."""
-
-
-async def _retrying(what: str, step: Callable[[], Awaitable], within: float = STARTUP_RETRY_S):
-    """`step()`, again while ZooKeeper's connection is lost or a request times out, for `within` s."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return await step()
-        except _TRANSIENT as exc:
-            if time.monotonic() > deadline:
-                raise
-            log.warning("%s: ZooKeeper did not answer (%r); trying again", what, exc)
-            await asyncio.sleep(0.25)
 
 
 def _kafka_fields(kafka: KafkaEndpoint | None) -> dict:
@@ -135,12 +76,14 @@ def _kafka_fields(kafka: KafkaEndpoint | None) -> dict:
 # The store
 
 
-class CoordinatorStore:
+class CoordinatorStore(GroupData):
     """Async (asyncio) access to the coordinator's znodes through one kazoo client.
 
-    kazoo's async calls complete on its own threads; results are handed to the event loop. The
-    store remembers which offset znodes exist for the groups of the shards it leads, so that an
-    OffsetCommit is a single transaction of `create`s and `set_data`s.
+    kazoo's async calls complete on its own threads; results are handed to the event loop
+    (`ZkAccess`, coordinator/node/zk_async.py). The store remembers which offset znodes exist for
+    the groups of the shards it leads, so that an OffsetCommit is a single transaction of
+    `create`s and `set_data`s (`GroupData`, coordinator/node/group_store.py). This class itself is
+    the node's registration, its watches and shard leadership.
     """
 
     def __init__(self, zk: KazooClient, node_id: int, shards: int = DEFAULT_SHARDS):
@@ -157,78 +100,13 @@ class CoordinatorStore:
         self._watches: list[object] = []
         self._listeners: list[Callable[[], None]] = []
 
-    # -- plumbing ----------------------------------------------------------------------------
+    # -- start and listeners -----------------------------------------------------------------
 
     async def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         """Create the persistent znodes of the layout that are missing (every shard's `epoch`)."""
         self._loop = loop or asyncio.get_running_loop()
-        paths = [COORDINATORS, GROUPS, BROKERS, *(f"{shard_path(s)}/epoch" for s in range(self.shards))]
+        paths = [COORDINATORS, GROUPS, BROKERS, *(epoch_path(s) for s in range(self.shards))]
         await _retrying("creating the layout", lambda: self._ensure_paths(paths))
-
-    async def _ensure_paths(self, paths: Iterable[str]) -> None:
-        """`ensure_path` for many paths at once: every path and parent is looked up in one pipelined
-        round, then what is missing is created parents first, the creates of a depth sent together
-        (a fresh namespace costs a round trip per level, not one per znode)."""
-        wanted: set[str] = set()
-        for path in paths:
-            parts = path.strip("/").split("/")
-            wanted.update("/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1))
-        ordered = sorted(wanted)
-        found = await asyncio.gather(*(self._aio(self.zk.exists_async(p)) for p in ordered))
-        by_depth: dict[int, list[str]] = {}
-        for p, stat in zip(ordered, found, strict=True):
-            if stat is None:
-                by_depth.setdefault(p.count("/"), []).append(p)
-        for depth in sorted(by_depth):
-            results = await asyncio.gather(
-                *(self._aio(self.zk.create_async(p, b"")) for p in by_depth[depth]), return_exceptions=True
-            )
-            for r in results:
-                if isinstance(r, BaseException) and not isinstance(r, NodeExistsError):
-                    raise r
-
-    def _aio(self, async_result, timeout: float = WRITE_TIMEOUT_S) -> asyncio.Future:
-        loop = self._loop
-        fut = loop.create_future()
-
-        def settle(ar) -> None:
-            if fut.done():
-                return
-            if ar.successful():
-                fut.set_result(ar.value)
-            else:
-                fut.set_exception(ar.exception)
-
-        async_result.rawlink(lambda ar: loop.call_soon_threadsafe(settle, ar))
-        return asyncio.ensure_future(asyncio.wait_for(fut, timeout))
-
-    @property
-    def session_id(self) -> int | None:
-        """The id of the current ZooKeeper session (None while kazoo has none)."""
-        client_id = self.zk.client_id
-        return client_id[0] if client_id else None
-
-    async def _commit(self, ops: Callable, shard: int | None, epoch: int | None) -> list:
-        """Run one transaction (fenced by the shard epoch when given); raise on failure."""
-        txn = self.zk.transaction()
-        if shard is not None:
-            # Our epoch is still current, and our leader znode still exists: it is ephemeral, so
-            # after a session expiry the check fails even when no other node has claimed yet.
-            txn.check(f"{shard_path(shard)}/epoch", epoch)
-            txn.check(f"{shard_path(shard)}/leader", -1)
-        ops(txn)
-        try:
-            results = await self._aio(txn.commit_async())
-        except (TimeoutError, KazooTimeoutError, ConnectionLoss, OperationTimeoutError) as exc:
-            raise StoreUnavailable(f"ZooKeeper did not answer the write: {exc!r}") from None
-        except (SessionExpiredError, KazooException) as exc:
-            raise StoreUnavailable(f"ZooKeeper write failed: {exc!r}") from None
-        failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
-        if failures:
-            if shard is not None and any(isinstance(r, BadVersionError | NoNodeError) for r in results[:2]):
-                raise Fenced(f"shard {shard}: epoch {epoch} is no longer current")
-            raise _TxnFailed(failures[0])
-        return results
 
     def add_listener(self, fn: Callable[[], None]) -> None:
         """`fn` runs on the event loop whenever shard leaders or live coordinators change."""
@@ -257,8 +135,8 @@ class CoordinatorStore:
         now = int(time.time() * 1000)
         mine = encode_coordinator(CoordinatorRecord(host, port, now, **_kafka_fields(kafka)))
         for path, data in (
-            (f"{COORDINATORS}/{self.node_id}", mine),
-            (f"{BROKERS}/{self.node_id}", broker_json(host, port, now, kafka)),
+            (coordinator_path(self.node_id), mine),
+            (broker_path(self.node_id), broker_json(host, port, now, kafka)),
         ):
             deadline = time.monotonic() + wait_s
             while True:
@@ -281,7 +159,7 @@ class CoordinatorStore:
                     await asyncio.sleep(0.2)
 
     async def unregister(self) -> None:
-        for path in (f"{COORDINATORS}/{self.node_id}", f"{BROKERS}/{self.node_id}"):
+        for path in (coordinator_path(self.node_id), broker_path(self.node_id)):
             try:
                 await self._aio(self.zk.delete_async(path))
             except (NoNodeError, KazooException, TimeoutError):
@@ -298,7 +176,7 @@ class CoordinatorStore:
             # Every registration is read again: a node replaced under the same id between two
             # events leaves the same children but a new address.
             for node in sorted(ids)[:MAX_NODES]:
-                self.zk.get_async(f"{COORDINATORS}/{node}").rawlink(self._registration_read(node))
+                self.zk.get_async(coordinator_path(node)).rawlink(self._registration_read(node))
             self._notify()
 
         self._watches.append(ChildrenWatch(self.zk, COORDINATORS, on_coordinators))
@@ -319,7 +197,7 @@ class CoordinatorStore:
             return on_leader
 
         def leader_watch(s: int) -> DataWatch:
-            return DataWatch(self.zk, f"{shard_path(s)}/leader", leader_watcher(s))
+            return DataWatch(self.zk, leader_path(s), leader_watcher(s))
 
         # A DataWatch reads its znode before it returns (one or two round trips): the shards' are
         # set up side by side, so their reads travel together.
@@ -349,13 +227,13 @@ class CoordinatorStore:
         gave the shard up, e.g. while ZooKeeper was away) is replaced in the same transaction, so
         the node reclaims the shard with a new epoch.
         """
-        epoch_path = f"{shard_path(shard)}/epoch"
-        leader_path = f"{shard_path(shard)}/leader"
+        epoch_znode = epoch_path(shard)
+        leader_znode = leader_path(shard)
         try:
-            _, stat = await self._aio(self.zk.get_async(epoch_path))
+            _, stat = await self._aio(self.zk.get_async(epoch_znode))
         except NoNodeError:
-            await self._aio(self.zk.create_async(epoch_path, b"", makepath=True))
-            _, stat = await self._aio(self.zk.get_async(epoch_path))
+            await self._aio(self.zk.create_async(epoch_znode, b"", makepath=True))
+            _, stat = await self._aio(self.zk.get_async(epoch_znode))
         stale = await self._own_leader_stat(shard)
         if stale is False:
             return None
@@ -364,9 +242,9 @@ class CoordinatorStore:
         leader = encode_leader(record)
         txn = self.zk.transaction()
         if stale is not None:
-            txn.delete(leader_path, version=stale.version)
-        txn.create(leader_path, leader, ephemeral=True)
-        txn.set_data(epoch_path, str(self.node_id).encode(), version=stat.version)
+            txn.delete(leader_znode, version=stale.version)
+        txn.create(leader_znode, leader, ephemeral=True)
+        txn.set_data(epoch_znode, str(self.node_id).encode(), version=stat.version)
         results = await self._aio(txn.commit_async())
         if any(isinstance(r, Exception) for r in results):
             return None
@@ -377,7 +255,7 @@ class CoordinatorStore:
         """None when `shard` has no leader znode; its stat when the znode is this node's, in this
         session; False when it belongs to another node or another session (leave it alone)."""
         try:
-            data, stat = await self._aio(self.zk.get_async(f"{shard_path(shard)}/leader"))
+            data, stat = await self._aio(self.zk.get_async(leader_path(shard)))
         except NoNodeError:
             return None
         try:
@@ -394,13 +272,13 @@ class CoordinatorStore:
         stat = await self._own_leader_stat(shard)
         if stat:
             try:
-                await self._aio(self.zk.delete_async(f"{shard_path(shard)}/leader", version=stat.version))
+                await self._aio(self.zk.delete_async(leader_path(shard), version=stat.version))
             except (NoNodeError, BadVersionError):
                 pass
 
     async def release_shard(self, shard: int, epoch: int) -> None:
         """Give up `shard` (delete our leader znode if it is still ours) and forget its znodes."""
-        path = f"{shard_path(shard)}/leader"
+        path = leader_path(shard)
         self._forget(lambda g: shard_of(g, self.shards) == shard)
         try:
             data, stat = await self._aio(self.zk.get_async(path))
@@ -413,207 +291,10 @@ class CoordinatorStore:
     async def read_leader(self, shard: int) -> LeaderRecord | None:
         """The shard's leader as ZooKeeper has it now (not the watched copy)."""
         try:
-            data, _ = await self._aio(self.zk.get_async(f"{shard_path(shard)}/leader"))
+            data, _ = await self._aio(self.zk.get_async(leader_path(shard)))
         except NoNodeError:
             return None
         try:
             return decode_leader(data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
-
-    def forget_shard(self, shard: int) -> None:
-        """Forget which znodes exist for the groups of `shard` (we no longer lead it)."""
-        self._forget(lambda g: shard_of(g, self.shards) == shard)
-
-    def _forget(self, which: Callable[[str], bool]) -> None:
-        prefix = GROUPS + "/"
-        self._existing = {
-            p for p in self._existing if not which(name_from_znode(p[len(prefix) :].split("/", 1)[0]))
-        }
-
-    # -- loading -----------------------------------------------------------------------------
-
-    async def load_shard(self, shard: int) -> list[GroupSnapshot]:
-        """Every group of `shard` with its metadata and offsets (and remember which znodes exist)."""
-        names = await self._aio(self.zk.get_children_async(GROUPS))
-        mine = [n for n in names if shard_of(name_from_znode(n), self.shards) == shard]
-        loaded = await asyncio.gather(*(self._load_group(n) for n in mine))
-        return [g for g in loaded if g is not None]
-
-    async def _load_group(self, znode: str) -> GroupSnapshot | None:
-        gpath = f"{GROUPS}/{znode}"
-        group_id = name_from_znode(znode)
-        try:
-            data, _ = await self._aio(self.zk.get_async(gpath))
-        except NoNodeError:
-            return None
-        try:
-            record = decode_group(data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            log.warning("group %r: unreadable metadata znode ignored", group_id)
-            record = None
-        self._existing.add(gpath)
-        loaded = GroupSnapshot(group_id, record, [])
-        try:
-            topics = await self._aio(self.zk.get_children_async(f"{gpath}/offsets"))
-        except NoNodeError:
-            return loaded
-        self._existing.add(f"{gpath}/offsets")
-        for tz in topics:
-            tpath = f"{gpath}/offsets/{tz}"
-            try:
-                parts = await self._aio(self.zk.get_children_async(tpath))
-            except NoNodeError:
-                continue
-            self._existing.add(tpath)
-            datas = await asyncio.gather(
-                *(self._aio(self.zk.get_async(f"{tpath}/{p}")) for p in parts if p.lstrip("-").isdigit()),
-                return_exceptions=True,
-            )
-            for p, result in zip([p for p in parts if p.lstrip("-").isdigit()], datas, strict=True):
-                if isinstance(result, BaseException):
-                    continue
-                try:
-                    loaded.offsets.append(decode_offset(name_from_znode(tz), int(p), result[0]))
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    log.warning("group %r: unreadable offset znode %s/%s ignored", group_id, tpath, p)
-                    continue
-                self._existing.add(f"{tpath}/{p}")
-        return loaded
-
-    # -- writes (all fenced by the shard epoch) ----------------------------------------------
-
-    async def write_group(self, shard: int, epoch: int, record: GroupRecord) -> None:
-        """Persist the group metadata (on an accepted assignment, or when the group turns Empty)."""
-        path = group_path(record.group_id)
-        data = encode_group(record)
-        if len(data) > MAX_WRITE_BYTES:
-            raise WriteTooLarge(f"group {record.group_id!r} metadata is {len(data)} bytes")
-
-        def ops(txn) -> None:  # asks at each attempt: `_retrying` re-reads what exists after a miss
-            if path in self._existing:
-                txn.set_data(path, data)
-            else:
-                txn.create(path, data)
-
-        await self._retrying(shard, epoch, [path], ops)
-        self._existing.add(path)
-
-    async def commit_offsets(
-        self, shard: int, epoch: int, group_id: str, offsets: list[OffsetRecord], generation: int = -1
-    ) -> None:
-        """Write every offset of one OffsetCommit in one transaction."""
-        gpath = group_path(group_id)
-        writes = [
-            (offset_path(group_id, r.topic, r.partition), encode_offset(r, generation)) for r in offsets
-        ]
-        size = sum(len(p) + len(d) + 40 for p, d in writes)
-        if size > MAX_WRITE_BYTES:
-            raise WriteTooLarge(f"offset commit of {len(writes)} partitions is about {size} bytes")
-        paths = [p for p, _ in writes]
-
-        def ops(txn) -> None:
-            made = set()
-            for path, data in writes:
-                if path in self._existing:
-                    txn.set_data(path, data)
-                    continue
-                for parent in _parents(path, gpath):
-                    if parent not in self._existing and parent not in made:
-                        txn.create(parent, b"")
-                        made.add(parent)
-                txn.create(path, data)
-
-        await self._retrying(shard, epoch, [gpath, *paths], ops)
-        for path in paths:
-            self._existing.update(_parents(path, gpath))
-            self._existing.add(path)
-
-    async def delete_offsets(
-        self, shard: int, epoch: int, group_id: str, partitions: Iterable[TopicPartition]
-    ) -> None:
-        """Delete the listed offsets of a group (OffsetDelete, retention) in one transaction."""
-        paths = [offset_path(group_id, t, p) for t, p in partitions]
-        paths = [p for p in paths if p in self._existing]
-        if not paths:
-            return
-
-        def ops(txn) -> None:
-            for path in paths:
-                txn.delete(path)
-
-        await self._retrying(shard, epoch, [group_path(group_id), *paths], ops)
-        self._existing.difference_update(paths)
-
-    async def delete_group(self, shard: int, epoch: int, group_id: str) -> None:
-        """Delete the group's znode and all its offsets (DeleteGroups, expiry of an Empty group)."""
-        gpath = group_path(group_id)
-        for attempt in range(3):
-            paths = await self._subtree(gpath)
-            if not paths:
-                break
-            batches = [paths[i : i + 500] for i in range(0, len(paths), 500)]
-            try:
-                for batch in batches:
-
-                    def ops(txn, batch=batch) -> None:
-                        for path in batch:
-                            txn.delete(path)
-
-                    await self._commit(ops, shard, epoch)
-                break
-            except _TxnFailed:
-                if attempt == 2:
-                    raise StoreError(f"could not delete group {group_id!r}") from None
-        self._existing = {p for p in self._existing if p != gpath and not p.startswith(gpath + "/")}
-
-    async def _subtree(self, path: str) -> list[str]:
-        """`path` and its descendants, children before parents."""
-        try:
-            children = await self._aio(self.zk.get_children_async(path))
-        except NoNodeError:
-            return []
-        out: list[str] = []
-        for child in children:
-            out.extend(await self._subtree(f"{path}/{child}"))
-        out.append(path)
-        return out
-
-    async def _retrying(self, shard: int, epoch: int, paths: list[str], ops: Callable) -> None:
-        """Commit; if our idea of which znodes exist was wrong, re-read them and try once more."""
-        try:
-            await self._commit(ops, shard, epoch)
-            return
-        except _TxnFailed as exc:
-            if not isinstance(exc.cause, NodeExistsError | NoNodeError):
-                raise StoreError(f"ZooKeeper refused the write: {exc.cause!r}") from None
-        for path in paths:
-            for p in [*_parents(path, None), path]:
-                exists = await self._aio(self.zk.exists_async(p))
-                if exists is None:
-                    self._existing.discard(p)
-                else:
-                    self._existing.add(p)
-        try:
-            await self._commit(ops, shard, epoch)
-        except _TxnFailed as exc:
-            raise StoreError(f"ZooKeeper refused the write: {exc.cause!r}") from None
-
-    async def read_group(self, group_id: str) -> GroupSnapshot | None:
-        """A group as stored (for tools and tests; not used when serving)."""
-        return await self._load_group(znode_name(group_id))
-
-
-class _TxnFailed(Exception):
-    def __init__(self, cause: Exception):
-        super().__init__(repr(cause))
-        self.cause = cause
-
-
-def _parents(path: str, _stop_at: str | None = None) -> list[str]:
-    """Ancestors of an offset path from the group znode down (`/groupshift/groups/<g>` first)."""
-    parts = path[len(GROUPS) + 1 :].split("/")
-    out = []
-    for i in range(1, len(parts)):
-        out.append(f"{GROUPS}/{'/'.join(parts[:i])}")
-    return out

@@ -1,0 +1,171 @@
+"""A coordinator node applies the core's outputs: answers, state changes, topic watches, writes.
+
+`CoreOutputs` is the part of `CoordinatorNode` (coordinator/node/server.py) that carries out what
+the pure core (`coordinator.group`, `coordinator.server_side`) asks for: a `Respond` is sent on
+its request's connection, a `StateChanged` is counted in the metrics, `WatchTopics` (scheme two)
+puts a data watch on each topic's registration, a `Discarded` parked request closes its
+connection, and every `Write` is persisted through the store with the shard's epoch — its
+outcome (done, fenced, too large, timed out, failed) goes back to the core (`persisted`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from coordinator.group.messages import (
+    DeleteGroup,
+    DeleteOffsets,
+    Discarded,
+    Respond,
+    StateChanged,
+    Write,
+    WriteGroupMetadata,
+    WriteOffsets,
+)
+from coordinator.group.state import DEAD, PREPARING_REBALANCE, STABLE
+from coordinator.node.connection import Pending
+from coordinator.node.dispatch import _now_ms
+from coordinator.node.zk_async import Fenced, StoreError, StoreUnavailable, WriteTooLarge
+from coordinator.server_side.assigned import WatchTopics
+from coordinator.wire.error_codes import (
+    KAFKA_STORAGE_ERROR,
+    MESSAGE_TOO_LARGE,
+    NOT_LEADER_OR_FOLLOWER,
+    REQUEST_TIMED_OUT,
+)
+from core.errors import GroupshiftError
+from topics.registry import decode_assignment, topic_path
+
+log = logging.getLogger("coordinator.node.server")
+
+
+class CoreOutputs:
+    """Applying the core's outputs (see the module docstring); a base of `CoordinatorNode`."""
+
+    def _apply(self, outputs: list) -> None:
+        for out in outputs:
+            kind = type(out)
+            if kind is Respond:
+                token = out.request_token
+                if isinstance(token, Pending):
+                    token.conn.answer(token, out.body)
+            elif kind is StateChanged:
+                self._state_changed(out)
+            elif kind is WatchTopics:
+                self._watch_topics(out.topics)
+            elif kind is Discarded:
+                token = out.request_token
+                # Kafka never answers it; with answers in order, the connection could not carry
+                # anything else, so close it (the client reconnects and learns its fate).
+                if isinstance(token, Pending) and token.conn.busy is token:
+                    log.info(
+                        "closing connection from %s: its parked request was discarded", token.conn.peer_host
+                    )
+                    token.conn.close()
+            else:
+                self._spawn(self._persist(out))
+
+    def _watch_topics(self, topics: tuple[str, ...]) -> None:
+        """Scheme two: the node (and no member) watches the partition counts of subscribed topics."""
+        for topic in topics:
+            if topic not in self._topic_watches:
+                self._topic_watches.add(topic)
+                self._spawn(
+                    asyncio.to_thread(self.zk.DataWatch, topic_path(topic), self._topic_watcher(topic))
+                )
+
+    def _topic_watcher(self, topic: str):
+        loop = self._loop
+
+        def changed(data: bytes | None, stat: Any) -> bool | None:  # kazoo's thread
+            if self._stopping:
+                return False  # ends the watch
+            try:
+                count = len(decode_assignment(data, topic)) if data else 0
+            except GroupshiftError:
+                count = 0  # an unreadable registration assigns nothing
+            loop.call_soon_threadsafe(self._topic_sized, topic, count)
+            return None
+
+        return changed
+
+    def _topic_sized(self, topic: str, count: int) -> None:
+        if self._stopping:
+            return
+        if not self.serving:  # nothing in the core moves while ZooKeeper is away: try again later
+            self._loop.call_later(0.2, self._topic_sized, topic, count)
+            return
+        self._apply(self.core.topics_changed({topic: count}, _now_ms()))
+        self._schedule_timer()
+
+    def _state_changed(self, out: StateChanged) -> None:
+        counts = self._state_counts
+        old, new = out.old, out.new
+        if old is not None:
+            counts[old] = counts.get(old, 0) - 1
+        if new is not DEAD:
+            counts[new] = counts.get(new, 0) + 1
+        if new is PREPARING_REBALANCE:
+            self.metrics.inc("rebalances")
+        elif new is STABLE:
+            self.metrics.inc("rebalances_completed")
+        if log.isEnabledFor(logging.DEBUG):
+            was = "" if old is None else old.value
+            log.debug(
+                "group %r %s -> %s",
+                out.group_id,
+                was or "(new)",
+                new.value,
+                extra={"event": "group_state", "group": out.group_id, "old": was, "new": new.value},
+            )
+
+    async def _persist(self, out: Write) -> None:
+        shard = self.leadership.shard_for(out.group_id)
+        st = self.leadership.leading(out.group_id)
+        ok, code = False, NOT_LEADER_OR_FOLLOWER
+        if st is not None:
+            store = self.store
+            try:
+                match out:
+                    case WriteGroupMetadata():  # (a WriteStaticReplacement too)
+                        await store.write_group(shard, st.epoch, out.record)
+                    case WriteOffsets():
+                        await store.commit_offsets(
+                            shard, st.epoch, out.group_id, out.offsets, out.generation_id
+                        )
+                        if self.offsets_mirror is not None:
+                            self.offsets_mirror.offer(out.group_id, out.offsets)
+                    case DeleteOffsets():
+                        await store.delete_offsets(shard, st.epoch, out.group_id, out.partitions)
+                        if self.offsets_mirror is not None:
+                            self.offsets_mirror.forget(out.group_id, out.partitions)
+                    case DeleteGroup():
+                        await store.delete_group(shard, st.epoch, out.group_id)
+                    case _:
+                        raise TypeError(f"not a write: {out!r}")
+                ok, code = True, 0
+            except Fenced as exc:
+                log.warning(
+                    "shard %d fenced: %s", shard, exc, extra={"event": "shard_fenced", "shard": shard}
+                )
+                if self.leadership.shards.get(shard) is st:
+                    self._spawn(self.leadership.drop(shard, "fenced", release=False))
+            except WriteTooLarge as exc:
+                log.warning("write refused for group %r: %s", out.group_id, exc)
+                code = MESSAGE_TOO_LARGE
+            except StoreUnavailable as exc:
+                log.warning("write for group %r failed: %s", out.group_id, exc)
+                code = REQUEST_TIMED_OUT
+            except StoreError as exc:
+                log.warning("write for group %r failed: %s", out.group_id, exc)
+                code = KAFKA_STORAGE_ERROR
+            except Exception:
+                log.exception("write for group %r failed", out.group_id)
+                code = KAFKA_STORAGE_ERROR
+        if not ok:
+            self.metrics.inc("store_write_failures")
+        if out.token is not None:
+            self._apply(self.core.persisted(out.token, ok, _now_ms(), code))
+            self._schedule_timer()
