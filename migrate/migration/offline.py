@@ -44,6 +44,7 @@ from migrate.migration import bridge
 from migrate.migration import record as R
 from migrate.schemes import coordinator_store, writes, zk_store, zkio
 from migrate.schemes.model import as_store
+from zk_rebalance.layout import ids_dir
 
 EXIT_CODE = 99
 _reached = 0  # checkpoints this process passed (the k of GROUPSHIFT_MIGRATE_EXIT_AT=k)
@@ -102,7 +103,7 @@ def offsets(zk: KazooClient, scheme: str | Rebalancer, group: str) -> dict[Topic
 def live_members(zk: KazooClient, scheme: str | Rebalancer, group: str) -> list[str]:
     """Who is in the group now (scheme one: registered consumer ids; scheme three: client/member ids)."""
     if as_store(scheme) is Rebalancer.ZK:
-        return sorted(zkio.children(zk, f"{zk_store.group_dir(group)}/ids") or [])
+        return sorted(zkio.children(zk, ids_dir(group)) or [])
     _, lead = coordinator_store.leader(zk, group)
     if lead is not None:
         described = coordinator_store.describe_live(lead, group)  # CoordinatorDown: one line, nothing written

@@ -19,11 +19,13 @@ from coordinator.layout import (
     decode_group,
     decode_leader,
     decode_offset,
+    epoch_path,
     group_path,
+    leader_path,
     name_from_znode,
     offset_path,
+    offsets_dir,
     shard_of,
-    shard_path,
 )
 from core.errors import GroupshiftError
 from core.scheme import Rebalancer
@@ -67,7 +69,7 @@ def shard_count(zk: KazooClient) -> int:
 def leader(zk: KazooClient, group: str) -> tuple[int, Leader | None]:
     """(shard, its leader) for the group; leader None when no node leads the shard."""
     shard = shard_of(group, shard_count(zk))
-    got_leader, got_epoch = zkio.get_many(zk, [f"{shard_path(shard)}/leader", f"{shard_path(shard)}/epoch"])
+    got_leader, got_epoch = zkio.get_many(zk, [leader_path(shard), epoch_path(shard)])
     if got_leader is None:
         return shard, None
     try:
@@ -79,7 +81,7 @@ def leader(zk: KazooClient, group: str) -> tuple[int, Leader | None]:
 
 
 def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
-    base = f"{group_path(group)}/offsets"
+    base = offsets_dir(group_path(group))
     topics = zkio.children(zk, base) or []
     parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
     tps = [

@@ -24,9 +24,10 @@ from coordinator.layout import (
     ROOT,
     decode_group,
     encode_offset,
+    epoch_path,
     group_path,
     offset_path,
-    shard_path,
+    offsets_dir,
     znode_name,
 )
 from coordinator.member.wire_client import commit_body
@@ -36,6 +37,7 @@ from core.scheme import Rebalancer
 from core.types import TopicPartition
 from migrate.schemes import coordinator_store, zk_store, zkio
 from migrate.schemes.model import as_store
+from zk_rebalance.layout import ids_dir
 
 BATCH = 1_000  # ops per ZooKeeper transaction, and partitions per OffsetCommit request
 
@@ -50,7 +52,7 @@ def check_inactive(
     """Raise `GroupActive` unless the group has no live members; returns the shard leader (scheme three)."""
     scheme = as_store(scheme)
     if scheme is Rebalancer.ZK:
-        ids = zkio.children(zk, f"{zk_store.group_dir(group)}/ids") or []
+        ids = zkio.children(zk, ids_dir(group)) or []
         if ids:
             raise GroupActive(
                 f"group {group!r} has {len(ids)} live consumer(s) ({ids[0]}"
@@ -133,16 +135,14 @@ def _commit_via(
 def _commit_in_zk(
     zk: KazooClient, group: str, offsets: dict[TopicPartition, int], progress, batch: int = BATCH
 ) -> str:
-    shard, _ = coordinator_store.leader(zk, group)
-    epoch_path = f"{shard_path(shard)}/epoch"
-    got_epoch = zkio.get_many(zk, [epoch_path])[0]
+    shard, guard = _epoch_guard(zk, group)
     now = int(time.time() * 1000)
     tps = sorted(offsets)
     gpath = group_path(group)
     # a namespace no coordinator ever ran in has no /groupshift/groups yet
     zkio.ensure_shared(zk, [ROOT, GROUPS])
-    parents = [gpath, f"{gpath}/offsets"]
-    parents += sorted({f"{gpath}/offsets/{znode_name(tp.topic)}" for tp in tps})
+    parents = [gpath, offsets_dir(gpath)]
+    parents += sorted({f"{offsets_dir(gpath)}/{znode_name(tp.topic)}" for tp in tps})
     have = zkio.get_many(zk, parents)
     present = zkio.get_existing(zk, [offset_path(group, *tp) for tp in tps])
     ops: list[tuple] = [("create", p, b"") for p, h in zip(parents, have, strict=True) if h is None]
@@ -150,7 +150,6 @@ def _commit_in_zk(
         data = encode_offset(OffsetRecord(tp.topic, tp.partition, offsets[tp], "", now), -1)
         path = offset_path(group, *tp)
         ops.append(("create", path, data) if got is None else ("set", path, data, got[1].version))
-    guard = (epoch_path, got_epoch[1].version) if got_epoch is not None else None
     n = zk_store.run_ops(zk, ops, batch=batch, guard=guard, progress=progress)
     return f"in ZooKeeper, fenced by shard {shard}'s epoch ({n} transaction{'s' if n != 1 else ''})"
 
@@ -191,7 +190,7 @@ def delete_offsets(zk: KazooClient, scheme: str | Rebalancer, group: str, topic:
         if zkio.get_many(zk, [f"{base}/owners/{topic}"])[0] is not None:
             _delete_tree(zk, f"{base}/owners/{topic}", None)
         return done
-    tdir = f"{group_path(group)}/offsets/{znode_name(topic)}"
+    tdir = f"{offsets_dir(group_path(group))}/{znode_name(topic)}"
     parts = zkio.children(zk, tdir)
     if parts is None:
         raise GroupshiftError(f"group {group!r} has no offsets for topic {topic!r}")
@@ -230,11 +229,17 @@ def _delete_tree(zk: KazooClient, root: str, guard: tuple | None) -> str:
     return f"{len(paths)} znodes deleted ({n} transaction{'s' if n != 1 else ''})"
 
 
-def _delete_tree_fenced(zk: KazooClient, group: str, root: str) -> str:
+def _epoch_guard(zk: KazooClient, group: str) -> tuple[int, tuple[str, int] | None]:
+    """(the group's shard, a check of its epoch as read now): what fences a write in ZooKeeper while
+    no node leads the shard (a node that claims the shard meanwhile bumps the epoch)."""
     shard, _ = coordinator_store.leader(zk, group)
-    epoch_path = f"{shard_path(shard)}/epoch"
-    got = zkio.get_many(zk, [epoch_path])[0]
-    return _delete_tree(zk, root, (epoch_path, got[1].version) if got else None)
+    path = epoch_path(shard)
+    got = zkio.get_many(zk, [path])[0]
+    return shard, ((path, got[1].version) if got is not None else None)
+
+
+def _delete_tree_fenced(zk: KazooClient, group: str, root: str) -> str:
+    return _delete_tree(zk, root, _epoch_guard(zk, group)[1])
 
 
 def delete_partitions(
@@ -268,10 +273,7 @@ def delete_partitions(
             )
         return f"through coordinator {lead.address}"
     else:
-        shard, _ = coordinator_store.leader(zk, group)
-        epoch_path = f"{shard_path(shard)}/epoch"
-        got = zkio.get_many(zk, [epoch_path])[0]
-        guard = (epoch_path, got[1].version) if got else None
+        _, guard = _epoch_guard(zk, group)
         paths = [offset_path(group, *tp) for tp in tps]
     present = [p for p, got in zip(paths, zkio.get_many(zk, paths), strict=True) if got is not None]
     n = zk_store.run_ops(zk, [("delete", p) for p in present], batch=BATCH, guard=guard) if present else 0

@@ -25,9 +25,11 @@ from zk_rebalance.layout import (
     INTERNAL_TOPICS,
     InvalidRegistration,
     decode_registration,
+    ids_dir,
     parse_thread_id,
     topic_path,
 )
+from zk_rebalance.layout import offset_path as layout_offset_path
 
 CONSUMERS = "/consumers"
 
@@ -37,7 +39,7 @@ def group_dir(group: str) -> str:
 
 
 def offset_path(group: str, tp: TopicPartition) -> str:
-    return f"{CONSUMERS}/{group}/offsets/{tp.topic}/{tp.partition}"
+    return layout_offset_path(group, tp.topic, tp.partition)
 
 
 def list_groups(zk: KazooClient) -> list[str]:
@@ -103,9 +105,9 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     top = zkio.get_many(zk, [group_dir(group)])[0]
     if top is None:
         return None
-    ids, bridged = zkio.children_many(zk, [f"{group_dir(group)}/ids", bridge_marker_dir(group)])
+    ids, bridged = zkio.children_many(zk, [ids_dir(group), bridge_marker_dir(group)])
     ids, bridged = ids or [], set(bridged or [])
-    regs = zkio.get_many(zk, [f"{group_dir(group)}/ids/{c}" for c in ids])
+    regs = zkio.get_many(zk, [f"{ids_dir(group)}/{c}" for c in ids])
     owners = _read_owners(zk, group)
     offsets = read_offsets(zk, group)
 
@@ -115,7 +117,7 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     for cid, got in sorted(zip(ids, regs, strict=True), key=lambda x: x[0]):
         if got is None:
             continue  # left while we read
-        path = f"{group_dir(group)}/ids/{cid}"
+        path = f"{ids_dir(group)}/{cid}"
         owned = sorted(tp for tp, thread in owners.items() if thread == cid)
         try:
             sub = decode_registration(got[0], path)
