@@ -3,7 +3,7 @@
 100 topics x 100 partitions registered in ZooKeeper (Kafka 0.8 layout) with empty logs, one
 group per scheme with an offset for every partition and no members. Times the library calls the
 CLI makes (process start-up excluded) and prints the ZooKeeper requests they sent. Target: < 2 s
-each. Reads are pipelined (`migrate.zkio`), writes are `multi` transactions of 1,000 ops.
+each. Reads are pipelined (`migrate.schemes.zkio`), writes are `multi` transactions of 1,000 ops.
 
     .venv/bin/python -m bench.inspect [--topics 100] [--partitions 100]
 """
@@ -18,13 +18,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core.scheme import Rebalancer  # noqa: E402
 from core.types import TopicPartition  # noqa: E402
 from core.zk import connect  # noqa: E402
-from migrate import legacy, plans, writes, zkio  # noqa: E402
-from migrate.describe import log_offsets, partition_rows, partitions_of  # noqa: E402
-from migrate.groups import read  # noqa: E402
-from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK  # noqa: E402
-from migrate.reset import Scenario  # noqa: E402
+from migrate.groups.describe import log_offsets, partition_rows, partitions_of  # noqa: E402
+from migrate.groups.listing import read  # noqa: E402
+from migrate.offsets import plans  # noqa: E402
+from migrate.offsets.reset import Scenario  # noqa: E402
+from migrate.schemes import writes, zkio  # noqa: E402
+from migrate.schemes import zk_store as legacy  # noqa: E402
 from testing.zookeeper import ZkServer  # noqa: E402
 from topics.log import Log  # noqa: E402
 from topics.registry import create_topic  # noqa: E402
@@ -58,11 +60,11 @@ def main(argv: list[str] | None = None) -> int:
             tps = [TopicPartition(t, p) for t in names for p in range(args.partitions)]
             offsets = dict.fromkeys(tps, 0)
             legacy.write_offsets(zk, "g-zk", offsets, batch=writes.BATCH)
-            writes.commit(zk, SCHEME_COORDINATOR, "g-coord", offsets)
+            writes.commit(zk, Rebalancer.COORDINATOR, "g-coord", offsets)
             print(f"{len(tps)} partitions in {args.topics} topics; target < {TARGET_S:g} s each")
             print(f"{'scheme':<12} {'operation':<24} {'seconds':>8}  zookeeper requests")
             worst = 0.0
-            for scheme, group in ((SCHEME_ZK, "g-zk"), (SCHEME_COORDINATOR, "g-coord")):
+            for scheme, group in ((Rebalancer.ZK, "g-zk"), (Rebalancer.COORDINATOR, "g-coord")):
 
                 def describe(scheme=scheme, group=group):
                     view = read(zk, scheme, group)
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                 for what, fn in (("groups describe", describe), ("offsets reset --execute", reset)):
                     _, took, sent = timed(fn)
                     worst = max(worst, took)
-                    print(f"{scheme:<12} {what:<24} {took:>8.2f}  {sent}")
+                    print(f"{scheme.value:<12} {what:<24} {took:>8.2f}  {sent}")
             print(f"worst {worst:.2f} s = {worst / TARGET_S:.2f} x target")
             zk.stop()
             zk.close()

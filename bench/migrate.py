@@ -1,9 +1,9 @@
 """Benchmark: offline migration zk -> coordinator of 100 groups x 1,000 partitions, then verify.
 
 Its own ZooKeeper container. The source groups (Kafka 0.8 layout, no members) are written
-first and not timed. Timed: `migrate.offline.run` for every group (checks, lock, six record
+first and not timed. Timed: `migrate.migration.offline.run` for every group (checks, lock, six record
 transitions, the copy in `multi` transactions of 1,000 ops, the verification reads), then
-`migrate.offline.verify` of every group. The ceiling is measured in the same run: a plain loop of
+`migrate.migration.offline.verify` of every group. The ceiling is measured in the same run: a plain loop of
 `multi` transactions creating 1,000 znodes each, as many znodes as the migration wrote.
 Target: < 10 s, and within 2x of the ceiling.
 
@@ -22,7 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.scheme import Rebalancer  # noqa: E402
 from core.types import TopicPartition  # noqa: E402
 from core.zk import connect  # noqa: E402
-from migrate import legacy, offline, writes, zkio  # noqa: E402
+from migrate.migration import offline  # noqa: E402
+from migrate.schemes import writes, zkio  # noqa: E402
+from migrate.schemes import zk_store as legacy  # noqa: E402
 from testing.zookeeper import ZkServer  # noqa: E402
 
 TARGET_S = 10.0

@@ -24,8 +24,8 @@ def groups_group() -> None:
 @zk_option
 def list_(scheme, states, output, zk) -> None:
     """Every group with its scheme, state, members and protocol (offsets-only groups too)."""
-    from migrate.groups import list_groups
-    from migrate.render import render
+    from migrate.groups.listing import list_groups
+    from migrate.groups.render import render
 
     with zk_session(zk) as client:
         rows = list_groups(client, scheme, list(states))
@@ -52,10 +52,10 @@ def list_(scheme, states, output, zk) -> None:
 def describe(group, scheme, view, samples, output, data, zk) -> None:
     """Members, per-partition offsets, lag and owners, state, and Burrow-style status of GROUP."""
     from core.zk import resolve_zk
-    from migrate.describe import group_summary, log_offsets, partition_rows, partitions_of
-    from migrate.groups import find
-    from migrate.render import render
-    from migrate.watch import WatchState, samples_path
+    from migrate.groups.describe import group_summary, log_offsets, partition_rows, partitions_of
+    from migrate.groups.listing import find
+    from migrate.groups.render import render
+    from migrate.groups.watch import WatchState, samples_path
     from topics.root import default_root
 
     view = view or "offsets"
@@ -84,10 +84,10 @@ def describe(group, scheme, view, samples, output, data, zk) -> None:
         return
     for i, (v, rows, summary, notes) in enumerate(results):
         if not v.members:
-            click.echo(f"Consumer group '{group}' ({v.scheme}) has no active members.", err=True)
+            click.echo(f"Consumer group '{group}' ({v.scheme.value}) has no active members.", err=True)
         elif v.state not in ("Stable", "Empty"):
             click.echo(
-                f"Warning: consumer group '{group}' ({v.scheme}) is rebalancing ({v.state}).", err=True
+                f"Warning: consumer group '{group}' ({v.scheme.value}) is rebalancing ({v.state}).", err=True
             )
         warn(notes)
         if i:
@@ -99,7 +99,7 @@ def describe(group, scheme, view, samples, output, data, zk) -> None:
         else:
             if output == "table":
                 click.echo(
-                    f"GROUP {group} ({v.scheme})  state {v.state}  members {len(v.members)}  "
+                    f"GROUP {group} ({v.scheme.value})  state {v.state}  members {len(v.members)}  "
                     f"lag {summary['total_lag'] if summary['total_lag'] is not None else '-'}  "
                     f"status {summary['status'] or '-'}"
                 )
@@ -172,11 +172,11 @@ def _struct(s) -> dict:
 def watch(group, scheme, interval, count, samples, data, zk) -> None:
     """Sample GROUP's commits and log end offsets into a local window (used by `describe` statuses)."""
     from core.zk import resolve_zk
-    from migrate.describe import log_offsets, partitions_of
-    from migrate.groups import exists_in, read
-    from migrate.model import choose_scheme
-    from migrate.status import evaluate, group_status
-    from migrate.watch import WatchState, samples_path
+    from migrate.groups.describe import log_offsets, partitions_of
+    from migrate.groups.listing import exists_in, read
+    from migrate.groups.status import evaluate, group_status
+    from migrate.groups.watch import WatchState, samples_path
+    from migrate.schemes.model import choose_scheme
     from topics.log import Log
 
     if not 0.1 <= interval <= 3600:
@@ -205,7 +205,7 @@ def watch(group, scheme, interval, count, samples, data, zk) -> None:
                     warn("ZooKeeper is back; sampling again")
                     away = False
                 if v is None:
-                    raise GroupshiftError(f"group {group!r} no longer exists under scheme {s}")
+                    raise GroupshiftError(f"group {group!r} no longer exists under scheme {s.value}")
                 ranges = log_offsets(log, partitions_of(v))
                 ends = {tp: (r.end if r else None) for tp, r in ranges.items()}
                 now = int(time.time() * 1000)
@@ -231,11 +231,11 @@ def watch(group, scheme, interval, count, samples, data, zk) -> None:
 @zk_option
 def delete(group, scheme, zk) -> None:
     """Delete GROUP and all its offsets (refused while it has live members)."""
-    from migrate.groups import exists_in
-    from migrate.model import choose_scheme
-    from migrate.writes import delete_group
+    from migrate.groups.listing import exists_in
+    from migrate.schemes.model import choose_scheme
+    from migrate.schemes.writes import delete_group
 
     with zk_session(zk) as client:
         s = choose_scheme(group, exists_in(client, group), scheme)
         how = delete_group(client, s, group)
-    click.echo(f"deleted group {group} ({s}): {how}")
+    click.echo(f"deleted group {group} ({s.value}): {how}")

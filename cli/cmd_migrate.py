@@ -9,9 +9,10 @@ import click
 from cli.inspect_common import zk_session
 from cli.main import main, zk_option
 from core.errors import GroupshiftError
+from core.scheme import STORES
 
-SCHEMES = click.Choice(["zk", "coordinator"])
-DESTS = click.Choice(["zk", "coordinator", "kafka"])
+SCHEMES = click.Choice([s.value for s in STORES])
+DESTS = click.Choice([s.value for s in STORES] + ["kafka"])  # kafka: a group on a Kafka-protocol broker
 
 
 @main.group("migrate")
@@ -83,19 +84,19 @@ def _say(line: str) -> None:
 @zk_option
 def plan_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) -> None:
     """Print what `run` would do (partitions, offsets, members, checks); writes nothing."""
-    from migrate.offline import check_args, plan
-    from migrate.render import render
+    from migrate.groups.render import render
+    from migrate.migration.offline import check_args, plan
 
     kafka = _kafka(dest, bootstrap, mode)
     if not kafka:
         check_args(source, dest, mode)
     with zk_session(zk) as client:
         if kafka:
-            from migrate import to_kafka
+            from migrate.migration import to_kafka
 
             p = to_kafka.plan(client, group, source, bootstrap)
         elif mode == "live":
-            from migrate import live
+            from migrate.migration import live
 
             p = live.plan(client, group, legacy_assignor)
         else:
@@ -145,8 +146,8 @@ def run_cmd(
     Live mode bridges the group and returns; run it again once the legacy consumers are replaced
     (or pass --wait) to finish.
     """
-    from migrate.offline import check_args, run, status
-    from migrate.render import Progress
+    from migrate.groups.render import Progress
+    from migrate.migration.offline import check_args, run, status
 
     kafka = _kafka(dest, bootstrap, mode)
     if not kafka:
@@ -155,7 +156,7 @@ def run_cmd(
         raise GroupshiftError("--overwrite is for --mode offline; a live migration starts from no offsets")
     with zk_session(zk) as client:
         if kafka:
-            from migrate import to_kafka
+            from migrate.migration import to_kafka
 
             to_kafka.run(
                 client,
@@ -170,7 +171,7 @@ def run_cmd(
             _show_status(status(client, group), output)
             return
         if mode == "live":
-            from migrate import live
+            from migrate.migration import live
 
             live.run(
                 client,
@@ -209,9 +210,9 @@ def rollback_cmd(group, batch, bootstrap, output, zk) -> None:
 
     A migration to kafka is rolled back on the brokers its record names (or --bootstrap).
     """
-    from migrate import to_kafka
-    from migrate.offline import rollback, status
-    from migrate.render import Progress
+    from migrate.groups.render import Progress
+    from migrate.migration import to_kafka
+    from migrate.migration.offline import rollback, status
 
     with zk_session(zk) as client:
         if bootstrap is not None or to_kafka.recorded(client, group):
@@ -229,7 +230,7 @@ def rollback_cmd(group, batch, bootstrap, output, zk) -> None:
 @zk_option
 def status_cmd(group, output, zk) -> None:
     """The recorded migration of GROUP: its state and history."""
-    from migrate.offline import status
+    from migrate.migration.offline import status
 
     with zk_session(zk) as client:
         _show_status(status(client, group), output)
@@ -242,9 +243,9 @@ def status_cmd(group, output, zk) -> None:
 @zk_option
 def verify_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) -> None:
     """Compare GROUP's offsets in the two schemes, partition by partition (exit 1 when they differ)."""
-    from migrate import to_kafka
-    from migrate.offline import check_args, verify
-    from migrate.render import render
+    from migrate.groups.render import render
+    from migrate.migration import to_kafka
+    from migrate.migration.offline import check_args, verify
 
     kafka = _kafka(dest, bootstrap, mode)
     if not kafka:

@@ -40,12 +40,12 @@ def export(group, fmt, scheme, bootstrap, zk) -> None:
 
     With --bootstrap, the group's offsets on that Kafka-protocol broker (every partition of its topics).
     """
-    from migrate.groups import exists_in, read
-    from migrate.model import choose_scheme
-    from migrate.offset_files import export as render
+    from migrate.groups.listing import exists_in, read
+    from migrate.offsets.files import export as render
+    from migrate.schemes.model import choose_scheme
 
     if bootstrap is not None:
-        from migrate.kafka_target import KafkaTarget, no_group
+        from migrate.migration.kafka_target import KafkaTarget, no_group
 
         _no_scheme(scheme)
         with KafkaTarget(bootstrap) as t:
@@ -83,13 +83,13 @@ def import_(group, from_file, dry_run, execute, scheme, bootstrap, output, data,
 
     With --bootstrap, into GROUP on that Kafka-protocol broker (refused while it has members there).
     """
-    from migrate import plans
-    from migrate.offset_files import parse
+    from migrate.offsets import plans
+    from migrate.offsets.files import parse
 
     execute = _mode(dry_run, execute)
     offsets = parse(_read_file(from_file), group, from_file)
     if bootstrap is not None:
-        from migrate.kafka_target import KafkaTarget
+        from migrate.migration.kafka_target import KafkaTarget
 
         _no_scheme(scheme)
         with KafkaTarget(bootstrap) as t:
@@ -125,9 +125,9 @@ def import_(group, from_file, dry_run, execute, scheme, bootstrap, output, data,
 @zk_option
 def reset(group, topics, all_topics, to_offset, shift_by, to_datetime, by_duration, from_file, **kw):
     """Reset GROUP's offsets (refused while it has live members); prints the plan, writes with --execute."""
-    from migrate import plans
-    from migrate.offset_files import parse
-    from migrate.reset import Scenario, parse_datetime, parse_duration, parse_topic_scope
+    from migrate.offsets import plans
+    from migrate.offsets.files import parse
+    from migrate.offsets.reset import Scenario, parse_datetime, parse_duration, parse_topic_scope
 
     execute = _mode(kw["dry_run"], kw["execute"])
     given = [
@@ -191,14 +191,14 @@ def reset(group, topics, all_topics, to_offset, shift_by, to_datetime, by_durati
 @zk_option
 def delete(group, topic, scheme, zk) -> None:
     """Delete GROUP's committed offsets of one topic (refused while the group has live members)."""
-    from migrate.groups import exists_in
-    from migrate.model import choose_scheme
-    from migrate.writes import delete_offsets
+    from migrate.groups.listing import exists_in
+    from migrate.schemes.model import choose_scheme
+    from migrate.schemes.writes import delete_offsets
 
     with zk_session(zk) as client:
         s = choose_scheme(group, exists_in(client, group), scheme)
         how = delete_offsets(client, s, group, topic)
-    click.echo(f"deleted offsets of group {group} ({s}) for topic {topic}: {how}")
+    click.echo(f"deleted offsets of group {group} ({s.value}) for topic {topic}: {how}")
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -228,16 +228,17 @@ def _read_file(name: str) -> bytes:
 def _show_and_write(client, scheme, group, plan, execute, output, target=None) -> None:
     import msgspec
 
-    from migrate.render import Progress, render
-    from migrate.writes import commit
+    from migrate.groups.render import Progress, render
+    from migrate.schemes.writes import commit
 
+    where = scheme if target is not None else scheme.value  # a Rebalancer, or "kafka at HOST:PORT"
     warn(plan.warnings)
     rows = [msgspec.structs.asdict(r) for r in plan.rows]
     cols = ["topic", "partition", "current", "new", "log_end", "lag_after"]
     click.echo(render(rows, output, cols))
     if not execute:
         click.echo(
-            f"dry run: nothing written to group {group} ({scheme}); add --execute to write these offsets",
+            f"dry run: nothing written to group {group} ({where}); add --execute to write these offsets",
             err=True,
         )
         return
@@ -246,4 +247,4 @@ def _show_and_write(client, scheme, group, plan, execute, output, target=None) -
         how = f"in {n} OffsetCommit request(s)"
     else:
         how = commit(client, scheme, group, plan.offsets(), progress=Progress(f"writing {group}"))
-    click.echo(f"wrote {len(plan.rows)} offset(s) for group {group} ({scheme}) {how}", err=True)
+    click.echo(f"wrote {len(plan.rows)} offset(s) for group {group} ({where}) {how}", err=True)

@@ -9,7 +9,8 @@ import click
 from kazoo.exceptions import KazooException
 
 from core.errors import GroupshiftError, ZooKeeperUnavailable
-from migrate.render import OUTPUTS
+from core.scheme import STORES
+from migrate.groups.render import OUTPUTS
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -18,7 +19,7 @@ CONNECT_TIMEOUT_S = 5.0
 def zk_session(zk: str | None, long_lived: bool = False):
     """A client on `--zk` that never creates anything (a missing chroot is an error). A command
     gives up when ZooKeeper stops answering in its middle; a `long_lived` one waits for it."""
-    from migrate import zkio  # kazoo's client: only for commands that connect, not for --help
+    from migrate.schemes import zkio  # kazoo's client: only for commands that connect, not for --help
 
     give_up = None if long_lived else zkio.give_up_after()
     client = zkio.open_zk(zk, connect_timeout=CONNECT_TIMEOUT_S, give_up_after_s=give_up)
@@ -57,7 +58,7 @@ def data_option(f):
 
 
 def scheme_option(default: str | None, allow_all: bool = False):
-    choices = ["zk", "coordinator"] + (["all"] if allow_all else [])
+    choices = [s.value for s in STORES] + (["all"] if allow_all else [])
     return click.option(
         "--scheme",
         type=click.Choice(choices),

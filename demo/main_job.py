@@ -35,7 +35,7 @@ from core.scheme import Rebalancer
 from core.types import TopicPartition
 from core.zk import connect
 from demo.namespace import DemoNamespace
-from migrate import live
+from migrate.migration import live
 from pipeline.spark import SparkConsumer, outputs, spark_session
 from topics.store import TopicStore
 

@@ -9,7 +9,7 @@
   `IncrementalMember` (KIP-848's incremental form).
 * `Rebalancer.COORDINATOR` — scheme three: a `coordinator.member.consumer_member.CoordinatorMember` (the
   group's leader assigns); while `migrate run --mode live` bridges the group from scheme one, a
-  `migrate.bridge.BridgedMember` that joins through the bridge, beside the legacy consumers.
+  `migrate.migration.bridge.BridgedMember` that joins through the bridge, beside the legacy consumers.
 
 Each factory reads the consumer's options (`Consumer._options`, `_membership_options`) and its
 ZooKeeper client; with `offsets_only` the member is not started and serves only `commit` and
@@ -112,7 +112,7 @@ def coordinator_member(consumer: Any, topics: list[str], listener: object | None
         )
 
     if not offsets_only:
-        from migrate import bridge
+        from migrate.migration import bridge
 
         rec = bridge.read_record(consumer.zk, consumer.group_id)
         if bridge.bridging(rec):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from coordinator.node.process import NodeProcess
 from core.zk import connect
-from migrate.kafka_target import recv_exactly  # noqa: F401 - the Kafka tests' frame reader
+from migrate.migration.kafka_target import recv_exactly  # noqa: F401 - the Kafka tests' frame reader
 from topics.store import TopicStore
 
 # kafka-python 3.0.12 can lose an assignment: when a poll's time runs out while a rebalance it

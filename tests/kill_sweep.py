@@ -1,7 +1,7 @@
 """Kill points for the migration engines' crash tests, chosen by checkpoint name.
 
 A migration passes named checkpoints — `locked`, `before:planned`, `planned`, `before:snapshot`,
-..., `before:copy`, `copy:1` ... `copy:n`, ..., `done` — and `migrate.offline.passed` lists them
+..., `before:copy`, `copy:1` ... `copy:n`, ..., `done` — and `migrate.migration.offline.passed` lists them
 (`GROUPSHIFT_MIGRATE_EXIT_AT=k` ends a run at the k-th). A full sweep kills one run at the first
 checkpoint of every name, and at the first and the last copy transaction: each step boundary of
 the engine once, however many copy transactions a run makes. Spot checks kill at a few of them.

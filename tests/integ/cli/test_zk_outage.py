@@ -22,7 +22,7 @@ import pytest
 
 from core.types import TopicPartition as TP
 from core.zk import connect
-from migrate import legacy
+from migrate.schemes import zk_store as legacy
 from testing.zookeeper import ZkServer
 from tests.inspect_helpers import REPO, make_topic, run
 from topics.log import Log

@@ -27,9 +27,10 @@ from kazoo.exceptions import NoNodeError
 from coordinator.node.process import CoordinatorNodes
 from core.types import TopicPartition as TP
 from core.zk import connect
-from migrate import legacy, offline
-from migrate import record as R
-from migrate.writes import commit
+from migrate.migration import offline
+from migrate.migration import record as R
+from migrate.schemes import zk_store as legacy
+from migrate.schemes.writes import commit
 from testing.zookeeper import ZkServer
 from tests.inspect_helpers import REPO
 from tests.kill_sweep import every_named, spots

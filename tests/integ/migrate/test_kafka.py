@@ -24,7 +24,8 @@ from confluent_kafka.admin import AdminClient
 from coordinator.node.process import NodeProcess
 from core.types import TopicPartition as TP
 from core.zk import connect
-from migrate import legacy, offline
+from migrate.migration import offline
+from migrate.schemes import zk_store as legacy
 from tests.inspect_helpers import REPO
 from tests.kill_sweep import every_named, spots
 from tests.snapshots import zk_tree
@@ -308,7 +309,7 @@ def test_bad_input_changes_nothing(zk, broker):
     assert zk_tree(zk.connect_string) == before
 
     if broker.kind == "listener":  # a coordinator group "moved" onto the listener that serves it
-        from migrate.writes import commit
+        from migrate.schemes.writes import commit
 
         own = f"g-{uuid.uuid4().hex[:8]}"
         commit(zk, "coordinator", own, {TP(topic, 0): 5})
@@ -369,8 +370,8 @@ def test_killed_at_a_checkpoint_run_again_finishes_and_rollback_undoes(zk, broke
     changes. One group per kill point and outcome, all side by side. Killed at every named
     checkpoint against librdkafka's mock cluster (any Kafka-protocol broker), at spot checks around
     the copy and the switch against the listener (tests/kill_sweep.py)."""
-    from migrate import record as R
-    from migrate import to_kafka
+    from migrate.migration import record as R
+    from migrate.migration import to_kafka
 
     topic = broker.topic(zk)
     source = {0: 10, 1: 20, 2: 30, 3: 40}
@@ -432,7 +433,7 @@ def test_killed_at_a_checkpoint_run_again_finishes_and_rollback_undoes(zk, broke
 def test_a_coordinator_group_moves_to_another_kafka_cluster(zk, mock):
     """--from coordinator: a scheme-three group's offsets (groupshift's ZooKeeper shards) into a
     group on another Kafka-protocol cluster (librdkafka's mock); run and verify, the source unchanged."""
-    from migrate.writes import commit
+    from migrate.schemes.writes import commit
 
     broker = Broker("mock", mock, lambda name: None)
     topic = f"t-{uuid.uuid4().hex[:8]}"

@@ -199,8 +199,8 @@ def node(zk_connect):
 
 
 def test_three_legacy_consumers_replaced_one_by_one_by_coordinator_consumers(zk, zk_connect, node, tmp_path):
-    from migrate import bridge
-    from migrate import offline as O
+    from migrate.migration import bridge
+    from migrate.migration import offline as O
     from topics.log import Log
     from topics.registry import create_topic
 
@@ -345,7 +345,7 @@ def test_three_legacy_consumers_replaced_one_by_one_by_coordinator_consumers(zk,
 def test_union_assignment_is_what_every_legacy_member_computes_for_it(strategy, seed):
     import random
 
-    from migrate.bridge import union_assignment
+    from migrate.migration.bridge import union_assignment
     from zk_rebalance.assignors import View, group_decision, partition_assignor, thread_sort_key
     from zk_rebalance.layout import TopicCount
 
@@ -392,7 +392,7 @@ LIVE = ["--from", "zk", "--to", "coordinator", "--mode", "live"]
 
 
 def legacy_group(zk, group: str) -> dict:
-    from migrate import legacy
+    from migrate.schemes import zk_store as legacy
 
     want = {TP("a", p): 100 + p for p in range(3)} | {TP("b", 0): 7}
     legacy.write_offsets(zk, group, want, batch=100)
@@ -403,8 +403,8 @@ def test_a_live_run_killed_at_every_named_checkpoint_resumes_or_rolls_back(zk, z
     """No consumer runs: the engine carries the offsets over itself; a kill at every named checkpoint
     (tests/kill_sweep.py), then `run` again ends done with the legacy offsets, `rollback` ends with
     no coordinator offsets."""
-    from migrate import live
-    from migrate import offline as O
+    from migrate.migration import live
+    from migrate.migration import offline as O
     from tests.kill_sweep import every_named
 
     legacy_group(zk, "count")
@@ -447,8 +447,9 @@ def test_a_live_run_killed_at_every_named_checkpoint_resumes_or_rolls_back(zk, z
 
 def test_live_bad_input_and_a_rollback_while_legacy_consumers_run(zk, zk_connect, node, tmp_path):
     from coordinator.layout import migration_path
-    from migrate import bridge, legacy
-    from migrate import offline as O
+    from migrate.migration import bridge
+    from migrate.migration import offline as O
+    from migrate.schemes import zk_store as legacy
     from pipeline.consumer import Consumer
     from topics.log import Log
     from topics.registry import create_topic
@@ -571,7 +572,8 @@ def test_bridged_consumers_survive_a_killed_coordinator_node_and_an_expired_zook
     from kazoo.client import KazooClient
 
     from coordinator.node.process import CoordinatorNodes
-    from migrate import coordinated, live
+    from migrate.migration import live
+    from migrate.schemes import coordinator_store as coordinated
     from pipeline.consumer import Consumer
     from tests.integ.pipeline.test_consumer import Worker, assert_exactly_once
     from topics.log import Log

@@ -21,7 +21,8 @@ from kazoo.client import KazooClient
 
 from coordinator.node.process import CoordinatorNodes
 from core.types import TopicPartition as TP
-from migrate import legacy, offline
+from migrate.migration import offline
+from migrate.schemes import zk_store as legacy
 from pipeline.consumer import Consumer
 from tests.inspect_helpers import REPO, coordinator_consumer, make_topic, ok, run, wait_for
 from tests.snapshots import zk_tree
@@ -175,7 +176,7 @@ def test_bad_input_one_line_nothing_changed(zk, zk_connect, zk_server):
     source_group(zk, "taken")
     legacy.write_offsets(zk, "taken", {TP("x", 0): 5}, batch=10)
     # "taken" already has offsets in the coordinator scheme
-    from migrate.writes import commit
+    from migrate.schemes.writes import commit
 
     commit(zk, "coordinator", "taken", {TP("a", 0): 1})
     # a lock held by a live process (this one) on this host

@@ -8,9 +8,11 @@ import pytest
 
 from core.errors import GroupshiftError
 from core.types import TopicPartition as TP
-from migrate import offset_files, reset, status
-from migrate.describe import LogRange
-from migrate.status import Commit
+from migrate.groups import status
+from migrate.groups.describe import LogRange
+from migrate.groups.status import Commit
+from migrate.offsets import files as offset_files
+from migrate.offsets import reset
 
 S = 1000  # ms
 

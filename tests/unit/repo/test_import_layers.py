@@ -387,7 +387,7 @@ def test_listing_groups_imports_no_coordinator_node_member_nor_log():
             *_imports_in(REPO / "cli" / "inspect_common.py", "zk_session"),
         }
     )
-    assert "migrate.groups" in modules and "migrate.zkio" in modules, modules
+    assert "migrate.groups.listing" in modules and "migrate.schemes.zkio" in modules, modules
     code = (
         f"import sys, cli.main, {', '.join(modules)}\n"
         f"print(sorted(m for m in {NOT_FOR_GROUPS_LIST!r} if m in sys.modules))"

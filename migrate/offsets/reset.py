@@ -6,7 +6,7 @@ it falls back to the log end offset with a warning (KAFKA-12287). Warnings are r
 caller to print on stderr.
 
 >>> from core.types import TopicPartition as TP
->>> from migrate.describe import LogRange
+>>> from migrate.groups.describe import LogRange
 >>> plan = plan_reset(Scenario("shift-by", 5), {TP("t", 0): 10}, {TP("t", 0): LogRange(0, 12)})
 >>> plan.rows[0].new, plan.warnings
 (12, ['partition t:0: new offset 15 is above the log end offset 12; using 12'])
@@ -21,7 +21,7 @@ import msgspec
 
 from core.errors import GroupshiftError
 from core.types import TopicPartition
-from migrate.describe import LogRange
+from migrate.groups.describe import LogRange
 
 SCENARIOS = (
     "to-earliest",

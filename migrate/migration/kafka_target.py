@@ -1,6 +1,6 @@
 """A consumer group on any broker that speaks Kafka's protocol, through confluent-kafka's AdminClient.
 
-The one module that imports confluent-kafka. `migrate.to_kafka` (the `--to kafka` migration) and
+The one module that imports confluent-kafka. `migrate.migration.to_kafka` (the `--to kafka` migration) and
 `offsets export|import --bootstrap` read and write a group's committed offsets with it:
 
     with KafkaTarget("127.0.0.1:9093") as t:      # reachable within TIMEOUT_S, else one line
@@ -226,7 +226,7 @@ class KafkaTarget:
 
     def check_idle(self, group: str, known: dict[TopicPartition, int] | None = None) -> str:
         """Raise `GroupActive` if the group has members; returns how that was checked."""
-        from migrate.writes import GroupActive
+        from migrate.schemes.writes import GroupActive
 
         names = self.members(group)
         if names:
@@ -251,7 +251,7 @@ class KafkaTarget:
         from confluent_kafka import ConsumerGroupTopicPartitions
         from confluent_kafka import TopicPartition as KTP
 
-        from migrate.writes import GroupActive
+        from migrate.schemes.writes import GroupActive
 
         tps = sorted(offsets)
         requests = 0
@@ -295,7 +295,7 @@ class KafkaTarget:
             if name == "GROUP_ID_NOT_FOUND":
                 return True
             if name == "NON_EMPTY_GROUP":
-                from migrate.writes import GroupActive
+                from migrate.schemes.writes import GroupActive
 
                 raise GroupActive(
                     f"{self.bootstrap} refused to delete group {group!r}: it has live members"

@@ -16,9 +16,9 @@ import msgspec
 
 from core.errors import GroupshiftError
 from core.types import TopicPartition
-from migrate.model import GroupView
-from migrate.status import evaluate, group_status
-from migrate.watch import WatchState
+from migrate.groups.status import evaluate, group_status
+from migrate.groups.watch import WatchState
+from migrate.schemes.model import GroupView
 
 if TYPE_CHECKING:
     from topics.log import Log
@@ -118,7 +118,7 @@ def group_summary(view: GroupView, rows: list[PartitionRow]) -> dict:
     worst = max(rows, key=lambda r: r.lag if r.lag is not None else -1, default=None)
     return {
         "group": view.group,
-        "scheme": view.scheme,
+        "scheme": view.scheme.value,
         "state": view.state,
         "protocol_type": view.protocol_type,
         "protocol": view.protocol,

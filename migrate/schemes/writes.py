@@ -24,17 +24,20 @@ from coordinator.layout import (
     ROOT,
     decode_group,
     encode_offset,
+    epoch_path,
     group_path,
     offset_path,
-    shard_path,
+    offsets_dir,
     znode_name,
 )
 from coordinator.member.wire_client import commit_body
 from coordinator.wire import codec as P
 from core.errors import GroupshiftError, UnknownGroup
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate import coordinated, legacy, zkio
-from migrate.model import SCHEME_ZK
+from migrate.schemes import coordinator_store, zk_store, zkio
+from migrate.schemes.model import as_store
+from zk_rebalance.layout import ids_dir
 
 BATCH = 1_000  # ops per ZooKeeper transaction, and partitions per OffsetCommit request
 
@@ -43,19 +46,22 @@ class GroupActive(GroupshiftError):
     """The group has live members; the write was refused."""
 
 
-def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coordinated.Leader | None:
+def check_inactive(
+    zk: KazooClient, scheme: str | Rebalancer, group: str, what: str
+) -> coordinator_store.Leader | None:
     """Raise `GroupActive` unless the group has no live members; returns the shard leader (scheme three)."""
-    if scheme == SCHEME_ZK:
-        ids = zkio.children(zk, f"{legacy.group_dir(group)}/ids") or []
+    scheme = as_store(scheme)
+    if scheme is Rebalancer.ZK:
+        ids = zkio.children(zk, ids_dir(group)) or []
         if ids:
             raise GroupActive(
                 f"group {group!r} has {len(ids)} live consumer(s) ({ids[0]}"
                 f"{', ...' if len(ids) > 1 else ''}); stop them before {what}"
             )
         return None
-    _, lead = coordinated.leader(zk, group)
+    _, lead = coordinator_store.leader(zk, group)
     if lead is not None:
-        state = coordinated.describe_live(lead, group)
+        state = coordinator_store.describe_live(lead, group)
         if state["group_state"] not in ("Empty", "Dead"):
             raise GroupActive(
                 f"group {group!r} is {state['group_state']} with {len(state['members'])} member(s) on "
@@ -76,7 +82,7 @@ def check_inactive(zk: KazooClient, scheme: str, group: str, what: str) -> coord
 
 def commit(
     zk: KazooClient,
-    scheme: str,
+    scheme: str | Rebalancer,
     group: str,
     offsets: dict[TopicPartition, int],
     progress=None,
@@ -87,9 +93,10 @@ def commit(
     `batch` (1..BATCH) bounds the ops per transaction and the partitions per OffsetCommit.
     """
     batch = max(1, min(batch, BATCH))
+    scheme = as_store(scheme)
     lead = check_inactive(zk, scheme, group, "writing offsets")
-    if scheme == SCHEME_ZK:
-        n = legacy.write_offsets(zk, group, offsets, batch=batch, progress=progress)
+    if scheme is Rebalancer.ZK:
+        n = zk_store.write_offsets(zk, group, offsets, batch=batch, progress=progress)
         return f"in ZooKeeper ({n} transaction{'s' if n != 1 else ''})"
     if lead is not None:
         _commit_via(lead, group, offsets, progress, batch)
@@ -98,12 +105,16 @@ def commit(
 
 
 def _commit_via(
-    lead: coordinated.Leader, group: str, offsets: dict[TopicPartition, int], progress, batch: int = BATCH
+    lead: coordinator_store.Leader,
+    group: str,
+    offsets: dict[TopicPartition, int],
+    progress,
+    batch: int = BATCH,
 ) -> None:
     tps = sorted(offsets)
     for i, chunk in enumerate(zkio.chunked(tps, batch)):
         body = commit_body(group, -1, "", {(tp.topic, tp.partition): offsets[tp] for tp in chunk})
-        resp = coordinated.request(lead, P.OFFSET_COMMIT, body, timeout=30.0)
+        resp = coordinator_store.request(lead, P.OFFSET_COMMIT, body, timeout=30.0)
         bad = [
             (t["name"], p["partition_index"], p["error_code"])
             for t in resp.get("topics", [])
@@ -124,16 +135,14 @@ def _commit_via(
 def _commit_in_zk(
     zk: KazooClient, group: str, offsets: dict[TopicPartition, int], progress, batch: int = BATCH
 ) -> str:
-    shard, _ = coordinated.leader(zk, group)
-    epoch_path = f"{shard_path(shard)}/epoch"
-    got_epoch = zkio.get_many(zk, [epoch_path])[0]
+    shard, guard = _epoch_guard(zk, group)
     now = int(time.time() * 1000)
     tps = sorted(offsets)
     gpath = group_path(group)
     # a namespace no coordinator ever ran in has no /groupshift/groups yet
     zkio.ensure_shared(zk, [ROOT, GROUPS])
-    parents = [gpath, f"{gpath}/offsets"]
-    parents += sorted({f"{gpath}/offsets/{znode_name(tp.topic)}" for tp in tps})
+    parents = [gpath, offsets_dir(gpath)]
+    parents += sorted({f"{offsets_dir(gpath)}/{znode_name(tp.topic)}" for tp in tps})
     have = zkio.get_many(zk, parents)
     present = zkio.get_existing(zk, [offset_path(group, *tp) for tp in tps])
     ops: list[tuple] = [("create", p, b"") for p, h in zip(parents, have, strict=True) if h is None]
@@ -141,24 +150,26 @@ def _commit_in_zk(
         data = encode_offset(OffsetRecord(tp.topic, tp.partition, offsets[tp], "", now), -1)
         path = offset_path(group, *tp)
         ops.append(("create", path, data) if got is None else ("set", path, data, got[1].version))
-    guard = (epoch_path, got_epoch[1].version) if got_epoch is not None else None
-    n = legacy.run_ops(zk, ops, batch=batch, guard=guard, progress=progress)
+    n = zk_store.run_ops(zk, ops, batch=batch, guard=guard, progress=progress)
     return f"in ZooKeeper, fenced by shard {shard}'s epoch ({n} transaction{'s' if n != 1 else ''})"
 
 
-def delete_group(zk: KazooClient, scheme: str, group: str) -> str:
-    exists = legacy.exists(zk, group) if scheme == SCHEME_ZK else coordinated.exists(zk, group)
+def delete_group(zk: KazooClient, scheme: str | Rebalancer, group: str) -> str:
+    scheme = as_store(scheme)
+    exists = zk_store.exists(zk, group) if scheme is Rebalancer.ZK else coordinator_store.exists(zk, group)
     if not exists:
-        raise UnknownGroup(f"group {group!r} does not exist under scheme {scheme}; check the name (and --zk)")
+        raise UnknownGroup(
+            f"group {group!r} does not exist under scheme {scheme.value}; check the name (and --zk)"
+        )
     lead = check_inactive(zk, scheme, group, "deleting the group")
-    if scheme == SCHEME_ZK:
-        if zkio.children(zk, f"{legacy.group_dir(group)}/owners") and _any_owner(zk, group):
+    if scheme is Rebalancer.ZK:
+        if zkio.children(zk, f"{zk_store.group_dir(group)}/owners") and _any_owner(zk, group):
             raise GroupActive(
                 f"group {group!r} still has partition owners; its consumers are stopping, retry"
             )
-        return _delete_tree(zk, legacy.group_dir(group), None)
+        return _delete_tree(zk, zk_store.group_dir(group), None)
     if lead is not None:
-        resp = coordinated.request(lead, P.DELETE_GROUPS, {"groups_names": [group]})
+        resp = coordinator_store.request(lead, P.DELETE_GROUPS, {"groups_names": [group]})
         code = (resp.get("results") or [{"error_code": resp.get("error_code", 0)}])[0]["error_code"]
         if code:
             raise GroupshiftError(
@@ -168,9 +179,10 @@ def delete_group(zk: KazooClient, scheme: str, group: str) -> str:
     return _delete_tree_fenced(zk, group, group_path(group))
 
 
-def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
-    if scheme == SCHEME_ZK:
-        base = legacy.group_dir(group)
+def delete_offsets(zk: KazooClient, scheme: str | Rebalancer, group: str, topic: str) -> str:
+    scheme = as_store(scheme)
+    if scheme is Rebalancer.ZK:
+        base = zk_store.group_dir(group)
         if zkio.get_many(zk, [f"{base}/offsets/{topic}"])[0] is None:
             raise GroupshiftError(f"group {group!r} has no offsets for topic {topic!r}")
         check_inactive(zk, scheme, group, "deleting offsets")
@@ -178,7 +190,7 @@ def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
         if zkio.get_many(zk, [f"{base}/owners/{topic}"])[0] is not None:
             _delete_tree(zk, f"{base}/owners/{topic}", None)
         return done
-    tdir = f"{group_path(group)}/offsets/{znode_name(topic)}"
+    tdir = f"{offsets_dir(group_path(group))}/{znode_name(topic)}"
     parts = zkio.children(zk, tdir)
     if parts is None:
         raise GroupshiftError(f"group {group!r} has no offsets for topic {topic!r}")
@@ -190,7 +202,7 @@ def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
                 {"name": topic, "partitions": [{"partition_index": int(p)} for p in parts if p.isdigit()]}
             ],
         }
-        resp = coordinated.request(lead, P.OFFSET_DELETE, body)
+        resp = coordinator_store.request(lead, P.OFFSET_DELETE, body)
         codes = [resp.get("error_code", 0)] + [
             p["error_code"] for t in resp.get("topics", []) for p in t["partitions"]
         ]
@@ -206,29 +218,38 @@ def delete_offsets(zk: KazooClient, scheme: str, group: str, topic: str) -> str:
 
 
 def _any_owner(zk: KazooClient, group: str) -> bool:
-    base = f"{legacy.group_dir(group)}/owners"
+    base = f"{zk_store.group_dir(group)}/owners"
     topics = zkio.children(zk, base) or []
     return any(zkio.children_many(zk, [f"{base}/{t}" for t in topics]))
 
 
 def _delete_tree(zk: KazooClient, root: str, guard: tuple | None) -> str:
     paths = zkio.subtree_paths(zk, root)
-    n = legacy.run_ops(zk, [("delete", p) for p in paths], batch=BATCH, guard=guard)
+    n = zk_store.run_ops(zk, [("delete", p) for p in paths], batch=BATCH, guard=guard)
     return f"{len(paths)} znodes deleted ({n} transaction{'s' if n != 1 else ''})"
 
 
+def _epoch_guard(zk: KazooClient, group: str) -> tuple[int, tuple[str, int] | None]:
+    """(the group's shard, a check of its epoch as read now): what fences a write in ZooKeeper while
+    no node leads the shard (a node that claims the shard meanwhile bumps the epoch)."""
+    shard, _ = coordinator_store.leader(zk, group)
+    path = epoch_path(shard)
+    got = zkio.get_many(zk, [path])[0]
+    return shard, ((path, got[1].version) if got is not None else None)
+
+
 def _delete_tree_fenced(zk: KazooClient, group: str, root: str) -> str:
-    shard, _ = coordinated.leader(zk, group)
-    epoch_path = f"{shard_path(shard)}/epoch"
-    got = zkio.get_many(zk, [epoch_path])[0]
-    return _delete_tree(zk, root, (epoch_path, got[1].version) if got else None)
+    return _delete_tree(zk, root, _epoch_guard(zk, group)[1])
 
 
-def delete_partitions(zk: KazooClient, scheme: str, group: str, tps: list[TopicPartition]) -> str:
+def delete_partitions(
+    zk: KazooClient, scheme: str | Rebalancer, group: str, tps: list[TopicPartition]
+) -> str:
     """Delete the committed offsets of exactly these partitions (those that exist) of an inactive group."""
+    scheme = as_store(scheme)
     lead = check_inactive(zk, scheme, group, "deleting offsets")
-    if scheme == SCHEME_ZK:
-        paths = [legacy.offset_path(group, tp) for tp in tps]
+    if scheme is Rebalancer.ZK:
+        paths = [zk_store.offset_path(group, tp) for tp in tps]
         guard = None
     elif lead is not None:
         by_topic: dict[str, list[int]] = {}
@@ -240,7 +261,7 @@ def delete_partitions(zk: KazooClient, scheme: str, group: str, tps: list[TopicP
                 {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in by_topic.items()
             ],
         }
-        resp = coordinated.request(lead, P.OFFSET_DELETE, body, timeout=30.0)
+        resp = coordinator_store.request(lead, P.OFFSET_DELETE, body, timeout=30.0)
         codes = [resp.get("error_code", 0)] + [
             p["error_code"] for t in resp.get("topics", []) for p in t["partitions"]
         ]
@@ -252,11 +273,8 @@ def delete_partitions(zk: KazooClient, scheme: str, group: str, tps: list[TopicP
             )
         return f"through coordinator {lead.address}"
     else:
-        shard, _ = coordinated.leader(zk, group)
-        epoch_path = f"{shard_path(shard)}/epoch"
-        got = zkio.get_many(zk, [epoch_path])[0]
-        guard = (epoch_path, got[1].version) if got else None
+        _, guard = _epoch_guard(zk, group)
         paths = [offset_path(group, *tp) for tp in tps]
     present = [p for p, got in zip(paths, zkio.get_many(zk, paths), strict=True) if got is not None]
-    n = legacy.run_ops(zk, [("delete", p) for p in present], batch=BATCH, guard=guard) if present else 0
+    n = zk_store.run_ops(zk, [("delete", p) for p in present], batch=BATCH, guard=guard) if present else 0
     return f"{len(present)} offsets deleted ({n} transaction{'s' if n != 1 else ''})"

@@ -1,6 +1,6 @@
-"""Import and reset plans against the real group and log: reads at the edge, `migrate.reset` decides.
+"""Import and reset plans against the real group and log: reads at the edge, `migrate.offsets.reset` decides.
 
-Both refuse a group with live members before planning (and `writes.commit` checks again just
+Both refuse a group with live members before planning (and `migrate.schemes.writes.commit` checks again just
 before writing), refuse unknown topics and partitions, and need the partitions' logs (for the
 range to check or clamp against).
 """
@@ -10,25 +10,26 @@ from __future__ import annotations
 from kazoo.client import KazooClient
 
 from core.errors import GroupshiftError, UnknownTopic
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate import coordinated, legacy
-from migrate.describe import LogRange, log_offsets
-from migrate.groups import exists_in
-from migrate.model import SCHEME_ZK, choose_scheme
-from migrate.reset import Plan, PlanRow, Scenario, plan_reset
-from migrate.writes import check_inactive
+from migrate.groups.describe import LogRange, log_offsets
+from migrate.groups.listing import exists_in
+from migrate.offsets.reset import Plan, PlanRow, Scenario, plan_reset
+from migrate.schemes import coordinator_store, zk_store
+from migrate.schemes.model import choose_scheme
+from migrate.schemes.writes import check_inactive
 from topics.log import Log
 
 MAX_PARTITIONS = 200_000
 
 
-def _committed(zk: KazooClient, scheme: str, group: str) -> dict[TopicPartition, int]:
-    read = legacy.read_offsets if scheme == SCHEME_ZK else coordinated.read_offsets
+def _committed(zk: KazooClient, scheme: Rebalancer, group: str) -> dict[TopicPartition, int]:
+    read = zk_store.read_offsets if scheme is Rebalancer.ZK else coordinator_store.read_offsets
     return {tp: c.offset for tp, c in read(zk, group).items()}
 
 
 def _check_partitions(zk: KazooClient, tps: list[TopicPartition]) -> None:
-    counts = legacy.topic_partitions(zk, sorted({tp.topic for tp in tps}))
+    counts = zk_store.topic_partitions(zk, sorted({tp.topic for tp in tps}))
     for tp in sorted(tps):
         n = counts[tp.topic]
         if n is None:
@@ -53,8 +54,8 @@ def _ranges(log: Log, tps: list[TopicPartition]) -> dict[TopicPartition, LogRang
 
 
 def import_plan(
-    zk: KazooClient, log: Log, group: str, offsets: dict[TopicPartition, int], scheme: str | None
-) -> tuple[str, Plan]:
+    zk: KazooClient, log: Log, group: str, offsets: dict[TopicPartition, int], scheme: str | Rebalancer | None
+) -> tuple[Rebalancer, Plan]:
     s = choose_scheme(group, exists_in(zk, group), scheme)
     check_inactive(zk, s, group, "importing offsets")
     tps = sorted(offsets)
@@ -93,8 +94,8 @@ def reset_plan(
     all_topics: bool,
     at_ms: int | None,
     file_offsets: dict[TopicPartition, int] | None,
-    scheme: str | None,
-) -> tuple[str, Plan]:
+    scheme: str | Rebalancer | None,
+) -> tuple[Rebalancer, Plan]:
     s = choose_scheme(group, exists_in(zk, group), scheme)
     check_inactive(zk, s, group, "resetting offsets")
     committed = _committed(zk, s, group)
@@ -107,7 +108,7 @@ def reset_plan(
                 f"group {group!r} has no committed offsets; name the partitions with --topic"
             )
     else:
-        counts = legacy.topic_partitions(zk, sorted(scope))
+        counts = zk_store.topic_partitions(zk, sorted(scope))
         tps = []
         for topic, parts in scope.items():
             if counts[topic] is None:

@@ -20,9 +20,10 @@ from pathlib import Path
 import msgspec
 
 from core.errors import GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate.model import GroupView
-from migrate.status import WINDOW, Commit
+from migrate.groups.status import WINDOW, Commit
+from migrate.schemes.model import GroupView, as_store
 
 ENV_HOME = "GROUPSHIFT_HOME"
 
@@ -33,7 +34,7 @@ class PartitionWindow(msgspec.Struct):
 
 
 class WatchState(msgspec.Struct):
-    scheme: str
+    scheme: str  # the store's spelling, as the file holds it: "zk" | "coordinator"
     group: str
     partitions: dict[str, PartitionWindow] = msgspec.field(default_factory=dict)  # "topic:partition"
     samples: int = 0
@@ -41,7 +42,8 @@ class WatchState(msgspec.Struct):
     version: int = 1
 
     @classmethod
-    def load(cls, path: Path, scheme: str, group: str) -> WatchState:
+    def load(cls, path: Path, scheme: str | Rebalancer, group: str) -> WatchState:
+        scheme = as_store(scheme).value
         if not path.exists():
             return cls(scheme, group)
         if path.is_dir():
@@ -92,11 +94,11 @@ def key(tp: TopicPartition) -> str:
     return f"{tp.topic}:{tp.partition}"
 
 
-def samples_path(scheme: str, group: str, zk: str, explicit: str | None = None) -> Path:
+def samples_path(scheme: str | Rebalancer, group: str, zk: str, explicit: str | None = None) -> Path:
     """`--samples`, else `$GROUPSHIFT_HOME/watch/<scheme>-<group digest>-<zk digest>.json`."""
     if explicit:
         return Path(explicit)
     home = Path(os.environ.get(ENV_HOME, ".groupshift"))
     g = hashlib.sha1(group.encode()).hexdigest()[:12]
     z = hashlib.sha1(zk.encode()).hexdigest()[:8]
-    return home / "watch" / f"{scheme}-{g}-{z}.json"
+    return home / "watch" / f"{as_store(scheme).value}-{g}-{z}.json"

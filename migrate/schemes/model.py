@@ -1,8 +1,10 @@
 """What the inspection tools know about a group, the same shape for both schemes.
 
-`GroupView` is read from ZooKeeper by `migrate.legacy` (scheme one, the Kafka 0.8 layout) or
-`migrate.coordinated` (scheme three, `/groupshift/groups`); `migrate.describe` joins it with the
-log's end offsets into per-partition rows.
+`GroupView` is read from ZooKeeper by `migrate.schemes.zk_store` (scheme one, the Kafka 0.8
+layout) or `migrate.schemes.coordinator_store` (schemes two and three, `/groupshift/groups`);
+`migrate.groups.describe` joins it with the log's end offsets into per-partition rows. Which store
+a group is in is a `core.scheme.Rebalancer`, one of `STORES`; its `.value` is how users and the
+JSON output spell it ("zk", "coordinator").
 """
 
 from __future__ import annotations
@@ -10,11 +12,8 @@ from __future__ import annotations
 import msgspec
 
 from core.errors import GroupshiftError, UnknownGroup
+from core.scheme import STORES, Rebalancer
 from core.types import TopicPartition
-
-SCHEME_ZK = "zk"  # scheme one: /consumers/<g> (Kafka 0.8)
-SCHEME_COORDINATOR = "coordinator"  # scheme three: /groupshift/groups/<g>
-SCHEMES = (SCHEME_ZK, SCHEME_COORDINATOR)
 
 # Group states. The coordinator's are Kafka's; scheme one has no stored state, so it is derived:
 # Stable when every subscribed partition is owned by a live thread, Rebalancing otherwise.
@@ -45,7 +44,7 @@ class Member(msgspec.Struct, frozen=True):
 
 
 class GroupView(msgspec.Struct):
-    scheme: str
+    scheme: Rebalancer  # ZK (/consumers/<g>) or COORDINATOR (/groupshift/groups/<g>); encodes as its value
     group: str
     state: str
     protocol_type: str | None = None
@@ -60,21 +59,22 @@ class GroupView(msgspec.Struct):
     notes: list[str] = msgspec.field(default_factory=list)  # things the operator should know
 
 
-def check_scheme(scheme: str, allowed: tuple[str, ...] = SCHEMES) -> str:
-    if scheme not in allowed:
-        raise GroupshiftError(f"unknown scheme {scheme!r}; use one of {', '.join(allowed)}")
-    return scheme
+def as_store(scheme: str | Rebalancer) -> Rebalancer:
+    """`scheme` (a spelling or a Rebalancer) as one of `STORES`; else GroupshiftError "unknown scheme ..."."""
+    return Rebalancer.parse(scheme, STORES)
 
 
-def choose_scheme(group: str, found: dict[str, bool], scheme: str | None) -> str:
-    """The one scheme a write applies to: the given one, or the only one the group exists in."""
+def choose_scheme(group: str, found: dict[Rebalancer, bool], scheme: str | Rebalancer | None) -> Rebalancer:
+    """The one store a write applies to: the given one, or the only one the group exists in."""
     if scheme is not None:
-        return check_scheme(scheme)
-    where = [s for s in SCHEMES if found.get(s)]
+        return as_store(scheme)
+    where = [s for s in STORES if found.get(s)]
     if not where:
         raise UnknownGroup(f"group {group!r} does not exist in either scheme; check the name (and --zk)")
     if len(where) > 1:
+        names = [s.value for s in STORES]
         raise GroupshiftError(
-            f"group {group!r} exists under both schemes (zk and coordinator); pass --scheme zk|coordinator"
+            f"group {group!r} exists under both schemes ({' and '.join(names)}); "
+            f"pass --scheme {'|'.join(names)}"
         )
     return where[0]

@@ -1,39 +1,103 @@
 """The migration record: a pure state machine, stored as JSON in `/groupshift/migrations/<g>`.
 
+State transitions
+-----------------
+
     offline: planned -> frozen  -> copied -> verified -> switched -> done
     live:    planned -> bridged -> copied -> verified -> switched -> done
     any state before done -> rolled_back
 
+`TRANSITIONS` is this table as data, one per mode: a state -> the states it may go to next.
+`advance` is the one function that changes a record's state; it refuses a transition that is not
+in the table (`IllegalTransition`). `done` and `rolled_back` are terminal: a new migration of the
+group replaces the record.
+
 `planned` saves the destination's offsets as they were (for a rollback); `frozen` saves the
 source's offsets (the snapshot every later step compares with). `bridged` (live mode) lets legacy
-and coordinator consumers share the group (`migrate.bridge`); the members carry the offsets over
-by committing to both schemes, so a live `copied` means "no legacy member is left". Nothing here does I/O: the
-engine (`migrate.offline`) reads, decides with these functions, and writes each transition as
-one ZooKeeper `multi` guarded by the record's version. Its path, the engine's lock and the bridge's
-markers are `coordinator/layout.py`'s (`migration_path`, `migration_lock_path`, `bridge_marker_dir`).
+and coordinator consumers share the group (`migrate.migration.bridge`); the members carry the
+offsets over by committing to both schemes, so a live `copied` means "no legacy member is left".
+Nothing here does I/O: the engine (`migrate.migration.offline`, `live`) reads, decides with these
+functions, and writes each transition as one ZooKeeper `multi` guarded by the record's version.
+Its path, the engine's lock and the bridge's markers are `coordinator/layout.py`'s
+(`migration_path`, `migration_lock_path`, `bridge_marker_dir`).
+
+>>> sorted(TRANSITIONS["offline"][State.PLANNED])
+[<State.FROZEN: 'frozen'>, <State.ROLLED_BACK: 'rolled_back'>]
+>>> State.DONE.value, State.DONE == "done"
+('done', True)
 """
 
 from __future__ import annotations
+
+import enum
 
 import msgspec
 
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 
-PLANNED, FROZEN, BRIDGED, COPIED, VERIFIED, SWITCHED, DONE, ROLLED_BACK = (
-    "planned",
-    "frozen",
-    "bridged",
-    "copied",
-    "verified",
-    "switched",
-    "done",
-    "rolled_back",
-)
+
+class State(enum.StrEnum):
+    """One state of a migration. The value is what the record stores and `migrate status` prints (a
+    StrEnum: the record's JSON is the same as when states were plain strings)."""
+
+    #: The record exists; `prior` holds the destination's offsets before the migration.
+    PLANNED = "planned"
+    #: Offline: the source's offsets are saved as `snapshot`; the copy may start.
+    FROZEN = "frozen"
+    #: Live: legacy and coordinator consumers share the group through the bridge.
+    BRIDGED = "bridged"
+    #: The snapshot's offsets are in the destination (live: no legacy member is left).
+    COPIED = "copied"
+    #: A second read found the destination equal to the snapshot.
+    VERIFIED = "verified"
+    #: The group belongs to the destination now (live: the members left bridge mode).
+    SWITCHED = "switched"
+    #: Finished. Terminal.
+    DONE = "done"
+    #: The destination was put back as it was. Terminal.
+    ROLLED_BACK = "rolled_back"
+
+
+PLANNED = State.PLANNED
+FROZEN = State.FROZEN
+BRIDGED = State.BRIDGED
+COPIED = State.COPIED
+VERIFIED = State.VERIFIED
+SWITCHED = State.SWITCHED
+DONE = State.DONE
+ROLLED_BACK = State.ROLLED_BACK
+
+MODES = ("offline", "live")
+
+#: mode -> state -> the states a record of that mode may go to from it (the docstring's table).
+TRANSITIONS: dict[str, dict[State, frozenset[State]]] = {
+    "offline": {
+        PLANNED: frozenset({FROZEN, ROLLED_BACK}),
+        FROZEN: frozenset({COPIED, ROLLED_BACK}),
+        BRIDGED: frozenset({ROLLED_BACK}),  # a live state; an offline record never holds it
+        COPIED: frozenset({VERIFIED, ROLLED_BACK}),
+        VERIFIED: frozenset({SWITCHED, ROLLED_BACK}),
+        SWITCHED: frozenset({DONE, ROLLED_BACK}),
+        DONE: frozenset(),
+        ROLLED_BACK: frozenset(),
+    },
+    "live": {
+        PLANNED: frozenset({BRIDGED, ROLLED_BACK}),
+        FROZEN: frozenset({ROLLED_BACK}),  # an offline state; a live record never holds it
+        BRIDGED: frozenset({COPIED, ROLLED_BACK}),
+        COPIED: frozenset({VERIFIED, ROLLED_BACK}),
+        VERIFIED: frozenset({SWITCHED, ROLLED_BACK}),
+        SWITCHED: frozenset({DONE, ROLLED_BACK}),
+        DONE: frozenset(),
+        ROLLED_BACK: frozenset(),
+    },
+}
+
+# The path a run takes when nothing goes wrong (what `migrate plan` lists as its steps).
 ORDER = (PLANNED, FROZEN, COPIED, VERIFIED, SWITCHED, DONE)
 LIVE_ORDER = (PLANNED, BRIDGED, COPIED, VERIFIED, SWITCHED, DONE)
 TERMINAL = (DONE, ROLLED_BACK)
-MODES = ("offline", "live")
 LEGACY_ASSIGNORS = ("range", "roundrobin")  # what the legacy consumers of a bridged group use
 
 # A record holds two offset lists; ~40 bytes a partition keeps 20,000 partitions far below
@@ -42,19 +106,23 @@ MAX_PARTITIONS = 20_000
 HISTORY_MAX = 50  # transitions kept in a record (a record is replaced when a new migration starts)
 
 
+class IllegalTransition(GroupshiftError):
+    """A state change the table does not allow (e.g. a step skipped, or leaving a terminal state)."""
+
+
 class Migration(msgspec.Struct):
     group: str
     source: str  # zk | coordinator
     dest: str  # zk | coordinator | kafka (any Kafka-protocol broker, `bootstrap`)
-    mode: str
-    state: str
+    mode: str  # offline | live
+    state: State
     started_ms: int
     updated_ms: int
     overwrite: bool = False
     dest_existed: bool = False  # the destination group existed before (else rollback deletes it)
     prior: list[tuple[str, int, int]] = msgspec.field(default_factory=list)  # destination before
     snapshot: list[tuple[str, int, int]] = msgspec.field(default_factory=list)  # source when frozen
-    history: list[tuple[str, int]] = msgspec.field(default_factory=list)  # (state, ms)
+    history: list[tuple[State, int]] = msgspec.field(default_factory=list)  # (state, ms)
     legacy_assignor: str = "range"  # live mode: the legacy consumers' partition.assignment.strategy
     bootstrap: str = ""  # --to kafka: the Kafka-protocol brokers the destination group lives on
 
@@ -78,8 +146,9 @@ def decode(data: bytes, path: str) -> Migration:
         raise GroupshiftError(f"the migration record {path} is unreadable ({exc}); inspect it") from None
 
 
-def order(mode: str) -> tuple[str, ...]:
-    return LIVE_ORDER if mode == "live" else ORDER
+def transitions(mode: str) -> dict[State, frozenset[State]]:
+    """The table of `mode` (a record of any other mode follows the offline one)."""
+    return TRANSITIONS["live" if mode == "live" else "offline"]
 
 
 def new(
@@ -118,14 +187,11 @@ def check_bound(n: int, where: str) -> None:
         )
 
 
-def advance(m: Migration, to: str, now: int, **changes) -> Migration:
-    """The record after the transition `m.state -> to`; raises if that is not the next step."""
-    allowed = to == ROLLED_BACK and m.state not in TERMINAL
-    steps = order(m.mode)
-    if m.state in steps[:-1]:
-        allowed = allowed or steps[steps.index(m.state) + 1] == to
-    if not allowed:
-        raise GroupshiftError(f"migration of {m.group!r} cannot go from {m.state} to {to}")
+def advance(m: Migration, to: State, now: int, **changes) -> Migration:
+    """The record after the transition `m.state -> to`; raises `IllegalTransition` unless the table
+    of the record's mode allows it. The one function that changes a record's state."""
+    if to not in transitions(m.mode).get(m.state, frozenset()):
+        raise IllegalTransition(f"migration of {m.group!r} cannot go from {m.state} to {to}")
     history = (m.history + [(to, now)])[-HISTORY_MAX:]
     return msgspec.structs.replace(m, state=to, updated_ms=now, history=history, **changes)
 

@@ -5,9 +5,9 @@
     verify(zk, "billing", "zk", "127.0.0.1:9093")     # partition by partition
     rollback(zk, "billing")                           # the target's offsets as they were
 
-The same record, lock, checkpoints and states as `migrate.offline` (its `_Run` writes them in
+The same record, lock, checkpoints and states as `migrate.migration.offline` (its `_Run` writes them in
 ZooKeeper, `/groupshift/migrations/<g>`); only the destination differs: it is read and written
-through `migrate.kafka_target` (confluent-kafka's AdminClient), and the record keeps the
+through `migrate.migration.kafka_target` (confluent-kafka's AdminClient), and the record keeps the
 bootstrap. `prior` holds the target group's offsets before the run, for the partitions the
 source has and any the broker lists; a rollback commits them again, or deletes the group
 (DeleteGroups) when it had none. Every check happens before the record is written.
@@ -21,26 +21,30 @@ import msgspec
 from kazoo.client import KazooClient
 
 from core.errors import GroupshiftError, UnknownGroup
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate import offline, writes
-from migrate import record as R
-from migrate.kafka_target import KafkaTarget, check_bootstrap
-from migrate.model import SCHEMES, check_scheme
-from migrate.offline import MigrationBusy, checkpoint
+from migrate.migration import offline
+from migrate.migration import record as R
+from migrate.migration.kafka_target import KafkaTarget, check_bootstrap
+from migrate.migration.offline import MigrationBusy, checkpoint
+from migrate.schemes import writes
+from migrate.schemes.model import as_store
 
 DEST = "kafka"
 
 
-def check_args(source: str, mode: str = "offline") -> None:
-    check_scheme(source, SCHEMES)
+def check_args(source: str | Rebalancer, mode: str = "offline") -> Rebalancer:
+    """The source store; refused unless `mode` is offline."""
+    source = as_store(source)
     if mode != "offline":
         raise GroupshiftError(
             "a migration to kafka is offline (--mode offline); the bridge is zk -> coordinator"
         )
+    return source
 
 
-def _conflict(rec: R.Migration | None, source: str, bootstrap: str) -> str | None:
-    why = R.conflict(rec, source, DEST, "offline")
+def _conflict(rec: R.Migration | None, source: Rebalancer, bootstrap: str) -> str | None:
+    why = R.conflict(rec, source.value, DEST, "offline")
     if why or rec is None or rec.state in R.TERMINAL or rec.bootstrap == bootstrap:
         return why
     return (
@@ -62,9 +66,9 @@ def _kafka_listeners(zk: KazooClient) -> set[str]:
     return out
 
 
-def _check_not_itself(zk: KazooClient, group: str, source: str, bootstrap: str) -> None:
+def _check_not_itself(zk: KazooClient, group: str, source: Rebalancer, bootstrap: str) -> None:
     """A coordinator group "moved" to this ZooKeeper's own Kafka listener would be copied onto itself."""
-    if source != "coordinator":
+    if source is not Rebalancer.COORDINATOR:
         return
     same = sorted(set(bootstrap.split(",")) & _kafka_listeners(zk))
     if same:
@@ -74,7 +78,7 @@ def _check_not_itself(zk: KazooClient, group: str, source: str, bootstrap: str) 
         )
 
 
-def _source_members(zk: KazooClient, group: str, source: str) -> None:
+def _source_members(zk: KazooClient, group: str, source: str | Rebalancer) -> None:
     names = offline.live_members(zk, source, group)
     if names:
         raise writes.GroupActive(offline._members_refusal(group, source, names, "source"))
@@ -83,13 +87,15 @@ def _source_members(zk: KazooClient, group: str, source: str) -> None:
 # -- plan ------------------------------------------------------------------------------------------
 
 
-def plan(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
+def plan(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str) -> dict:
     """What `run` would do, and the checks it would make; writes nothing."""
-    check_args(source)
+    source = check_args(source)
     bootstrap = check_bootstrap(bootstrap)
     _check_not_itself(zk, group, source, bootstrap)
     if not offline.exists(zk, source, group):
-        raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
+        raise UnknownGroup(
+            f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
+        )
     src = offline.offsets(zk, source, group)
     members = offline.live_members(zk, source, group)
     rec, _ = offline.read_record(zk, group)
@@ -133,7 +139,7 @@ def plan(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
     ]
     return {
         "group": group,
-        "from": source,
+        "from": source.value,
         "to": DEST,
         "bootstrap": bootstrap,
         "mode": "offline",
@@ -153,7 +159,7 @@ def plan(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
 def run(
     zk: KazooClient,
     group: str,
-    source: str,
+    source: str | Rebalancer,
     bootstrap: str,
     *,
     overwrite: bool = False,
@@ -162,7 +168,7 @@ def run(
     progress=None,
 ) -> R.Migration:
     """Start or resume the migration into the Kafka-protocol group; returns the record in state done."""
-    check_args(source)
+    source = check_args(source)
     bootstrap = check_bootstrap(bootstrap)
     _check_not_itself(zk, group, source, bootstrap)
     rec, version = offline.read_record(zk, group)
@@ -172,7 +178,7 @@ def run(
     with KafkaTarget(bootstrap) as t:
         if _already_done(t, rec, source) and not overwrite:
             offline._clear_dead_lock(zk, group)
-            say(f"migrate {group}: already done from {source} to kafka at {bootstrap}; nothing to do")
+            say(f"migrate {group}: already done from {source.value} to kafka at {bootstrap}; nothing to do")
             return rec
         resuming = rec is not None and rec.state not in R.TERMINAL
         holder = offline.lock_holder(zk, group)
@@ -183,7 +189,7 @@ def run(
             )
         if not resuming and not offline.exists(zk, source, group):
             raise UnknownGroup(
-                f"group {group!r} does not exist under scheme {source}; check the name (and --zk)"
+                f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
             )
         _source_members(zk, group, source)
         if resuming:
@@ -192,9 +198,9 @@ def run(
             src = offline.offsets(zk, source, group)
             if not src:
                 raise GroupshiftError(
-                    f"group {group!r} has no committed offsets under {source}; nothing to migrate"
+                    f"group {group!r} has no committed offsets under {source.value}; nothing to migrate"
                 )
-            R.check_bound(len(src), f"group {group!r} under {source}")
+            R.check_bound(len(src), f"group {group!r} under {source.value}")
             t.check_partitions(list(src))
             dst = t.offsets(group, list(src))
             t.check_idle(group, dst)
@@ -214,7 +220,7 @@ def run(
                     )
                 say(f"migrate {group}: resuming from {st.rec.state}")
                 return _advance(st, t, batch, progress)
-            new = R.new(group, source, DEST, "offline", offline._now(), dst, bool(dst), overwrite)
+            new = R.new(group, source.value, DEST, "offline", offline._now(), dst, bool(dst), overwrite)
             new = msgspec.structs.replace(new, bootstrap=bootstrap)
             st.rec, st.version = rec, (version if rec is not None else -1)
             st.write(new)
@@ -223,11 +229,11 @@ def run(
             st.unlock()
 
 
-def _already_done(t: KafkaTarget, rec: R.Migration | None, source: str) -> bool:
+def _already_done(t: KafkaTarget, rec: R.Migration | None, source: Rebalancer) -> bool:
     if (
         rec is None
         or rec.state != R.DONE
-        or (rec.source, rec.dest, rec.bootstrap) != (source, DEST, t.bootstrap)
+        or (rec.source, rec.dest, rec.bootstrap) != (source.value, DEST, t.bootstrap)
     ):
         return False
     want = R.as_offsets(rec.snapshot)
@@ -382,17 +388,19 @@ def _restore(t: KafkaTarget, m: R.Migration, progress, say) -> None:
 # -- verify ----------------------------------------------------------------------------------------
 
 
-def verify(zk: KazooClient, group: str, source: str, bootstrap: str) -> dict:
+def verify(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str) -> dict:
     """Compare the target group with the source now (and with the frozen snapshot, when recorded)."""
-    check_args(source)
+    source = check_args(source)
     bootstrap = check_bootstrap(bootstrap)
     _check_not_itself(zk, group, source, bootstrap)
     if not offline.exists(zk, source, group):
-        raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
+        raise UnknownGroup(
+            f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
+        )
     src = offline.offsets(zk, source, group)
     with KafkaTarget(bootstrap) as t:
         dst = t.offsets(group, list(src))
     rec, _ = offline.read_record(zk, group)
-    ours = rec is not None and (rec.source, rec.dest, rec.bootstrap) == (source, DEST, bootstrap)
-    report = R.verify_report(group, source, DEST, src, dst, rec, ours)
+    ours = rec is not None and (rec.source, rec.dest, rec.bootstrap) == (source.value, DEST, bootstrap)
+    report = R.verify_report(group, source.value, DEST, src, dst, rec, ours)
     return {k: report[k] for k in ("group", "from", "to")} | {"bootstrap": bootstrap} | report

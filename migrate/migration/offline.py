@@ -7,7 +7,7 @@ Every check happens before anything is written (a refused command changes nothin
 holds an ephemeral lock `/groupshift/migration-locks/<g>` (a second run is refused; a lock left
 by a dead process on this host is taken over); every transition of the record is one `multi`
 checking the lock and the record's version. Offsets are read and written with the inspect
-tools' readers and writers (`migrate.legacy`, `migrate.coordinated`, `migrate.writes`).
+tools' readers and writers (`migrate.schemes`: `zk_store`, `coordinator_store`, `writes`).
 
 Test hooks: `GROUPSHIFT_MIGRATE_EXIT_AT=k` makes the process exit (code 99) at the k-th
 checkpoint it reaches (or at the checkpoint named k), to test that a killed migration resumes
@@ -38,15 +38,22 @@ from coordinator.layout import (
     migration_path,
 )
 from core.errors import GroupshiftError, UnknownGroup
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate import bridge, coordinated, legacy, writes, zkio
-from migrate import record as R
-from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK, check_scheme
+from migrate.migration import bridge
+from migrate.migration import record as R
+from migrate.schemes import coordinator_store, writes, zk_store, zkio
+from migrate.schemes.model import as_store
+from zk_rebalance.layout import ids_dir
 
 EXIT_CODE = 99
 _reached = 0  # checkpoints this process passed (the k of GROUPSHIFT_MIGRATE_EXIT_AT=k)
 # Their names, the newest last (tests choose kill points by name: clear it, run, read it).
 passed: deque[str] = deque(maxlen=1_000)
+
+
+# The one direction a live migration goes (the bridge): scheme one's store to the coordinator's.
+LIVE_DIRECTION = (Rebalancer.ZK, Rebalancer.COORDINATOR)
 
 
 class MigrationBusy(GroupshiftError):
@@ -80,22 +87,26 @@ def read_record(zk: KazooClient, group: str) -> tuple[R.Migration | None, int]:
     return R.decode(got[0], migration_path(group)), got[1].version
 
 
-def exists(zk: KazooClient, scheme: str, group: str) -> bool:
-    return legacy.exists(zk, group) if scheme == SCHEME_ZK else coordinated.exists(zk, group)
+def exists(zk: KazooClient, scheme: str | Rebalancer, group: str) -> bool:
+    return (
+        zk_store.exists(zk, group)
+        if as_store(scheme) is Rebalancer.ZK
+        else coordinator_store.exists(zk, group)
+    )
 
 
-def offsets(zk: KazooClient, scheme: str, group: str) -> dict[TopicPartition, int]:
-    read = legacy.read_offsets if scheme == SCHEME_ZK else coordinated.read_offsets
+def offsets(zk: KazooClient, scheme: str | Rebalancer, group: str) -> dict[TopicPartition, int]:
+    read = zk_store.read_offsets if as_store(scheme) is Rebalancer.ZK else coordinator_store.read_offsets
     return {tp: c.offset for tp, c in read(zk, group).items()}
 
 
-def live_members(zk: KazooClient, scheme: str, group: str) -> list[str]:
+def live_members(zk: KazooClient, scheme: str | Rebalancer, group: str) -> list[str]:
     """Who is in the group now (scheme one: registered consumer ids; scheme three: client/member ids)."""
-    if scheme == SCHEME_ZK:
-        return sorted(zkio.children(zk, f"{legacy.group_dir(group)}/ids") or [])
-    _, lead = coordinated.leader(zk, group)
+    if as_store(scheme) is Rebalancer.ZK:
+        return sorted(zkio.children(zk, ids_dir(group)) or [])
+    _, lead = coordinator_store.leader(zk, group)
     if lead is not None:
-        described = coordinated.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
+        described = coordinator_store.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
         if described["group_state"] in ("Empty", "Dead"):
             return []
         return sorted(f"{m['client_id']} ({m['member_id']})" for m in described["members"])
@@ -116,15 +127,15 @@ def lock_holder(zk: KazooClient, group: str) -> dict | None:
     return holder
 
 
-def _members_refusal(group: str, scheme: str, names: list[str], side: str) -> str:
+def _members_refusal(group: str, scheme: str | Rebalancer, names: list[str], side: str) -> str:
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     return (
-        f"group {group!r} has {len(names)} live member(s) on the {side} ({scheme}): {shown}; "
+        f"group {group!r} has {len(names)} live member(s) on the {side} ({as_store(scheme).value}): {shown}; "
         "stop them before an offline migration"
     )
 
 
-def check_idle(zk: KazooClient, group: str, source: str, dest: str) -> None:
+def check_idle(zk: KazooClient, group: str, source: str | Rebalancer, dest: str | Rebalancer) -> None:
     for scheme, side in ((source, "source"), (dest, "destination")):
         names = live_members(zk, scheme, group)
         if names:
@@ -134,11 +145,15 @@ def check_idle(zk: KazooClient, group: str, source: str, dest: str) -> None:
 # -- plan ------------------------------------------------------------------------------------------
 
 
-def plan(zk: KazooClient, group: str, source: str, dest: str, mode: str = "offline") -> dict:
+def plan(
+    zk: KazooClient, group: str, source: str | Rebalancer, dest: str | Rebalancer, mode: str = "offline"
+) -> dict:
     """What `run` would do, and the checks it would make; writes nothing."""
-    check_args(source, dest, mode)
+    source, dest = check_args(source, dest, mode)
     if not exists(zk, source, group):
-        raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
+        raise UnknownGroup(
+            f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
+        )
     src, dst = offsets(zk, source, group), offsets(zk, dest, group)
     rec, _ = read_record(zk, group)
     members = {s: live_members(zk, s, group) for s in (source, dest)}
@@ -154,7 +169,11 @@ def plan(zk: KazooClient, group: str, source: str, dest: str, mode: str = "offli
             f"{len(dst)} partitions" + ("; resuming" if resuming else " (pass --overwrite)" if dst else ""),
         ),
         ("no other migration running", holder is None, _holder_text(holder) if holder else ""),
-        ("no unfinished migration with other arguments", R.conflict(rec, source, dest) is None, ""),
+        (
+            "no unfinished migration with other arguments",
+            R.conflict(rec, source.value, dest.value) is None,
+            "",
+        ),
         (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
     ]
     rows = [
@@ -163,8 +182,8 @@ def plan(zk: KazooClient, group: str, source: str, dest: str, mode: str = "offli
     ]
     return {
         "group": group,
-        "from": source,
-        "to": dest,
+        "from": source.value,
+        "to": dest.value,
         "mode": mode,
         "partitions": len(src),
         "to_copy": len(R.diff(src, dst)),
@@ -180,18 +199,21 @@ def _holder_text(h: dict) -> str:
     return f"pid {h.get('pid')} on {h.get('host')}"
 
 
-def check_args(source: str, dest: str, mode: str) -> None:
-    check_scheme(source)
-    check_scheme(dest)
-    if source == dest:
-        raise GroupshiftError(f"--from and --to are both {source}; a migration goes between the two schemes")
+def check_args(source: str | Rebalancer, dest: str | Rebalancer, mode: str) -> tuple[Rebalancer, Rebalancer]:
+    """The two stores of a migration, refused unless they differ and `mode` can move between them."""
+    source, dest = as_store(source), as_store(dest)
+    if source is dest:
+        raise GroupshiftError(
+            f"--from and --to are both {source.value}; a migration goes between the two schemes"
+        )
     if mode not in R.MODES:
         raise GroupshiftError(f"unknown mode {mode!r}; use offline or live")
-    if mode == "live" and (source, dest) != (SCHEME_ZK, SCHEME_COORDINATOR):
+    if mode == "live" and (source, dest) != LIVE_DIRECTION:
         raise GroupshiftError(
-            f"a live migration goes from zk to coordinator (the bridge), not from {source} to {dest}; "
-            "use --mode offline for this direction"
+            "a live migration goes from zk to coordinator (the bridge), "
+            f"not from {source.value} to {dest.value}; use --mode offline for this direction"
         )
+    return source, dest
 
 
 # -- run -------------------------------------------------------------------------------------------
@@ -256,8 +278,8 @@ class _Run:
 def run(
     zk: KazooClient,
     group: str,
-    source: str,
-    dest: str,
+    source: str | Rebalancer,
+    dest: str | Rebalancer,
     *,
     mode: str = "offline",
     overwrite: bool = False,
@@ -265,17 +287,19 @@ def run(
     say=lambda line: None,
     progress=None,
 ) -> R.Migration:
-    """Start or resume the migration; returns the record in state done (live mode: `migrate.live`)."""
-    check_args(source, dest, mode)
+    """Start or resume the migration; returns the record in state done (live mode: `live.run`)."""
+    source, dest = check_args(source, dest, mode)
     if mode != "offline":
-        raise GroupshiftError("migrate.offline.run migrates offline; --mode live is migrate.live.run")
+        raise GroupshiftError(
+            "migrate.migration.offline.run migrates offline; --mode live is migrate.migration.live.run"
+        )
     rec, version = read_record(zk, group)
-    why = R.conflict(rec, source, dest, mode)
+    why = R.conflict(rec, source.value, dest.value, mode)
     if why:
         raise MigrationBusy(why)
     if _already_done(zk, rec, source, dest) and not overwrite:
         _clear_dead_lock(zk, group)
-        say(f"migrate {group}: already done from {source} to {dest}; nothing to do")
+        say(f"migrate {group}: already done from {source.value} to {dest.value}; nothing to do")
         return rec
     resuming = rec is not None and rec.state not in R.TERMINAL
     holder = lock_holder(zk, group)
@@ -287,19 +311,19 @@ def run(
     if not resuming:
         if not exists(zk, source, group):
             raise UnknownGroup(
-                f"group {group!r} does not exist under scheme {source}; check the name (and --zk)"
+                f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
             )
     check_idle(zk, group, source, dest)
     if not resuming:
         src, dst = offsets(zk, source, group), offsets(zk, dest, group)
         if not src:
             raise GroupshiftError(
-                f"group {group!r} has no committed offsets under {source}; nothing to migrate"
+                f"group {group!r} has no committed offsets under {source.value}; nothing to migrate"
             )
-        R.check_bound(len(src), f"group {group!r} under {source}")
+        R.check_bound(len(src), f"group {group!r} under {source.value}")
         if dst and not overwrite:
             raise GroupshiftError(
-                f"group {group!r} already has {len(dst)} committed offset(s) under {dest}; "
+                f"group {group!r} already has {len(dst)} committed offset(s) under {dest.value}; "
                 "pass --overwrite to replace them (a rollback restores them)"
             )
     state = _Run(zk, group, say)
@@ -313,7 +337,7 @@ def run(
             return _advance(state, batch, progress)
         state.version = version
         state.rec = rec
-        new = R.new(group, source, dest, mode, _now(), dst, exists(zk, dest, group), overwrite)
+        new = R.new(group, source.value, dest.value, mode, _now(), dst, exists(zk, dest, group), overwrite)
         if rec is None:
             state.version = -1
         state.write(new)
@@ -325,10 +349,10 @@ def run(
         state.unlock()
 
 
-def _already_done(zk: KazooClient, rec: R.Migration | None, source: str, dest: str) -> bool:
+def _already_done(zk: KazooClient, rec: R.Migration | None, source: Rebalancer, dest: Rebalancer) -> bool:
     """The same migration finished (maybe by a run killed right after its last transition) and
     the destination still holds exactly what it copied: running it again changes nothing."""
-    if rec is None or rec.state != R.DONE or (rec.source, rec.dest) != (source, dest):
+    if rec is None or rec.state != R.DONE or (rec.source, rec.dest) != (source.value, dest.value):
         return False
     return not R.diff(R.as_offsets(rec.snapshot), offsets(zk, dest, rec.group))
 
@@ -495,16 +519,17 @@ def _restore(zk: KazooClient, m: R.Migration, batch: int, progress, say) -> None
 # -- verify, status ----------------------------------------------------------------------------------
 
 
-def verify(zk: KazooClient, group: str, source: str, dest: str) -> dict:
+def verify(zk: KazooClient, group: str, source: str | Rebalancer, dest: str | Rebalancer) -> dict:
     """Compare the destination with the source now (and with the frozen snapshot, when recorded)."""
-    check_scheme(source)
-    check_scheme(dest)
+    source, dest = as_store(source), as_store(dest)
     if not exists(zk, source, group):
-        raise UnknownGroup(f"group {group!r} does not exist under scheme {source}; check the name (and --zk)")
+        raise UnknownGroup(
+            f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
+        )
     src, dst = offsets(zk, source, group), offsets(zk, dest, group)
     rec, _ = read_record(zk, group)
-    ours = rec is not None and (rec.source, rec.dest) == (source, dest)
-    return R.verify_report(group, source, dest, src, dst, rec, ours)
+    ours = rec is not None and (rec.source, rec.dest) == (source.value, dest.value)
+    return R.verify_report(group, source.value, dest.value, src, dst, rec, ours)
 
 
 def status(zk: KazooClient, group: str) -> dict:

@@ -4,12 +4,10 @@ The stored record says who the members were at the last accepted assignment; a n
 the group's shard knows more (a rebalance in progress), so `read_group` asks it with
 DescribeGroups and falls back to the stored record, with a note, when it does not answer.
 Writes (offsets, deletes) go through the leading node so its cache stays right
-(`migrate.writes`), or into ZooKeeper fenced by the shard epoch when no node leads the shard.
+(`migrate.schemes.writes`), or into ZooKeeper fenced by the shard epoch when no node leads the shard.
 """
 
 from __future__ import annotations
-
-import json
 
 import msgspec
 from kazoo.client import KazooClient
@@ -19,17 +17,22 @@ from coordinator.layout import (
     GROUPS,
     SHARDS,
     decode_group,
+    decode_leader,
+    decode_offset,
+    epoch_path,
     group_path,
+    leader_path,
     name_from_znode,
     offset_path,
+    offsets_dir,
     shard_of,
-    shard_path,
 )
 from core.errors import GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate import zkio
-from migrate.legacy import topic_partitions
-from migrate.model import EMPTY, SCHEME_COORDINATOR, STABLE, Committed, GroupView, Member
+from migrate.schemes import zkio
+from migrate.schemes.model import EMPTY, STABLE, Committed, GroupView, Member
+from migrate.schemes.zk_store import topic_partitions
 
 DESCRIBE_TIMEOUT_S = 5.0
 
@@ -66,21 +69,19 @@ def shard_count(zk: KazooClient) -> int:
 def leader(zk: KazooClient, group: str) -> tuple[int, Leader | None]:
     """(shard, its leader) for the group; leader None when no node leads the shard."""
     shard = shard_of(group, shard_count(zk))
-    got_leader, got_epoch = zkio.get_many(zk, [f"{shard_path(shard)}/leader", f"{shard_path(shard)}/epoch"])
+    got_leader, got_epoch = zkio.get_many(zk, [leader_path(shard), epoch_path(shard)])
     if got_leader is None:
         return shard, None
     try:
-        rec = json.loads(got_leader[0])
-        epoch_version = got_epoch[1].version if got_epoch else -1
-        return shard, Leader(
-            int(rec["node"]), int(rec["epoch"]), str(rec["host"]), int(rec["port"]), shard, epoch_version
-        )
-    except (ValueError, KeyError, TypeError):
+        rec = decode_leader(got_leader[0])
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return shard, None
+    epoch_version = got_epoch[1].version if got_epoch else -1
+    return shard, Leader(rec.node, rec.epoch, rec.host, rec.port, shard, epoch_version)
 
 
 def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
-    base = f"{group_path(group)}/offsets"
+    base = offsets_dir(group_path(group))
     topics = zkio.children(zk, base) or []
     parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
     tps = [
@@ -94,15 +95,10 @@ def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]
         if got is None:
             continue
         try:
-            z = json.loads(got[0])
-            out[tp] = Committed(
-                int(z["offset"]),
-                int(z.get("commit_ts") or got[1].mtime),
-                got[1].mzxid,
-                z.get("metadata") or "",
-            )
-        except (ValueError, KeyError, TypeError):
+            z = decode_offset(tp.topic, tp.partition, got[0])
+        except (msgspec.DecodeError, msgspec.ValidationError):
             continue
+        out[tp] = Committed(z.offset, z.commit_timestamp or got[1].mtime, got[1].mzxid, z.metadata)
     return out
 
 
@@ -122,7 +118,7 @@ def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView |
     except (msgspec.DecodeError, msgspec.ValidationError):
         record = None
         notes.append("the group metadata znode is unreadable; showing offsets only")
-    view = GroupView(scheme=SCHEME_COORDINATOR, group=group, state=EMPTY, offsets=read_offsets(zk, group))
+    view = GroupView(scheme=Rebalancer.COORDINATOR, group=group, state=EMPTY, offsets=read_offsets(zk, group))
     if record is not None:
         view.protocol_type, view.protocol = record.protocol_type, record.protocol_name
         view.generation, view.leader = record.generation_id, record.leader_id

@@ -16,12 +16,22 @@ from kazoo.client import KazooClient
 
 from coordinator.layout import bridge_marker_dir
 from core.errors import GroupshiftError
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate import zkio
-from migrate.model import DEAD, EMPTY, REBALANCING, SCHEME_ZK, STABLE, Committed, GroupView, Member
+from migrate.schemes import zkio
+from migrate.schemes.model import DEAD, EMPTY, REBALANCING, STABLE, Committed, GroupView, Member
+from zk_rebalance.layout import (
+    BROKER_TOPICS,
+    INTERNAL_TOPICS,
+    InvalidRegistration,
+    decode_registration,
+    ids_dir,
+    parse_thread_id,
+    topic_path,
+)
+from zk_rebalance.layout import offset_path as layout_offset_path
 
 CONSUMERS = "/consumers"
-BROKER_TOPICS = "/brokers/topics"
 
 
 def group_dir(group: str) -> str:
@@ -29,7 +39,7 @@ def group_dir(group: str) -> str:
 
 
 def offset_path(group: str, tp: TopicPartition) -> str:
-    return f"{CONSUMERS}/{group}/offsets/{tp.topic}/{tp.partition}"
+    return layout_offset_path(group, tp.topic, tp.partition)
 
 
 def list_groups(zk: KazooClient) -> list[str]:
@@ -50,7 +60,7 @@ def topic_partitions(zk: KazooClient, topics: list[str]) -> dict[str, int | None
     from topics.registry import decode_assignment
 
     out: dict[str, int | None] = {}
-    for topic, got in zip(topics, zkio.get_many(zk, [f"{BROKER_TOPICS}/{t}" for t in topics]), strict=True):
+    for topic, got in zip(topics, zkio.get_many(zk, [topic_path(t) for t in topics]), strict=True):
         if got is None:
             out[topic] = None
             continue
@@ -95,12 +105,9 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     top = zkio.get_many(zk, [group_dir(group)])[0]
     if top is None:
         return None
-    # Kafka 0.8's codecs only once there is a group to show (`groups list` of none needs none).
-    from zk_rebalance.layout import INTERNAL_TOPICS, InvalidRegistration, decode_registration
-
-    ids, bridged = zkio.children_many(zk, [f"{group_dir(group)}/ids", bridge_marker_dir(group)])
+    ids, bridged = zkio.children_many(zk, [ids_dir(group), bridge_marker_dir(group)])
     ids, bridged = ids or [], set(bridged or [])
-    regs = zkio.get_many(zk, [f"{group_dir(group)}/ids/{c}" for c in ids])
+    regs = zkio.get_many(zk, [f"{ids_dir(group)}/{c}" for c in ids])
     owners = _read_owners(zk, group)
     offsets = read_offsets(zk, group)
 
@@ -110,7 +117,7 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     for cid, got in sorted(zip(ids, regs, strict=True), key=lambda x: x[0]):
         if got is None:
             continue  # left while we read
-        path = f"{group_dir(group)}/ids/{cid}"
+        path = f"{ids_dir(group)}/{cid}"
         owned = sorted(tp for tp, thread in owners.items() if thread == cid)
         try:
             sub = decode_registration(got[0], path)
@@ -148,7 +155,7 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
     if stale:
         notes.append(f"partitions owned by consumers that are not registered: {', '.join(stale)}")
     return GroupView(
-        scheme=SCHEME_ZK,
+        scheme=Rebalancer.ZK,
         group=group,
         state=state,
         protocol_type="zk-0.8",
@@ -163,8 +170,6 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
 
 def _read_owners(zk: KazooClient, group: str) -> dict[TopicPartition, str]:
     """tp -> owning consumer id (the owner znode holds a thread id `<consumerId>-<n>`)."""
-    from zk_rebalance.layout import parse_thread_id
-
     base = f"{group_dir(group)}/owners"
     tps = _partition_znodes(zk, base)
     out = {}

@@ -4,7 +4,7 @@
     ... replace the legacy consumers with coordinator consumers, one by one ...
     run(zk, "billing")                            # bridged -> copied -> verified -> switched -> done
 
-`bridged` tells coordinator consumers to join through `migrate.bridge` (legacy registration,
+`bridged` tells coordinator consumers to join through `migrate.migration.bridge` (legacy registration,
 union assignment, owner znodes, dual commits). The members carry the offsets over by committing
 to both schemes (the coordinator's offset of a partition is brought up to the legacy one when a
 coordinator member claims it); the engine copies an offset itself only while the coordinator
@@ -12,7 +12,7 @@ group has no member (a partition nobody consumes, or every consumer stopped). On
 (`/consumers/<g>/ids` holds only bridged members), `copied` is recorded when every legacy offset
 has reached the coordinator, `verified` when a second read finds them equal, then `switched`
 (the members leave bridge mode) and `done`. Each transition is one `multi` under the migration
-lock, as in `migrate.offline`; a killed run resumes with `run`, `rollback` undoes it once the
+lock, as in `migrate.migration.offline`; a killed run resumes with `run`, `rollback` undoes it once the
 coordinator consumers are stopped (the legacy offsets are current: the members dual-committed).
 """
 
@@ -23,11 +23,12 @@ import time
 from kazoo.client import KazooClient
 
 from core.errors import GroupshiftError, UnknownGroup
+from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate import bridge, coordinated, legacy, writes
-from migrate import record as R
-from migrate.model import SCHEME_COORDINATOR, SCHEME_ZK
-from migrate.offline import (
+from migrate.migration import bridge, offline
+from migrate.migration import record as R
+from migrate.migration.offline import (
+    LIVE_DIRECTION,
     MigrationBusy,
     _dead_here,
     _holder_text,
@@ -38,18 +39,15 @@ from migrate.offline import (
     offsets,
     read_record,
 )
+from migrate.schemes import coordinator_store, writes, zk_store
 
 SETTLE_S = 30.0  # how long `run` waits for the members' commits to bring the coordinator level
 POLL_S = 0.5
 MAX_WAIT_S = 86_400.0
 
 
-def check_args(source: str, dest: str, legacy_assignor: str) -> None:
-    if (source, dest) != (SCHEME_ZK, SCHEME_COORDINATOR):
-        raise GroupshiftError(
-            f"a live migration goes from zk to coordinator (the bridge), not from {source} to {dest}; "
-            "use --mode offline for this direction"
-        )
+def check_args(source: str | Rebalancer, dest: str | Rebalancer, legacy_assignor: str) -> None:
+    offline.check_args(source, dest, "live")
     if legacy_assignor not in R.LEGACY_ASSIGNORS:
         raise GroupshiftError(
             f"unknown legacy assignor {legacy_assignor!r}; use {' or '.join(R.LEGACY_ASSIGNORS)} "
@@ -59,21 +57,21 @@ def check_args(source: str, dest: str, legacy_assignor: str) -> None:
 
 def behind(zk: KazooClient, group: str) -> dict[TopicPartition, tuple[int, int | None]]:
     """Partitions whose coordinator offset is not (yet) the legacy one: tp -> (legacy, coordinator)."""
-    src = offsets(zk, SCHEME_ZK, group)
-    dst = offsets(zk, SCHEME_COORDINATOR, group)
+    src = offsets(zk, Rebalancer.ZK, group)
+    dst = offsets(zk, Rebalancer.COORDINATOR, group)
     return {tp: (off, dst.get(tp)) for tp, off in src.items() if dst.get(tp) != off}
 
 
 def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
     """What a live `run` would do and the checks it makes; writes nothing."""
-    check_args(SCHEME_ZK, SCHEME_COORDINATOR, legacy_assignor)
-    if not legacy.exists(zk, group):
+    check_args(*LIVE_DIRECTION, legacy_assignor)
+    if not zk_store.exists(zk, group):
         raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
     rec, _ = read_record(zk, group)
     resuming = rec is not None and rec.state not in R.TERMINAL
-    src, dst = offsets(zk, SCHEME_ZK, group), offsets(zk, SCHEME_COORDINATOR, group)
+    src, dst = offsets(zk, Rebalancer.ZK, group), offsets(zk, Rebalancer.COORDINATOR, group)
     legacy_ids, bridged_ids = bridge.registered(zk, group)
-    _, lead = coordinated.leader(zk, group)
+    _, lead = coordinator_store.leader(zk, group)
     coord_members = [] if resuming else _coordinator_members(zk, group, lead)
     holder = lock_holder(zk, group)
     checks = [
@@ -87,7 +85,7 @@ def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
         ("no other migration running", holder is None, _holder_text(holder) if holder else ""),
         (
             "no unfinished migration with other arguments",
-            R.conflict(rec, SCHEME_ZK, SCHEME_COORDINATOR, "live") is None,
+            R.conflict(rec, Rebalancer.ZK.value, Rebalancer.COORDINATOR.value, "live") is None,
             "",
         ),
         (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
@@ -95,8 +93,8 @@ def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
     steps = R.LIVE_ORDER if not resuming else R.LIVE_ORDER[R.LIVE_ORDER.index(rec.state) + 1 :]
     return {
         "group": group,
-        "from": SCHEME_ZK,
-        "to": SCHEME_COORDINATOR,
+        "from": Rebalancer.ZK.value,
+        "to": Rebalancer.COORDINATOR.value,
         "mode": "live",
         "legacy_assignor": legacy_assignor,
         "partitions": len(src),
@@ -113,10 +111,10 @@ def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
     }
 
 
-def _coordinator_members(zk: KazooClient, group: str, lead: coordinated.Leader | None) -> list[str]:
+def _coordinator_members(zk: KazooClient, group: str, lead: coordinator_store.Leader | None) -> list[str]:
     if lead is None:
         return []
-    described = coordinated.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
+    described = coordinator_store.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
     if described["group_state"] in ("Empty", "Dead"):
         return []
     return sorted(f"{m['client_id']} ({m['member_id']})" for m in described["members"])
@@ -136,11 +134,11 @@ def run(
 
     Returns the record: `bridged` while legacy members remain after `wait_s` seconds, else `done`.
     """
-    check_args(SCHEME_ZK, SCHEME_COORDINATOR, legacy_assignor)
+    check_args(*LIVE_DIRECTION, legacy_assignor)
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise GroupshiftError(f"--wait must be between 0 and {MAX_WAIT_S:g} seconds, not {wait_s:g}")
     rec, version = read_record(zk, group)
-    why = R.conflict(rec, SCHEME_ZK, SCHEME_COORDINATOR, "live")
+    why = R.conflict(rec, Rebalancer.ZK.value, Rebalancer.COORDINATOR.value, "live")
     if why:
         raise MigrationBusy(why)
     if rec is not None and rec.mode == "live" and rec.state == R.DONE and not behind(zk, group):
@@ -165,16 +163,16 @@ def run(
             say(f"migrate {group}: resuming the live migration from {st.rec.state}")
         else:
             st.rec, st.version = rec, (version if rec is not None else -1)
-            dst = offsets(zk, SCHEME_COORDINATOR, group)
+            dst = offsets(zk, Rebalancer.COORDINATOR, group)
             st.write(
                 R.new(
                     group,
-                    SCHEME_ZK,
-                    SCHEME_COORDINATOR,
+                    Rebalancer.ZK.value,
+                    Rebalancer.COORDINATOR.value,
                     "live",
                     _now(),
                     dst,
-                    coordinated.exists(zk, group),
+                    coordinator_store.exists(zk, group),
                     False,
                     legacy_assignor,
                 )
@@ -185,9 +183,9 @@ def run(
 
 
 def _check_start(zk: KazooClient, group: str) -> None:
-    if not legacy.exists(zk, group):
+    if not zk_store.exists(zk, group):
         raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
-    _, lead = coordinated.leader(zk, group)
+    _, lead = coordinator_store.leader(zk, group)
     if lead is None:
         raise GroupshiftError(
             f"no coordinator node leads group {group!r}; start one (`groupshift coordinator serve`) before a "
@@ -199,20 +197,20 @@ def _check_start(zk: KazooClient, group: str) -> None:
             f"group {group!r} already has {len(names)} coordinator member(s) "
             f"({', '.join(names[:10])}) that are not bridged; stop them before a live migration"
         )
-    dst = offsets(zk, SCHEME_COORDINATOR, group)
+    dst = offsets(zk, Rebalancer.COORDINATOR, group)
     if dst:
         raise GroupshiftError(
             f"group {group!r} already has {len(dst)} committed offset(s) under coordinator; a live "
             "migration starts from none (delete them with `groupshift offsets delete`, or migrate "
             "--mode offline --overwrite)"
         )
-    R.check_bound(len(offsets(zk, SCHEME_ZK, group)), f"group {group!r} under zk")
+    R.check_bound(len(offsets(zk, Rebalancer.ZK, group)), f"group {group!r} under zk")
 
 
 def _advance(st: _Run, wait_s: float, settle_s: float, progress) -> R.Migration:
     zk, g = st.zk, st.group
     if st.rec.state == R.PLANNED:
-        snap = offsets(zk, SCHEME_ZK, g)
+        snap = offsets(zk, Rebalancer.ZK, g)
         R.check_bound(len(snap), f"group {g!r} under zk")
         st.write(R.advance(st.rec, R.BRIDGED, _now(), snapshot=R.as_rows(snap)))
     if st.rec.state == R.BRIDGED:
@@ -266,17 +264,19 @@ def _settle(st: _Run, settle_s: float, progress) -> None:
     while True:
         lag = behind(st.zk, st.group)
         if total is None:
-            total = len(offsets(st.zk, SCHEME_ZK, st.group))
+            total = len(offsets(st.zk, Rebalancer.ZK, st.group))
         if progress is not None and total:
             progress(total - len(lag), total)
         if not lag:
             return
-        _, lead = coordinated.leader(st.zk, st.group)
+        _, lead = coordinator_store.leader(st.zk, st.group)
         if not _coordinator_members(st.zk, st.group, lead):
             todo = {tp: legacy_off for tp, (legacy_off, _) in lag.items()}
             checkpoint("before:copy")
             try:
-                how = writes.commit(st.zk, SCHEME_COORDINATOR, st.group, todo, progress=_copy_step(progress))
+                how = writes.commit(
+                    st.zk, Rebalancer.COORDINATOR, st.group, todo, progress=_copy_step(progress)
+                )
             except writes.GroupActive:
                 continue  # a coordinator consumer joined meanwhile: it carries them over
             st.say(f"migrate {st.group}: copied {len(todo)} offsets no member carried {how}")

@@ -45,8 +45,8 @@ from coordinator.layout import bridge_marker_dir, migration_path
 from core.errors import CommitFailed, GroupshiftError
 from core.membership import call_listener
 from core.types import OffsetAndMetadata, TopicPartition
-from migrate import record as R
-from migrate import zkio
+from migrate.migration import record as R
+from migrate.schemes import zkio
 from topics.registry import decode_assignment
 from zk_rebalance import fencing
 from zk_rebalance.assignors import View, partition_assignor, thread_sort_key
