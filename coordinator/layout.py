@@ -17,7 +17,7 @@ the modules it is built of) does the node's reads and writes; the tools (`groups
 `broker_path`; parents: `COORDINATORS`, `SHARDS`, `GROUPS`, `BROKERS`), the migration engine's
 (`migrate/`, docs/migrate.md):
 
-    /groupshift/migrations/<g>                     persistent the migration record (migrate/migration/record.py)
+    /groupshift/migrations/<g>                     persistent the migration record (migration/record.py)
     /groupshift/migration-locks/<g>                ephemeral  held by the process running the migration
     /groupshift/bridge/<g>/<consumer id>           ephemeral  a bridged coordinator member (live mode)
 
