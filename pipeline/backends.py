@@ -4,8 +4,8 @@
 
 * `Rebalancer.ZK` — scheme one: a `zk_rebalance.ZkGroupMember` (Kafka 0.8's ZooKeeper watches),
   on a ZooKeeper session of its own; for manual assignment only the group's offsets (`ZkOffsets`).
-* `Rebalancer.SERVER` — scheme two: a `CoordinatorMember` with `server_assigned=True` (the
-  coordinator assigns with the first of `assignors`), or, `incremental=True`, an
+* `Rebalancer.SERVER` — scheme two: a `ServerAssignedMember` (the draft form: the coordinator
+  assigns with the first of `assignors`), or, `incremental=True`, an
   `IncrementalMember` (KIP-848's incremental form).
 * `Rebalancer.COORDINATOR` — scheme three: a `coordinator.member.consumer_member.CoordinatorMember` (the
   group's leader assigns); while `migrate run --mode live` bridges the group from scheme one, a
@@ -57,7 +57,7 @@ def zk_member(consumer: Any, topics: list[str], listener: object | None, offsets
 
 def server_member(consumer: Any, topics: list[str], listener: object | None, offsets_only: bool) -> Any:
     """Scheme two: the coordinator assigns (classic, or the incremental form)."""
-    from coordinator.member.consumer_member import CoordinatorMember
+    from coordinator.member.consumer_member import ServerAssignedMember
     from coordinator.member.incremental_member import IncrementalMember
 
     o = consumer._options
@@ -65,8 +65,8 @@ def server_member(consumer: Any, topics: list[str], listener: object | None, off
     # reads no ZooKeeper (only to find the coordinator when no bootstrap is given). The
     # incremental form's strategies are the coordinator's `uniform` (default) and `range`.
     given = o["assignors"][:1] if o["assignors_given"] else []
-    make = CoordinatorMember if not consumer.incremental else IncrementalMember
-    kind = {"server_assignor": (given or [None])[0]} if consumer.incremental else {"server_assigned": True}
+    make = ServerAssignedMember if not consumer.incremental else IncrementalMember
+    kind = {"server_assignor": (given or [None])[0]} if consumer.incremental else {}
     return make(
         consumer.group_id,
         topics,
