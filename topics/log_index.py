@@ -33,6 +33,12 @@ TOPIC_ID_NAME = ".topic-id"
 # tick would otherwise look like one.
 _RACY_NS = 1_000_000_000
 
+# How many times a reader lists a partition again when a file it listed is gone: a roll or
+# retention moved on in between, so every retry means a writer made progress. Two writers rolling
+# every few appends on a loaded machine can beat a handful of retries; a partition still changing
+# after this many is reported as the error each reading method documents.
+STALE_LISTING_RETRIES = 50
+
 
 class _Listing(NamedTuple):
     topic_id: str  # a deleted and re-created topic is a new one, even if inodes are reused
@@ -147,7 +153,7 @@ class LogIndex:
         return a
 
     def _segments(self, tp: TopicPartition, fresh: bool = False) -> tuple[_Listing, list[SegmentInfo]]:
-        for _ in range(3):
+        for _ in range(STALE_LISTING_RETRIES):
             lst = self._listing(tp, fresh=fresh)
             try:
                 return lst, [self._info(tp, lst, i) for i in range(len(lst.bases))]

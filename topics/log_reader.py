@@ -19,7 +19,7 @@ from core.types import TopicPartition
 from topics.active import ACTIVE_SUFFIX
 from topics.arrow import empty_batch, int64_values, null_mask
 from topics.errors import OffsetOutOfRange, UnknownPartition
-from topics.log_index import PARTITION_PREFIX, _Listing
+from topics.log_index import PARTITION_PREFIX, STALE_LISTING_RETRIES, _Listing
 from topics.log_input import _to_micros
 from topics.segment import SCHEMA, SegmentInfo
 
@@ -63,7 +63,7 @@ class LogReader:
         return self._latest(tp)
 
     def _latest(self, tp: TopicPartition, fresh: bool = False) -> int:
-        for _ in range(3):
+        for _ in range(STALE_LISTING_RETRIES):
             lst = self._listing(tp, fresh=fresh)
             if not lst.bases:
                 return 0
@@ -113,7 +113,7 @@ class LogReader:
         several are concatenated (at most `_MAX_READ_PIECES` slices per read).
         """
         fresh = False
-        for _ in range(3):
+        for _ in range(STALE_LISTING_RETRIES):
             lst = self._listing(tp, fresh=fresh)
             try:
                 earliest = lst.bases[0] if lst.bases else 0
