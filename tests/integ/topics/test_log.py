@@ -236,12 +236,28 @@ WRITER = textwrap.dedent(
     import os, sys, time
     from topics.log import Log
     root, name, n, go = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3]), sys.argv[4]
+    other = {"A": "B", "B": "A"}[sys.argv[2]]
     log = Log(root, segment_records=int(sys.argv[5]))
     open(go + "." + sys.argv[2], "w").close()  # ready: imports done
     while not os.path.exists(go):
         time.sleep(0.001)
+
+    def done(writer):  # how many calls a writer has made
+        try:
+            with open(go + ".n." + writer) as f:
+                return int(f.read())
+        except (FileNotFoundError, ValueError):
+            return 0
+
     for i in range(n):
+        # At most three calls ahead of the other writer: on a loaded machine one process could
+        # otherwise finish before the other starts, and nothing would race.
+        while i - done(other) > 3:
+            time.sleep(0.001)
         log.produce("t", [(name, name + b"-%d-%d" % (i, j)) for j in range(7)], partition=0)
+        with open(go + ".n." + sys.argv[2] + ".tmp", "w") as f:
+            f.write(str(i + 1))
+        os.replace(go + ".n." + sys.argv[2] + ".tmp", go + ".n." + sys.argv[2])
     """
 )
 
