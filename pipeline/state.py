@@ -1,15 +1,19 @@
 """The lifecycle of a `pipeline.Consumer`: how it reads (group or manual assignment), and closed.
 
-State transitions (`NEXT`: a state -> the states it may go to; any other is a bug in the consumer,
-raised as `IllegalTransition`, never a caller's fault — a call that does not fit the state is
-refused before, with `IllegalState`):
+State transitions
+-----------------
 
-* IDLE -> SUBSCRIBED (`subscribe()`), ASSIGNED (`assign()`), IDLE (`unsubscribe()`), CLOSED (`close()`)
-* SUBSCRIBED -> IDLE (`unsubscribe()`: leaves the group), CLOSED (`close()`)
-* ASSIGNED -> ASSIGNED (`assign()` again), IDLE (`unsubscribe()`), CLOSED (`close()`)
-* CLOSED -> CLOSED (`close()` racing another `close()`); `unsubscribe()` of a closed consumer leaves it closed
+`ENTERED_FROM` (a `core.states.Transitions`): a state <- the states it may be entered from; any
+other move is a bug in the consumer, raised as `IllegalTransition`, never a caller's fault — a call
+that does not fit the state is refused before, with `IllegalState`:
 
->>> IDLE.may_go_to(SUBSCRIBED), SUBSCRIBED.may_go_to(ASSIGNED)
+* IDLE <- IDLE, SUBSCRIBED, ASSIGNED (`unsubscribe()`; from SUBSCRIBED it leaves the group)
+* SUBSCRIBED <- IDLE (`subscribe()`)
+* ASSIGNED <- IDLE (`assign()`), ASSIGNED (`assign()` again)
+* CLOSED <- any state (`close()`; CLOSED: `close()` racing another `close()`). CLOSED is terminal:
+  `unsubscribe()` of a closed consumer leaves it closed
+
+>>> ENTERED_FROM.allows(IDLE, SUBSCRIBED), ENTERED_FROM.allows(SUBSCRIBED, ASSIGNED)
 (True, False)
 """
 
@@ -17,9 +21,7 @@ from __future__ import annotations
 
 import enum
 
-
-class IllegalTransition(RuntimeError):
-    """A transition `NEXT` forbids: a bug in the consumer, never a caller's fault."""
+from core import states
 
 
 class ConsumerState(enum.Enum):
@@ -32,20 +34,25 @@ class ConsumerState(enum.Enum):
     #: `close()` finished (or failed half-way): every call but `close()`/`unsubscribe()` refused.
     CLOSED = "closed"
 
-    def may_go_to(self, new: ConsumerState) -> bool:
-        return new in NEXT[self]
-
     def check_transition_to(self, new: ConsumerState) -> None:
-        if new not in NEXT[self]:
-            raise IllegalTransition(f"a consumer cannot go from {self.value} to {new.value}")
+        """Raise `IllegalTransition` unless a consumer may go from this state to `new`."""
+        ENTERED_FROM.check(self, new, "a consumer")
 
 
 IDLE, SUBSCRIBED, ASSIGNED, CLOSED = ConsumerState
 
-#: state -> the states it may go to (the module docstring's table).
-NEXT: dict[ConsumerState, frozenset[ConsumerState]] = {
-    IDLE: frozenset({SUBSCRIBED, ASSIGNED, IDLE, CLOSED}),
-    SUBSCRIBED: frozenset({IDLE, CLOSED}),
-    ASSIGNED: frozenset({ASSIGNED, IDLE, CLOSED}),
-    CLOSED: frozenset({CLOSED}),
-}
+
+class IllegalTransition(states.IllegalTransition):
+    """A transition `ENTERED_FROM` forbids: a bug in the consumer, never a caller's fault."""
+
+
+#: target state -> the states it may be entered from (the module docstring's table).
+ENTERED_FROM: states.Transitions[ConsumerState] = states.Transitions(
+    {
+        IDLE: {IDLE, SUBSCRIBED, ASSIGNED},
+        SUBSCRIBED: {IDLE},
+        ASSIGNED: {IDLE, ASSIGNED},
+        CLOSED: set(ConsumerState),
+    },
+    IllegalTransition,
+)

@@ -338,8 +338,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
 
     # -- state ---------------------------------------------------------------------------------
     def _transition(self, new: ZkMemberState) -> None:
-        if self.state not in ENTERED_FROM[new]:
-            raise RuntimeError(f"illegal member transition {self.state.name} -> {new.name}")
+        ENTERED_FROM.check(self.state, new, "member {!r}", self.consumer_id)
         self.state = new
 
     def _flags(self) -> dict:

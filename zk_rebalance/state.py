@@ -3,9 +3,10 @@
 State transitions
 -----------------
 
-A `ZkGroupMember` (zk_rebalance/member.py) is in one `ZkMemberState`; `ENTERED_FROM` is the table
-of the states each may be entered from, and `ZkGroupMember._transition` refuses any other move
-(a bug in the member, raised as RuntimeError):
+A `ZkGroupMember` (zk_rebalance/member.py) is in one `ZkMemberState`; `ENTERED_FROM` (a
+`core.states.Transitions`) is the table of the states each may be entered from, and
+`ZkGroupMember._transition` refuses any other move (a bug in the member, raised as
+`IllegalZkMemberTransition`, a RuntimeError):
 
     NEW             ──start()───────────────────────────▶ STARTING
     STARTING        ──the first syncedRebalance─────────▶ REBALANCING
@@ -15,7 +16,7 @@ of the states each may be entered from, and `ZkGroupMember._transition` refuses 
     REBALANCING     ──every attempt failed──────────────▶ FAILED
     any but CLOSED  ──close()───────────────────────────▶ CLOSED
 
->>> ZkMemberState.STABLE.entered_from == frozenset({ZkMemberState.REBALANCING})
+>>> ENTERED_FROM.entered_from(ZkMemberState.STABLE) == frozenset({ZkMemberState.REBALANCING})
 True
 """
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from core.errors import RebalanceFailed
+from core.states import IllegalTransition, Transitions
 from zk_rebalance.layout import ThreadId
 
 
@@ -38,7 +40,7 @@ class ConsumerRebalanceFailed(RebalanceFailed):
 
 
 class ZkMemberState(Enum):
-    """Where a member is; `entered_from` is the set of states it may be entered from (`ENTERED_FROM`)."""
+    """Where a member is; `ENTERED_FROM` says which states each one may be entered from."""
 
     #: Created, not started. Entered from: nothing (the initial state).
     NEW = "new"
@@ -55,26 +57,25 @@ class ZkMemberState(Enum):
     #: Entered from: any state but Closed.
     CLOSED = "closed"
 
-    @property
-    def entered_from(self) -> frozenset[ZkMemberState]:
-        return ENTERED_FROM.get(self, frozenset())
+
+NEW, STARTING, REBALANCING, STABLE, FAILED, CLOSED = ZkMemberState
+
+
+class IllegalZkMemberTransition(IllegalTransition):
+    """A move `ENTERED_FROM` forbids: a bug in the member, never ZooKeeper's or a caller's fault."""
 
 
 #: target state -> the states it may be entered from (the table each member documents above).
-ENTERED_FROM: dict[ZkMemberState, frozenset[ZkMemberState]] = {
-    ZkMemberState.STARTING: frozenset({ZkMemberState.NEW}),
-    ZkMemberState.REBALANCING: frozenset(
-        {
-            ZkMemberState.STARTING,
-            ZkMemberState.STABLE,
-            ZkMemberState.FAILED,
-            ZkMemberState.REBALANCING,
-        }
-    ),
-    ZkMemberState.STABLE: frozenset({ZkMemberState.REBALANCING}),
-    ZkMemberState.FAILED: frozenset({ZkMemberState.REBALANCING}),
-    ZkMemberState.CLOSED: frozenset(ZkMemberState) - {ZkMemberState.CLOSED},
-}
+ENTERED_FROM: Transitions[ZkMemberState] = Transitions(
+    {
+        STARTING: {NEW},
+        REBALANCING: {STARTING, STABLE, FAILED, REBALANCING},
+        STABLE: {REBALANCING},
+        FAILED: {REBALANCING},
+        CLOSED: set(ZkMemberState) - {CLOSED},
+    },
+    IllegalZkMemberTransition,
+)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Kafka's `GroupState` (`GroupMetadata.scala`): every state declares its valid previous states, and
 a transition from any other state is a bug in the coordinator, raised as `IllegalStateTransition`
-(never a client's fault). The state names are the ones DescribeGroups and ListGroups report.
+(never a client's fault). The table is `VALID_PREVIOUS_STATES`, a `core.states.Transitions`. The
+state names are the ones DescribeGroups and ListGroups report.
 
 >>> GroupState.STABLE.valid_previous_states == {GroupState.COMPLETING_REBALANCE}
 True
@@ -14,9 +15,7 @@ from __future__ import annotations
 
 import enum
 
-
-class IllegalStateTransition(RuntimeError):
-    """A transition the state table forbids: a bug in the coordinator, never a client's fault."""
+from core.states import IllegalTransition, Transitions
 
 
 class GroupState(enum.Enum):
@@ -54,28 +53,31 @@ class GroupState(enum.Enum):
 
     @property
     def valid_previous_states(self) -> frozenset[GroupState]:
-        return VALID_PREVIOUS_STATES[self]
+        return VALID_PREVIOUS_STATES.entered_from(self)
 
     def check_transition_from(self, old: GroupState, group_id: str) -> None:
         """Raise `IllegalStateTransition` unless a group may go from `old` to this state."""
-        if old not in VALID_PREVIOUS_STATES[self]:
-            raise IllegalStateTransition(f"group {group_id!r} cannot go from {old.value} to {self.value}")
+        VALID_PREVIOUS_STATES.check(old, self, "group {!r}", group_id)
 
 
-EMPTY = GroupState.EMPTY
-PREPARING_REBALANCE = GroupState.PREPARING_REBALANCE
-COMPLETING_REBALANCE = GroupState.COMPLETING_REBALANCE
-STABLE = GroupState.STABLE
-DEAD = GroupState.DEAD
+EMPTY, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, DEAD = GroupState
+
+
+class IllegalStateTransition(IllegalTransition):
+    """A transition the state table forbids: a bug in the coordinator, never a client's fault."""
+
 
 #: target state -> the states it may be entered from (the table each member documents above).
-VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
-    EMPTY: frozenset({PREPARING_REBALANCE}),
-    PREPARING_REBALANCE: frozenset({STABLE, COMPLETING_REBALANCE, EMPTY}),
-    COMPLETING_REBALANCE: frozenset({PREPARING_REBALANCE}),
-    STABLE: frozenset({COMPLETING_REBALANCE}),
-    DEAD: frozenset({STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD}),
-}
+VALID_PREVIOUS_STATES: Transitions[GroupState] = Transitions(
+    {
+        EMPTY: {PREPARING_REBALANCE},
+        PREPARING_REBALANCE: {STABLE, COMPLETING_REBALANCE, EMPTY},
+        COMPLETING_REBALANCE: {PREPARING_REBALANCE},
+        STABLE: {COMPLETING_REBALANCE},
+        DEAD: set(GroupState),
+    },
+    IllegalStateTransition,
+)
 
 #: The states from which a rebalance may start ("maybe prepare rebalance" does nothing otherwise).
 CAN_REBALANCE = frozenset({STABLE, COMPLETING_REBALANCE, EMPTY})

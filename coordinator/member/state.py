@@ -1,10 +1,12 @@
 """A group member's own state: where it is in the join protocol, and the generation it holds.
 
-Kafka's client-side `MemberState` (`AbstractCoordinator`), with its transitions as data: the
-member changes state only through `MemberState.check_transition_to` (via `GroupMember._set_state`),
-which refuses a transition the table does not list — a bug in the member, never the
-coordinator's fault, raised as `IllegalMemberTransition`. Setting the state the member already
-has is no transition (a JoinGroup sent again while the first is answered MEMBER_ID_REQUIRED).
+Kafka's client-side `MemberState` (`AbstractCoordinator`), with its transitions as data:
+`ENTERED_FROM` (a `core.states.Transitions`), each state with the states it may be entered from.
+The member changes state only through `MemberState.check_transition_to` (via
+`GroupMember._set_state`), which refuses a transition the table does not list — a bug in the
+member, never the coordinator's fault, raised as `IllegalMemberTransition`. Setting the state the
+member already has is no transition (a JoinGroup sent again while the first is answered
+MEMBER_ID_REQUIRED; a heartbeat answer that keeps a member STABLE).
 
 State transitions
 -----------------
@@ -24,9 +26,9 @@ State transitions
   ILLEGAL_GENERATION...) or left on a poll timeout: the generation is forgotten.
 * any state -> CLOSED: `close()`. CLOSED is terminal.
 
->>> MemberState.STABLE.may_become(MemberState.PREPARING_REBALANCE)
+>>> ENTERED_FROM.allows(MemberState.STABLE, MemberState.PREPARING_REBALANCE)
 True
->>> MemberState.CLOSED.may_become(MemberState.UNJOINED)
+>>> ENTERED_FROM.allows(MemberState.CLOSED, MemberState.UNJOINED)
 False
 """
 
@@ -35,15 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from core.states import IllegalTransition, Transitions
+
 NO_GENERATION = -1
 
 
-class IllegalMemberTransition(RuntimeError):
-    """A state change the member's table forbids: a bug in the member, never the coordinator's fault."""
-
-
 class MemberState(Enum):
-    """Kafka's client-side `MemberState`; `TRANSITIONS` says which states each one may become."""
+    """Kafka's client-side `MemberState`; `ENTERED_FROM` says which states each one may follow."""
 
     UNJOINED = "unjoined"  # no generation: not joined yet, fenced, or left (poll timeout)
     PREPARING_REBALANCE = "preparing-rebalance"  # JoinGroup sent
@@ -51,32 +51,31 @@ class MemberState(Enum):
     STABLE = "stable"  # holds the assignment of its generation
     CLOSED = "closed"  # close() ran; terminal
 
-    def may_become(self, new: MemberState) -> bool:
-        """Whether a member in this state may go to `new` (staying put is always allowed)."""
-        return new is self or new in TRANSITIONS[self]
-
     def check_transition_to(self, new: MemberState, group_id: str) -> None:
-        """Raise `IllegalMemberTransition` unless a member may go from this state to `new`."""
-        if not self.may_become(new):
-            raise IllegalMemberTransition(
-                f"a member of group {group_id!r} cannot go from {self.value} to {new.value}"
-            )
+        """Raise `IllegalMemberTransition` unless a member may go from this state to `new` (staying
+        put is no transition: always allowed, and checked first)."""
+        if new is not self:
+            ENTERED_FROM.check(self, new, "a member of group {!r}", group_id)
 
 
-UNJOINED = MemberState.UNJOINED
-PREPARING_REBALANCE = MemberState.PREPARING_REBALANCE
-COMPLETING_REBALANCE = MemberState.COMPLETING_REBALANCE
-STABLE = MemberState.STABLE
-CLOSED = MemberState.CLOSED
+UNJOINED, PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE, CLOSED = MemberState
 
-#: from -> the states it may become (the table the module docstring describes).
-TRANSITIONS: dict[MemberState, frozenset[MemberState]] = {
-    UNJOINED: frozenset({PREPARING_REBALANCE, STABLE, CLOSED}),
-    PREPARING_REBALANCE: frozenset({COMPLETING_REBALANCE, STABLE, UNJOINED, CLOSED}),
-    COMPLETING_REBALANCE: frozenset({STABLE, PREPARING_REBALANCE, UNJOINED, CLOSED}),
-    STABLE: frozenset({PREPARING_REBALANCE, UNJOINED, CLOSED}),
-    CLOSED: frozenset(),
-}
+
+class IllegalMemberTransition(IllegalTransition):
+    """A state change the member's table forbids: a bug in the member, never the coordinator's fault."""
+
+
+#: target state -> the states it may be entered from (the table the module docstring describes).
+ENTERED_FROM: Transitions[MemberState] = Transitions(
+    {
+        UNJOINED: {PREPARING_REBALANCE, COMPLETING_REBALANCE, STABLE},
+        PREPARING_REBALANCE: {UNJOINED, COMPLETING_REBALANCE, STABLE},
+        COMPLETING_REBALANCE: {PREPARING_REBALANCE},
+        STABLE: {UNJOINED, PREPARING_REBALANCE, COMPLETING_REBALANCE},
+        CLOSED: set(MemberState) - {CLOSED},
+    },
+    IllegalMemberTransition,
+)
 
 
 @dataclass(frozen=True)

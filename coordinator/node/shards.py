@@ -16,15 +16,16 @@ State transitions
 -----------------
 
 A shard this node holds is a `Shard` in `ShardLeadership.shards`, in one `ShardStatus`;
-`ENTERED_FROM` is the table of the statuses each may be entered from (None: the node does not
-hold the shard), and `Shard.enter` refuses any other move (`IllegalShardTransition`, a bug):
+`ENTERED_FROM` (a `core.states.Transitions`) is the table of the statuses each may be entered from
+(None: the node does not hold the shard), and `Shard` and `Shard.enter` refuse any other move
+(`IllegalShardTransition`, a bug):
 
     (not held) ──claimed with a new epoch───────────────▶ LOADING
     LOADING    ──its groups and offsets read back───────▶ LEADING
     LOADING, LEADING ──dropped: handed over, fenced, leader znode lost, session lost,
                        load failed, shutdown────────────▶ (not held: removed from `shards`)
 
->>> ShardStatus.LEADING.entered_from
+>>> ENTERED_FROM.entered_from(ShardStatus.LEADING)
 frozenset({<ShardStatus.LOADING: 'loading'>})
 """
 
@@ -43,16 +44,13 @@ from coordinator.wire.errors import (
     COORDINATOR_NOT_AVAILABLE,
     NOT_COORDINATOR,
 )
+from core.states import IllegalTransition, Transitions
 
 log = logging.getLogger("coordinator.node.server")
 
 
-class IllegalShardTransition(RuntimeError):
-    """A move `ENTERED_FROM` forbids: a bug in the node, never a client's fault."""
-
-
 class ShardStatus(enum.Enum):
-    """What this node does with a shard it claimed; `entered_from` lists what it may follow."""
+    """What this node does with a shard it claimed; `ENTERED_FROM` lists what each may follow."""
 
     #: Claimed (its epoch is ours); its groups are being read from ZooKeeper: group requests get
     #: COORDINATOR_LOAD_IN_PROGRESS. Entered from: not held (a claim).
@@ -61,20 +59,20 @@ class ShardStatus(enum.Enum):
     #: Entered from: Loading.
     LEADING = "leading"
 
-    @property
-    def entered_from(self) -> frozenset[ShardStatus | None]:
-        return ENTERED_FROM[self]
-
 
 LOADING = ShardStatus.LOADING
 LEADING = ShardStatus.LEADING
 
+
+class IllegalShardTransition(IllegalTransition):
+    """A move `ENTERED_FROM` forbids: a bug in the node, never a client's fault."""
+
+
 #: status -> the statuses a shard may be in before it (None: not held). Any status may be left
 #: for "not held" (the shard is dropped from `ShardLeadership.shards`).
-ENTERED_FROM: dict[ShardStatus, frozenset[ShardStatus | None]] = {
-    LOADING: frozenset({None}),
-    LEADING: frozenset({LOADING}),
-}
+ENTERED_FROM: Transitions[ShardStatus | None] = Transitions(
+    {LOADING: {None}, LEADING: {LOADING}}, IllegalShardTransition, none_name="not held"
+)
 
 
 class Shard:
@@ -83,22 +81,16 @@ class Shard:
     __slots__ = ("status", "epoch", "since")
 
     def __init__(self, status: ShardStatus, epoch: int):
-        _check(None, status)
+        ENTERED_FROM.check(None, status, "a shard")
         self.status = status
         self.epoch = epoch
         self.since = time.monotonic()
 
     def enter(self, status: ShardStatus) -> None:
         """Move to `status` (see the module docstring's table); `since` is now."""
-        _check(self.status, status)
+        ENTERED_FROM.check(self.status, status, "a shard")
         self.status = status
         self.since = time.monotonic()
-
-
-def _check(old: ShardStatus | None, new: ShardStatus) -> None:
-    if old not in ENTERED_FROM[new]:
-        was = "not held" if old is None else old.value
-        raise IllegalShardTransition(f"a shard cannot go from {was} to {new.value}")
 
 
 def _now_ms() -> int:

@@ -11,8 +11,8 @@ still serves until `stop()` runs.
 State transitions
 -----------------
 
-`ENTERED_FROM` is the table of the states each may be entered from; `NodeState.check_transition_from`
-refuses any other move (`IllegalNodeTransition`, a bug in the node):
+`ENTERED_FROM` (a `core.states.Transitions`) is the table of the states each may be entered from;
+`NodeState.check_transition_from` refuses any other move (`IllegalNodeTransition`, a bug in the node):
 
     NEW                       ──start() registered the node───────────▶ SERVING
     SERVING, SUSPENDED, LOST  ──kazoo: CONNECTED (same or new session)─▶ SERVING
@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import enum
 
-
-class IllegalNodeTransition(RuntimeError):
-    """A move `ENTERED_FROM` forbids: a bug in the node, never a client's fault."""
+from core.states import IllegalTransition, Transitions
 
 
 class NodeState(enum.Enum):
-    """Where a coordinator node is; `entered_from` is the set of states it may be entered from."""
+    """Where a coordinator node is; `ENTERED_FROM` says which states each one may be entered from."""
 
     #: Created; `start()` is connecting, binding and registering. Takes no connections.
     #: Entered from: nothing (the initial state).
@@ -62,28 +60,27 @@ class NodeState(enum.Enum):
         """Takes new connections: from start until stop, ZooKeeper away or not."""
         return self in _ACCEPTING
 
-    @property
-    def entered_from(self) -> frozenset[NodeState]:
-        return ENTERED_FROM.get(self, frozenset())
-
     def check_transition_from(self, old: NodeState) -> None:
         """Raise `IllegalNodeTransition` unless a node may go from `old` to this state."""
-        if old not in ENTERED_FROM[self]:
-            raise IllegalNodeTransition(f"a coordinator node cannot go from {old.value} to {self.value}")
+        ENTERED_FROM.check(old, self, "a coordinator node")
 
 
-NEW = NodeState.NEW
-SERVING = NodeState.SERVING
-SUSPENDED = NodeState.SUSPENDED
-LOST = NodeState.LOST
-STOPPED = NodeState.STOPPED
+NEW, SERVING, SUSPENDED, LOST, STOPPED = NodeState
 
 _ACCEPTING = frozenset({SERVING, SUSPENDED, LOST})
 
+
+class IllegalNodeTransition(IllegalTransition):
+    """A move `ENTERED_FROM` forbids: a bug in the node, never a client's fault."""
+
+
 #: target state -> the states it may be entered from (the table each state documents above).
-ENTERED_FROM: dict[NodeState, frozenset[NodeState]] = {
-    SERVING: frozenset({NEW, SERVING, SUSPENDED, LOST}),
-    SUSPENDED: frozenset({SERVING, SUSPENDED, LOST}),
-    LOST: frozenset({SERVING, SUSPENDED, LOST}),
-    STOPPED: frozenset(NodeState),
-}
+ENTERED_FROM: Transitions[NodeState] = Transitions(
+    {
+        SERVING: {NEW, SERVING, SUSPENDED, LOST},
+        SUSPENDED: {SERVING, SUSPENDED, LOST},
+        LOST: {SERVING, SUSPENDED, LOST},
+        STOPPED: set(NodeState),
+    },
+    IllegalNodeTransition,
+)

@@ -3,14 +3,15 @@
 State transitions
 -----------------
 
-    offline: planned -> frozen  -> copied -> verified -> switched -> done
-    live:    planned -> bridged -> copied -> verified -> switched -> done
-    any state before done -> rolled_back
+    offline: planned -> frozen  -> copied -> verified -> switched -> done      (`ORDER`)
+    live:    planned -> bridged -> copied -> verified -> switched -> done      (`LIVE_ORDER`)
+    any state but done and rolled_back -> rolled_back
 
-`TRANSITIONS` is this table as data, one per mode: a state -> the states it may go to next.
-`advance` is the one function that changes a record's state; it refuses a transition that is not
-in the table (`IllegalTransition`). `done` and `rolled_back` are terminal: a new migration of the
-group replaces the record.
+`ENTERED_FROM` is this table as data, one `core.states.Transitions` per mode, built from the mode's
+path: a state -> the states it may be entered from (each step from the one before it on the path,
+`rolled_back` from any state that is not terminal). `advance` is the one function that changes a
+record's state; it refuses a transition that is not in the table (`IllegalTransition`). `done` and
+`rolled_back` are terminal: a new migration of the group replaces the record.
 
 `planned` saves the destination's offsets as they were (for a rollback); `frozen` saves the
 source's offsets (the snapshot every later step compares with). `bridged` (live mode) lets legacy
@@ -21,7 +22,7 @@ functions, and writes each transition as one ZooKeeper `multi` guarded by the re
 Its path, the engine's lock and the bridge's markers are `coordinator/layout.py`'s
 (`migration_path`, `migration_lock_path`, `bridge_marker_dir`).
 
->>> sorted(TRANSITIONS["offline"][State.PLANNED])
+>>> sorted(s for s in State if ENTERED_FROM["offline"].allows(State.PLANNED, s))
 [<State.FROZEN: 'frozen'>, <State.ROLLED_BACK: 'rolled_back'>]
 >>> State.DONE.value, State.DONE == "done"
 ('done', True)
@@ -30,9 +31,11 @@ Its path, the engine's lock and the bridge's markers are `coordinator/layout.py`
 from __future__ import annotations
 
 import enum
+import itertools
 
 import msgspec
 
+from core import states
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 
@@ -70,30 +73,6 @@ ROLLED_BACK = State.ROLLED_BACK
 
 MODES = ("offline", "live")
 
-#: mode -> state -> the states a record of that mode may go to from it (the docstring's table).
-TRANSITIONS: dict[str, dict[State, frozenset[State]]] = {
-    "offline": {
-        PLANNED: frozenset({FROZEN, ROLLED_BACK}),
-        FROZEN: frozenset({COPIED, ROLLED_BACK}),
-        BRIDGED: frozenset({ROLLED_BACK}),  # a live state; an offline record never holds it
-        COPIED: frozenset({VERIFIED, ROLLED_BACK}),
-        VERIFIED: frozenset({SWITCHED, ROLLED_BACK}),
-        SWITCHED: frozenset({DONE, ROLLED_BACK}),
-        DONE: frozenset(),
-        ROLLED_BACK: frozenset(),
-    },
-    "live": {
-        PLANNED: frozenset({BRIDGED, ROLLED_BACK}),
-        FROZEN: frozenset({ROLLED_BACK}),  # an offline state; a live record never holds it
-        BRIDGED: frozenset({COPIED, ROLLED_BACK}),
-        COPIED: frozenset({VERIFIED, ROLLED_BACK}),
-        VERIFIED: frozenset({SWITCHED, ROLLED_BACK}),
-        SWITCHED: frozenset({DONE, ROLLED_BACK}),
-        DONE: frozenset(),
-        ROLLED_BACK: frozenset(),
-    },
-}
-
 # The path a run takes when nothing goes wrong (what `migrate plan` lists as its steps).
 ORDER = (PLANNED, FROZEN, COPIED, VERIFIED, SWITCHED, DONE)
 LIVE_ORDER = (PLANNED, BRIDGED, COPIED, VERIFIED, SWITCHED, DONE)
@@ -106,8 +85,21 @@ MAX_PARTITIONS = 20_000
 HISTORY_MAX = 50  # transitions kept in a record (a record is replaced when a new migration starts)
 
 
-class IllegalTransition(GroupshiftError):
-    """A state change the table does not allow (e.g. a step skipped, or leaving a terminal state)."""
+class IllegalTransition(GroupshiftError, states.IllegalTransition):
+    """A state change the table does not allow (e.g. a step skipped, or leaving a terminal state).
+
+    A `GroupshiftError`: the CLI says it in one line (a concurrent run, or a record edited by hand)."""
+
+
+def _table(path: tuple[State, ...]) -> states.Transitions[State]:
+    """A mode's table: each step of its path entered from the one before, `rolled_back` from any
+    state that is not terminal (a state of the other mode too, though a record never holds it)."""
+    steps = {new: {old} for old, new in itertools.pairwise(path)}
+    return states.Transitions({**steps, ROLLED_BACK: set(State) - set(TERMINAL)}, IllegalTransition)
+
+
+#: mode -> the states of a record of that mode and the states each may be entered from.
+ENTERED_FROM: dict[str, states.Transitions[State]] = {"offline": _table(ORDER), "live": _table(LIVE_ORDER)}
 
 
 class Migration(msgspec.Struct):
@@ -146,9 +138,9 @@ def decode(data: bytes, path: str) -> Migration:
         raise GroupshiftError(f"the migration record {path} is unreadable ({exc}); inspect it") from None
 
 
-def transitions(mode: str) -> dict[State, frozenset[State]]:
+def transitions(mode: str) -> states.Transitions[State]:
     """The table of `mode` (a record of any other mode follows the offline one)."""
-    return TRANSITIONS["live" if mode == "live" else "offline"]
+    return ENTERED_FROM["live" if mode == "live" else "offline"]
 
 
 def new(
@@ -190,8 +182,7 @@ def check_bound(n: int, where: str) -> None:
 def advance(m: Migration, to: State, now: int, **changes) -> Migration:
     """The record after the transition `m.state -> to`; raises `IllegalTransition` unless the table
     of the record's mode allows it. The one function that changes a record's state."""
-    if to not in transitions(m.mode).get(m.state, frozenset()):
-        raise IllegalTransition(f"migration of {m.group!r} cannot go from {m.state} to {to}")
+    transitions(m.mode).check(m.state, to, "migration of {!r}", m.group)
     history = (m.history + [(to, now)])[-HISTORY_MAX:]
     return msgspec.structs.replace(m, state=to, updated_ms=now, history=history, **changes)
 
