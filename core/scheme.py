@@ -54,11 +54,6 @@ class Rebalancer(Enum):
             raise GroupshiftError(f"unknown scheme {name!r}; use one of {names}")
         return found
 
-    @property
-    def stored_as(self) -> Rebalancer:
-        """The store a group of this rebalancer lives in: scheme two's groups are in the coordinator's."""
-        return Rebalancer.ZK if self is Rebalancer.ZK else Rebalancer.COORDINATOR
-
 
 # The stores the inspection and migration tools read and write: Kafka 0.8's layout and the coordinator's.
 STORES = (Rebalancer.ZK, Rebalancer.COORDINATOR)
