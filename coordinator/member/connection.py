@@ -8,7 +8,6 @@ topic sizes come from `/brokers/topics/<t>`.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -16,8 +15,10 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
+import msgspec
+
 from coordinator.layout import COORDINATORS as COORDINATORS_PATH
-from coordinator.layout import MAX_NODES
+from coordinator.layout import MAX_NODES, CoordinatorRecord, coordinator_path, decode_coordinator
 from coordinator.wire import codec as wire
 from coordinator.wire.schema import Message
 from core.errors import GroupshiftError
@@ -181,10 +182,10 @@ def zk_address(zk) -> str:
     return hosts + (getattr(zk, "chroot", None) or "")
 
 
-def registered_nodes(zk) -> Iterator[dict]:
-    """The registration (JSON) of every coordinator node in `/groupshift/coordinators/ids/<node>`,
-    at most MAX_NODES; a node gone meanwhile or with malformed data is skipped. kazoo's errors
-    other than NoNode reach the caller (after the nodes read so far)."""
+def registered_nodes(zk) -> Iterator[CoordinatorRecord]:
+    """The registration of every coordinator node in `/groupshift/coordinators/ids/<node>`, at most
+    MAX_NODES; a node gone meanwhile or with data that is not a registration is skipped. kazoo's
+    errors other than NoNode reach the caller (after the nodes read so far)."""
     from kazoo.exceptions import NoNodeError
 
     try:
@@ -193,11 +194,9 @@ def registered_nodes(zk) -> Iterator[dict]:
         return
     for child in children[:MAX_NODES]:
         try:
-            info = json.loads(zk.get(f"{COORDINATORS_PATH}/{child}")[0])
-        except (NoNodeError, ValueError):
+            yield decode_coordinator(zk.get(coordinator_path(child))[0])
+        except (NoNodeError, msgspec.DecodeError, msgspec.ValidationError):
             continue
-        if isinstance(info, dict):
-            yield info
 
 
 def zk_bootstrap(zk) -> list[tuple[str, int]]:
@@ -212,13 +211,10 @@ def zk_bootstrap(zk) -> list[tuple[str, int]]:
         return []
     nodes = []
     try:
-        for info in registered_nodes(zk):
-            try:
-                nodes.append((str(info["host"]), int(info["port"])))
-            except (KeyError, TypeError, ValueError):
-                continue
+        for rec in registered_nodes(zk):
+            nodes.append((rec.host, rec.port))
     except KazooException:
-        pass
+        pass  # the nodes read so far
     return nodes
 
 

@@ -57,13 +57,11 @@ def _kafka_listeners(zk: KazooClient) -> set[str]:
     """`HOST:PORT` of every Kafka listener of this ZooKeeper's coordinator nodes."""
     from coordinator.member.connection import registered_nodes
 
-    out = set()
-    for info in registered_nodes(zk):
-        try:
-            out.add(f"{info['kafka_host']}:{int(info['kafka_port'])}")
-        except (KeyError, TypeError, ValueError):
-            continue  # a node without a Kafka listener
-    return out
+    return {
+        f"{rec.kafka_host}:{rec.kafka_port}"
+        for rec in registered_nodes(zk)
+        if isinstance(rec.kafka_host, str) and isinstance(rec.kafka_port, int)  # nodes with a Kafka listener
+    }
 
 
 def _check_not_itself(zk: KazooClient, group: str, source: Rebalancer, bootstrap: str) -> None:

@@ -384,3 +384,21 @@ def test_a_pending_response_is_collected_in_slices_and_responses_come_back_in_or
         stable.close()
     finally:
         conn.close()
+
+
+def test_a_member_reads_only_well_formed_node_registrations(zk):
+    """`zk_bootstrap` (where a member with ZooKeeper looks for nodes) and `to_kafka`'s check of the
+    nodes' own Kafka listeners read `/groupshift/coordinators/ids` through the layout's codec: a
+    registration that does not decode is skipped, never a crash or a bogus address."""
+    from coordinator.layout import COORDINATORS, CoordinatorRecord, coordinator_path, encode_coordinator
+    from coordinator.member.connection import zk_bootstrap
+    from migrate.migration.to_kafka import _kafka_listeners
+
+    zk.ensure_path(COORDINATORS)
+    with_kafka = CoordinatorRecord("h1", 9001, 1, kafka_host="h1", kafka_port=9092)
+    zk.create(coordinator_path(1), encode_coordinator(with_kafka))
+    zk.create(coordinator_path(2), encode_coordinator(CoordinatorRecord("h2", 9002, 1)))
+    zk.create(coordinator_path(3), b"not json")
+    zk.create(coordinator_path(4), b'{"host": "h4", "port": "not a port", "started": 1}')
+    assert sorted(zk_bootstrap(zk)) == [("h1", 9001), ("h2", 9002)]
+    assert _kafka_listeners(zk) == {"h1:9092"}
