@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from coordinator.node.process import CoordinatorNodes  # noqa: E402
 from core.scheme import Rebalancer  # noqa: E402
 from core.zk import connect  # noqa: E402
-from pipeline.spark import SparkConsumer, spark_session  # noqa: E402
+from pipeline.spark import spark_session  # noqa: E402
+from pipeline.spark.loop import SparkConsumer  # noqa: E402
 from testing.zookeeper import ZkServer  # noqa: E402
 from topics.log import Log  # noqa: E402
 from topics.registry import create_topic  # noqa: E402

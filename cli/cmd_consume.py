@@ -77,7 +77,8 @@ def consume(
     own (a replay overwrites it), and commit fenced by the generation. Switching --rebalancer
     changes nothing else. Progress on stderr; a summary at the end."""
     from core.errors import GroupshiftError
-    from pipeline.spark import SparkConsumer, load_transform, spark_session
+    from pipeline.spark import load_transform, spark_session
+    from pipeline.spark.loop import SparkConsumer
 
     if incremental and Rebalancer(rebalancer) is not Rebalancer.SERVER:
         raise GroupshiftError(

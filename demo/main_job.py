@@ -36,7 +36,9 @@ from core.types import TopicPartition
 from core.zk import connect
 from demo.namespace import DemoNamespace
 from migrate.migration import live
-from pipeline.spark import SparkConsumer, outputs, spark_session
+from pipeline.spark import spark_session
+from pipeline.spark.loop import SparkConsumer
+from pipeline.spark.output import outputs
 from topics.store import TopicStore
 
 # At the end (and on failure or interrupt, with their Spark jobs cancelled), how long the members

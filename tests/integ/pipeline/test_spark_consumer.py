@@ -56,7 +56,7 @@ def options(rebalancer: str, bootstrap: str | None) -> dict:
 
 def read_output(out: Path, topic: str) -> Counter:
     """(partition, offset) -> how many times the output holds it."""
-    from pipeline.spark import outputs
+    from pipeline.spark.output import outputs
 
     seen: Counter = Counter()
     for p, _, _, d in outputs(out, topic):
@@ -92,7 +92,7 @@ PER_PARTITION = 10_000
 @pytest.mark.parametrize("rebalancer", ["zk", "incremental"])
 def test_two_spark_consumers_write_every_record_exactly_once(spark, zk, zk_connect, tmp_path, rebalancer):
     from coordinator.node.process import CoordinatorNodes
-    from pipeline.spark import SparkConsumer
+    from pipeline.spark.loop import SparkConsumer
     from topics.log import Log
     from topics.registry import create_topic
 
@@ -143,7 +143,7 @@ def test_two_spark_consumers_write_every_record_exactly_once(spark, zk, zk_conne
 
 
 def test_a_range_reads_only_its_segments_partition_and_row_groups(spark, tmp_path):
-    from pipeline.spark import read_ranges
+    from pipeline.spark.segments import read_ranges
     from topics.log import Log
 
     log = Log(tmp_path / "log", segment_records=50_000)  # a whole segment's worth: Parquet
@@ -167,7 +167,7 @@ def test_a_range_reads_only_its_segments_partition_and_row_groups(spark, tmp_pat
 
 
 def test_a_range_reaching_into_the_active_segment_reads_it_too(spark, tmp_path):
-    from pipeline.spark import read_ranges, segment_files
+    from pipeline.spark.segments import read_ranges, segment_files
     from topics.log import Log
 
     log = Log(tmp_path / "log", segment_records=1000)
@@ -200,7 +200,8 @@ def test_a_consumer_killed_mid_batch_is_replayed_or_recovered_exactly_once(
 ):
     """Killed after staging its batch: before the commit the successor writes the ranges again;
     after the commit (before publishing) the successor publishes the staged output."""
-    from pipeline.spark import SparkConsumer, outputs
+    from pipeline.spark.loop import SparkConsumer
+    from pipeline.spark.output import outputs
     from topics.log import Log
     from topics.registry import create_topic
 
@@ -440,8 +441,9 @@ def job_committed(zk_connect, log) -> dict:
 def worker_main(spec: dict) -> None:
     """A Spark consumer that dies (exit 17) in its first batch: after staging it, before committing
     it, or after committing it, before publishing it."""
-    import pipeline.spark as spark_module
-    from pipeline.spark import SparkConsumer, spark_session
+    import pipeline.spark.loop as spark_module
+    from pipeline.spark import spark_session
+    from pipeline.spark.loop import SparkConsumer
     from topics.log import Log
 
     spark = spark_session("groupshift-crash")
