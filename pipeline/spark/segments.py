@@ -101,3 +101,70 @@ def _active_records(topic_dir: Path, partition: int, start: int, end: int) -> An
         batches.append(batch)
     table = pa.Table.from_batches(batches, schema=SCHEMA)
     return table.append_column("partition", pa.array([partition] * table.num_rows, pa.int32()))
+
+
+# -- the streaming source's executors ----------------------------------------------------------
+
+#: The `groupshift` source's columns, as Spark's Kafka source names them.
+STREAM_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+MAX_SLICE_RECORDS = 1_000_000  # a range longer than this is read as several Spark partitions
+
+
+def split_at_segments(topic_dir: Path, partition: int, start: int, end: int) -> list[tuple[int, int]]:
+    """`[start, end)` cut at the partition's segment bases (and every `MAX_SLICE_RECORDS`), so that
+    executors read the pieces in parallel, each from one segment."""
+    parquet, active = _segments(topic_dir / f"partition={partition}")
+    cuts = sorted({b for b, _ in parquet} | ({active} if active is not None else set()))
+    bounds = [start, *[c for c in cuts if start < c < end], end]
+    pieces = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        while b - a > MAX_SLICE_RECORDS:
+            pieces.append((a, a + MAX_SLICE_RECORDS))
+            a += MAX_SLICE_RECORDS
+        if b > a:
+            pieces.append((a, b))
+    return pieces
+
+
+def read_slice(root: str, topic: str, partition: int, start: int, end: int) -> Any:
+    """Records `[start, end)` of a partition as Arrow batches in the stream's columns, read through
+    the log (Parquet segments by row group, the active segment's tail) on an executor."""
+    import pyarrow as pa
+
+    from topics.log import Log
+
+    log = Log(Path(root))
+    tp = TopicPartition(topic, partition)
+    schema = _arrow_stream_schema()
+    while start < end:
+        batch, nxt = log.read(tp, start, end - start)
+        if batch.num_rows == 0:
+            break
+        n = batch.num_rows
+        yield pa.RecordBatch.from_arrays(
+            [
+                batch.column(1),
+                batch.column(2),
+                pa.array([topic] * n, pa.string()),
+                pa.array([partition] * n, pa.int32()),
+                batch.column(0),
+                batch.column(3),
+            ],
+            schema=schema,
+        )
+        start = nxt
+
+
+def _arrow_stream_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("key", pa.binary()),
+            pa.field("value", pa.binary()),
+            pa.field("topic", pa.string()),
+            pa.field("partition", pa.int32()),
+            pa.field("offset", pa.int64()),
+            pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )

@@ -57,6 +57,9 @@ def spark_session(
                 os.dup2(saved, 2)
                 os.close(saved)
     spark.sparkContext.setLogLevel("ERROR")
+    from pipeline.spark.source import register
+
+    register(spark)  # format("groupshift")
     return spark
 
 

@@ -1,0 +1,289 @@
+"""The `groupshift` source's stream reader: the group member that plans Spark's micro-batches.
+
+PySpark runs a Python stream reader in a process of its own on the driver's host, one per query
+run, and calls its offset methods there; it pickles a second instance (built in a planner
+worker) to the executors, which only call `read`. So this reader:
+
+* joins the group **lazily**, in the first `initialOffset`/`latestOffset` (never in
+  `__init__`, which also runs in the planner worker), as a `pipeline.Consumer` whose partitions
+  stay paused: it runs the group protocol of its rebalancer, Spark reads the records;
+* plans each batch in `latestOffset`: the partitions the group gives it, each from the group's
+  committed offset (never committed: `startingOffsets`) to the log end, at most the read limit
+  in all, recorded with the generation in the offset (`pipeline.spark.offsets`) so that a replay
+  reads the same records and a partition just given to it starts where the group says;
+* `partitions(start, end)` splits the batch's ranges at segment boundaries; executors read each
+  piece from the log (the log root is a path every process sees) and return Arrow batches;
+* commits a batch's ends to the group fenced by the generation it was planned under — when the
+  exactly-once writer asks (`pipeline.spark.commit_service`), else itself before planning the
+  next batch (Spark's own `commit(end)` comes one batch late and never for the last one);
+* leaves the group in `stop()`. Spark ends the process with SIGTERM on `query.stop()` without
+  calling `stop()`, so the reader turns SIGTERM into an exit that runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+
+from core.errors import CommitFailed
+from core.types import TopicPartition
+from pipeline.spark.commit_service import CommitService, Outcome
+from pipeline.spark.offsets import StreamOffset, decode, encode
+from pipeline.spark.options import EARLIEST, LATEST, SourceOptions
+from pipeline.spark.planning import plan
+
+log = logging.getLogger(__name__)
+
+SETTLED_KEPT = 64  # outcomes remembered for the writer's repeated asks (a few batches suffice)
+JOIN_WAIT_MS = 200  # how long one latestOffset lets a join in flight proceed before answering
+
+
+@dataclass
+class Slice(InputPartition):
+    """One piece of a batch, all an executor needs: `[start, end)` of a partition of a topic."""
+
+    root: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self.id = uuid.uuid4().hex[:16]
+        self._consumer: Any = None
+        self._service: CommitService | None = None
+        self._resets: dict[TopicPartition, int] = {}
+        self._targets: dict[TopicPartition, int] | None = None
+        self._settled: OrderedDict[tuple, Outcome] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        # Executors get a pickled copy: only what `read` needs (nothing) and the options.
+        return {"options": self.options, "id": self.id}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["options"])
+        self.id = state["id"]
+
+    # -- the member ----------------------------------------------------------------------------
+
+    def _member(self) -> Any:
+        if self._consumer is None:
+            from pipeline.consumer import Consumer
+
+            o = self.options
+            consumer = Consumer(o.group, list(o.topics), listener=_Pauser(self), **o.consumer_options())
+            try:
+                self._service = CommitService(self._settle, self._planned_by_me)
+            except BaseException:
+                consumer.close(autocommit=False)
+                raise
+            self._consumer = consumer
+            consumer.pause(*consumer.assignment())  # what it got before the listener could see it
+            _leave_on_sigterm()
+            log.info("group %s: stream reader %s joining (%s)", o.group, self.id, o.rebalancer.value)
+        return self._consumer
+
+    def _planned_by_me(self, offset: StreamOffset) -> bool:
+        return offset.member == self.id
+
+    def _settle(self, offset: StreamOffset) -> Outcome:
+        """Commit a batch this reader planned, once; the outcome is remembered for repeated asks."""
+        if offset.member != self.id:
+            return Outcome.NOT_PLANNER
+        if not offset.ranges:
+            return Outcome.COMMITTED
+        key = (offset.generation, tuple(sorted(offset.ranges.items())))
+        with self._lock:
+            if key in self._settled:
+                return self._settled[key]
+            try:
+                self._consumer.commit_planned(offset.ends(), offset.generation)
+                outcome = Outcome.COMMITTED
+            except CommitFailed as exc:
+                log.info("group %s: batch not committed, the group moved on: %s", self.options.group, exc)
+                outcome = Outcome.FENCED
+            # any other error propagates: unknown, asked again later
+            self._settled[key] = outcome
+            while len(self._settled) > SETTLED_KEPT:
+                self._settled.popitem(last=False)
+            return outcome
+
+    # -- Spark's calls (in the reader process) --------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        self._member()
+        return encode(StreamOffset())
+
+    def getDefaultReadLimit(self):
+        n = self.options.max_offsets_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        consumer = self._member()
+        self._wait_for_assignment(consumer)
+        log_ = consumer.log
+        self._targets = {tp: log_.latest(tp) for tp in consumer.assignment()}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict | None:
+        consumer = self._member()
+        previous = decode(start)
+        if previous.member == self.id and previous.ranges:
+            try:
+                self._settle(previous)  # the batch before ran to its end (Spark plans after it)
+            except Exception as exc:  # noqa: BLE001 - its commit is asked again next time
+                log.warning("group %s: could not commit the last batch yet: %s", self.options.group, exc)
+        self._wait_for_assignment(consumer)
+        owned = sorted(consumer.assignment())
+        generation = consumer.generation
+        if not owned or consumer.rebalance_in_progress:
+            return start
+        committed = consumer.committed(owned)
+        log_ = consumer.log
+        ends = {tp: log_.latest(tp) for tp in owned}
+        earliest = {tp: log_.earliest(tp) for tp in owned}
+        resets = self._starts(owned, committed, ends, earliest)
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        if budget is None and self.options.max_offsets_per_trigger:
+            budget = self.options.max_offsets_per_trigger
+        p = plan(
+            owned,
+            committed,
+            ends=ends,
+            earliest=earliest,
+            resets=resets,
+            budget=budget,
+            targets=self._targets,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+        )
+        for tp, (lost_from, lost_to) in p.skipped.items():
+            log.warning(
+                "%s: offsets %d..%d were removed unread (failOnDataLoss=false)", tp, lost_from, lost_to
+            )
+        if not p.ranges:
+            return start
+        assert self._service is not None
+        offset = StreamOffset(
+            member=self.id,
+            generation=generation,
+            address=self._service.address,
+            secret=self._service.secret,
+            ranges=p.ranges,
+        )
+        return encode(offset)
+
+    def _wait_for_assignment(self, consumer: Any) -> None:
+        """Run the group's pending work (rebalances, listener callbacks) on this thread; while the
+        member waits for an assignment, give the join a short slice before answering Spark."""
+        consumer.poll(0)
+        if consumer.rebalance_in_progress:
+            consumer.poll(JOIN_WAIT_MS)
+
+    def _starts(self, owned, committed, ends, earliest) -> dict[TopicPartition, int]:
+        """Where partitions the group never committed start (`startingOffsets`), fixed the first time
+        this reader sees each, so that `latest` means the end when the stream got the partition."""
+        held = set(owned)
+        for tp in list(self._resets):
+            if tp not in held or committed.get(tp) is not None:
+                del self._resets[tp]
+        for tp in owned:
+            if committed.get(tp) is None and tp not in self._resets:
+                o = self.options
+                wanted = o.starting_offsets.get(tp, LATEST if o.starting == "latest" else EARLIEST)
+                if o.starting == "json" and tp not in o.starting_offsets:
+                    wanted = EARLIEST
+                self._resets[tp] = {EARLIEST: earliest[tp], LATEST: ends[tp]}.get(wanted, wanted)
+        return self._resets
+
+    def partitions(self, start: dict, end: dict) -> list[Slice]:
+        from pipeline.spark.segments import split_at_segments
+
+        offset = decode(end)
+        root = str(Path(self.options.log_root or _default_root()).resolve())
+        slices = []
+        for tp, (s, e) in sorted(offset.ranges.items()):
+            for a, b in split_at_segments(Path(root) / tp.topic, tp.partition, s, e):
+                slices.append(Slice(root, tp.topic, tp.partition, a, b))
+        return slices
+
+    def commit(self, end: dict) -> None:
+        offset = decode(end)
+        if offset.member == self.id and offset.ranges and self._consumer is not None:
+            try:
+                self._settle(offset)
+            except Exception as exc:  # noqa: BLE001 - asked again before the next batch
+                log.warning("group %s: commit of the last batch failed: %s", self.options.group, exc)
+
+    def stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if self._service is not None:
+            self._service.close()
+            self._service = None
+        if consumer is not None:
+            log.info("group %s: stream reader %s leaving", self.options.group, self.id)
+            consumer.close(autocommit=False)
+
+    # -- executors ------------------------------------------------------------------------------
+
+    def read(self, partition: Slice) -> Iterator[Any]:
+        from pipeline.spark.segments import read_slice
+
+        yield from read_slice(
+            partition.root, partition.topic, partition.partition, partition.start, partition.end
+        )
+
+
+class _Pauser:
+    """The member's listener: assigned partitions stay paused (Spark reads them, not the fetcher)."""
+
+    def __init__(self, reader: GroupStreamReader):
+        self.reader = reader
+
+    def on_partitions_assigned(self, partitions):
+        consumer = self.reader._consumer
+        if consumer is not None:
+            consumer.pause(*partitions)
+
+    def on_partitions_revoked(self, partitions):
+        pass
+
+    def on_partitions_lost(self, partitions):
+        pass
+
+
+def _default_root() -> Path:
+    from topics.root import default_root
+
+    return default_root()
+
+
+def _leave_on_sigterm() -> None:
+    """Spark stops a query by sending SIGTERM to this process: exit through Python, so that the
+    runner's `finally: reader.stop()` leaves the group instead of waiting out the session."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", "") or getattr(main, "__file__", "") or ""
+    if "streaming_source_runner" not in name or threading.current_thread() is not threading.main_thread():
+        return
+
+    def leave(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, leave)
+    log.debug("pid %d: SIGTERM leaves the group", os.getpid())
