@@ -71,6 +71,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._targets: dict[TopicPartition, int] | None = None
         self._settled: OrderedDict[tuple, Outcome] = OrderedDict()
         self._lock = threading.Lock()
+        self._state: dict = {}  # what reportLatestOffset tells Spark's progress
 
     def __getstate__(self) -> dict:
         # Executors get a pickled copy: only what `read` needs (nothing) and the options.
@@ -152,6 +153,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         owned = sorted(consumer.assignment())
         generation = consumer.generation
         if not owned or consumer.rebalance_in_progress:
+            self._state = _state(owned, generation, None, settled=False)
             return start
         committed = consumer.committed(owned)
         log_ = consumer.log
@@ -171,6 +173,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             targets=self._targets,
             fail_on_data_loss=self.options.fail_on_data_loss,
         )
+        self._state = _state(owned, generation, p.lag, settled=True)
         for tp, (lost_from, lost_to) in p.skipped.items():
             log.warning(
                 "%s: offsets %d..%d were removed unread (failOnDataLoss=false)", tp, lost_from, lost_to
@@ -186,6 +189,10 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges=p.ranges,
         )
         return encode(offset)
+
+    def reportLatestOffset(self) -> dict | None:
+        """Not an offset: the member's state, shown in Spark's progress (`sources[].latestOffset`)."""
+        return {"member_state": self._state} if self._state else None
 
     def _wait_for_assignment(self, consumer: Any) -> None:
         """Run the group's pending work (rebalances, listener callbacks) on this thread; while the
@@ -246,6 +253,15 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_slice(
             partition.root, partition.topic, partition.partition, partition.start, partition.end
         )
+
+
+def _state(owned, generation: int, lag: int | None, settled: bool) -> dict:
+    return {
+        "assignment": [[tp.topic, tp.partition] for tp in sorted(owned)],
+        "generation": generation,
+        "lag": lag,
+        "settled": settled,
+    }
 
 
 class _Pauser:

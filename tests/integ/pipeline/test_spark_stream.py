@@ -80,6 +80,10 @@ def test_one_query_reads_every_record_exactly_once_and_commits_to_the_group(spar
     )
     q.awaitTermination(180)
     assert q.exception() is None
+    from pipeline.spark.query import member_state
+
+    state = member_state(q.lastProgress)
+    assert state is not None and len(state["assignment"]) == 3, q.lastProgress
     seen = read_output(out, "t")
     assert len(seen) == 15_000 and set(seen.values()) == {1}
     for p in range(3):
