@@ -1,4 +1,5 @@
-"""`groupshift consume`: a Spark consumer (PySpark) that is a member of a group under any scheme."""
+"""`groupshift consume`: a Spark streaming query (the `groupshift` source) that is a member of a
+group under any scheme and writes every record exactly once."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ from pipeline.limits import MAX_RECORDS_PER_BATCH
     help="Output directory: <out>/<topic>/partition=<p>/offsets=<start>-<end>/ per batch and partition.",
 )
 @click.option(
+    "--checkpoint",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Spark's checkpoint location for this query (keep it to restart the query where it was); "
+    "default: a new one, removed at exit (the group's offsets still say where to go on).",
+)
+@click.option(
     "--rebalancer",
     type=click.Choice(Rebalancer.names()),
     default=Rebalancer.ZK.value,
@@ -40,7 +48,14 @@ from pipeline.limits import MAX_RECORDS_PER_BATCH
     "--data",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=None,
-    help="Log root (default: $GROUPSHIFT_DATA, else $GROUPSHIFT_HOME/data).",
+    help="Log root, a path every Spark process sees (default: $GROUPSHIFT_DATA, else $GROUPSHIFT_HOME/data).",
+)
+@click.option(
+    "--spark-master",
+    default="local[2]",
+    show_default=True,
+    metavar="URL",
+    help="local[N] or spark://HOST:PORT (a standalone cluster; its executors must see --data and --out).",
 )
 @click.option(
     "--transform", default=None, metavar="MODULE:FUNCTION", help="DataFrame -> DataFrame applied per batch."
@@ -50,6 +65,10 @@ from pipeline.limits import MAX_RECORDS_PER_BATCH
     type=click.IntRange(1, MAX_RECORDS_PER_BATCH),
     default=100_000,
     show_default=True,
+    help="The source's maxOffsetsPerTrigger.",
+)
+@click.option(
+    "--session-timeout-ms", type=click.IntRange(1_000, 3_600_000), default=10_000, show_default=True
 )
 @click.option(
     "--until-idle",
@@ -64,21 +83,31 @@ def consume(
     group,
     topics,
     out,
+    checkpoint,
     rebalancer,
     incremental,
     bootstrap,
     data,
+    spark_master,
     transform,
     max_records_per_batch,
+    session_timeout_ms,
     until_idle,
 ):
-    """Consume TOPICs as a member of GROUP with Spark: plan offset ranges of the owned partitions,
-    read them with Spark's Parquet reader, apply --transform, write each range under a name of its
-    own (a replay overwrites it), and commit fenced by the generation. Switching --rebalancer
-    changes nothing else. Progress on stderr; a summary at the end."""
+    """Consume TOPICs as a member of GROUP with Spark Structured Streaming: the groupshift source
+    plans each micro-batch from the partitions the group gives it and the group's offsets, and the
+    exactly-once writer stages each range, commits it fenced by the generation, then publishes it.
+    Switching --rebalancer changes nothing else. Progress on stderr (Spark's StreamingQueryProgress);
+    a summary at the end."""
+    import shutil
+    import tempfile
+
+    from core.embedded import groupshift_home
     from core.errors import GroupshiftError
     from pipeline.spark import load_transform, spark_session
-    from pipeline.spark.loop import SparkConsumer
+    from pipeline.spark.options import parse
+    from pipeline.spark.session import check_master
+    from pipeline.spark.source import check_topics
 
     if incremental and Rebalancer(rebalancer) is not Rebalancer.SERVER:
         raise GroupshiftError(
@@ -89,71 +118,102 @@ def consume(
         from topics.log import default_root
 
         data = default_root()
+    options = {
+        "zk": zk,
+        "group": group,
+        "subscribe": ",".join(topics),
+        "rebalancer": rebalancer,
+        "logRoot": str(Path(data).resolve()),
+        "maxOffsetsPerTrigger": str(max_records_per_batch),
+        "sessionTimeoutMs": str(session_timeout_ms),
+        "heartbeatIntervalMs": str(max(100, session_timeout_ms // 10)),
+        **({"incremental": "true"} if incremental else {}),
+        **({"bootstrap": bootstrap} if bootstrap else {}),
+    }
+    check_topics(parse(options))  # a missing topic is refused before Spark starts
+    check_master(spark_master)  # so is a master that does not answer
+
     stop = {"now": False}
 
     def on_signal(*_):
         stop["now"] = True
 
     signal.signal(signal.SIGTERM, on_signal)
-    from core.embedded import groupshift_home
-
-    spark = spark_session(f"groupshift-consume-{group}", jvm_log=groupshift_home() / "spark.log")
-    job = SparkConsumer(
-        spark,
-        group,
-        list(topics),
-        out=out,
-        transform=fn,
-        max_records_per_batch=max_records_per_batch,
-        rebalancer=rebalancer,
-        incremental=incremental,
-        zk=zk,
-        log_root=data,
-        bootstrap=bootstrap,
+    own_checkpoint = checkpoint is None
+    if own_checkpoint:
+        home = groupshift_home() / "checkpoints"
+        home.mkdir(parents=True, exist_ok=True)
+        checkpoint = Path(tempfile.mkdtemp(prefix=f"{group}-", dir=home))
+    spark = spark_session(
+        f"groupshift-consume-{group}", master=spark_master, jvm_log=groupshift_home() / "spark.log"
     )
-    idle_since = [time.monotonic()]
-    shown = [None]  # the assignment last shown
+    from pipeline.spark.query import StreamJob
 
-    def done() -> bool:
-        if stop["now"]:
-            return True
-        if job.consumer.rebalance_in_progress:
-            # Not idle while the group decides who reads what: a consumer waiting for its first
-            # assignment has nothing to read only because it owns nothing yet.
-            idle_since[0] = time.monotonic()
-        if job.progress.assignment != shown[0] and job.progress.assignment:
-            show(None, job.progress)  # a rebalance's outcome is shown at once, before a batch
-        return (
-            until_idle is not None
-            and job.progress.lag == 0
-            and time.monotonic() - idle_since[0] >= until_idle
-        )
-
-    def show(batch, progress) -> None:
-        if batch is not None:
-            idle_since[0] = time.monotonic()
-        shown[0] = progress.assignment
-        line = (
-            f"\r{progress.records:,} records  {progress.rate:,.0f}/s  lag {progress.lag:,}  "
-            f"batches {progress.batches} (abandoned {progress.abandoned})  "
-            f"assignment {len(progress.assignment)} partitions"
-        )
-        if sys.stderr.isatty():
-            click.echo(line, err=True, nl=False)
-        else:
-            click.echo(line.lstrip("\r"), err=True)
-
+    job = None
     try:
-        progress = job.run(done, on_batch=show)
+        job = StreamJob.start(
+            spark,
+            group,
+            list(topics),
+            out=Path(out).resolve(),
+            checkpoint=Path(checkpoint).resolve(),
+            zk=options.pop("zk"),
+            rebalancer=rebalancer,
+            transform=fn,
+            options={k: v for k, v in options.items() if k not in ("group", "subscribe", "rebalancer")},
+            name=f"groupshift-{group}",
+        )
+        _watch(job, stop, until_idle)
     except KeyboardInterrupt:
-        progress = job.progress
+        pass
     finally:
-        job.close()
+        if job is not None:
+            job.stop()
+        spark.stop()
+        if own_checkpoint:
+            shutil.rmtree(checkpoint, ignore_errors=True)
+    progress = job.progress() if job is not None else None
     if sys.stderr.isatty():
         click.echo(err=True)
+    if job is not None and job.query.exception() is not None:
+        raise GroupshiftError(f"the streaming query failed: {_first_line(job.query.exception())}")
     seconds = time.monotonic() - progress.started
     click.echo(
         f"consumed {progress.records:,} records in {progress.batches} batches "
         f"({progress.abandoned} abandoned) in {seconds:.1f} s, {progress.rate:,.0f} records/s; "
         f"output in {out}"
     )
+
+
+def _watch(job, stop: dict, until_idle: float | None) -> None:
+    """Print a line per progress report of the query until stopped, failed or idle."""
+    shown = None
+    idle_since = time.monotonic()
+    while not stop["now"] and job.query.isActive:
+        job.query.awaitTermination(0.2)
+        last = job.query.lastProgress
+        progress = job.progress()
+        if not progress.settled or (progress.lag or 0) > 0:
+            idle_since = time.monotonic()
+        if last is not None and last["batchId"] != shown:
+            shown = last["batchId"]
+            line = (
+                f"\rbatch {last['batchId']}: {last['numInputRows']:,} rows  "
+                f"{progress.records:,} records committed  {progress.rate:,.0f}/s  lag {progress.lag or 0:,}  "
+                f"batches {progress.batches} (abandoned {progress.abandoned})  "
+                f"assignment {len(progress.assignment)} partitions"
+            )
+            if sys.stderr.isatty():
+                click.echo(line, err=True, nl=False)
+            else:
+                click.echo(line.lstrip("\r"), err=True)
+        if until_idle is not None and time.monotonic() - idle_since >= until_idle:
+            return
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    for line in text:  # Spark wraps a Python error in its own; show the one that says what happened
+        if "GroupshiftError" in line or "Error:" in line:
+            return line.strip()[:300]
+    return (text[0] if text else type(exc).__name__)[:300]

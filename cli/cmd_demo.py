@@ -35,6 +35,14 @@ from core.scheme import Rebalancer
     show_default=True,
     help="Main job: how long each phase consumes once the group is stable.",
 )
+@click.option(
+    "--spark-master",
+    default="local[2]",
+    show_default=True,
+    metavar="URL",
+    help="Main job: local[N] or spark://HOST:PORT (a standalone cluster on this host; its executors "
+    "must see --data).",
+)
 @click.option("--compare", is_flag=True, help="Instead: fill a topic and time each rebalancer side by side.")
 @click.option(
     "--records",
@@ -62,7 +70,17 @@ from core.scheme import Rebalancer
     "--compare: the timings).",
 )
 def demo(
-    zk, data, partitions, rate, phase_seconds, compare, records_per_partition, members, rebalancers, plot
+    zk,
+    data,
+    partitions,
+    rate,
+    phase_seconds,
+    spark_master,
+    compare,
+    records_per_partition,
+    members,
+    rebalancers,
+    plot,
 ):
     """The main job: produce into a topic while Spark consumers read it as one group — two under
     scheme one (Kafka 0.8's ZooKeeper rebalancing), then a third joins — migrate the group live to
@@ -88,7 +106,9 @@ def demo(
         _compare(resolve_zk(zk), data, partitions, records_per_partition, members, rebalancers, plot, home)
         return
     from demo.main_job import format_summary, run_main_job
+    from pipeline.spark.session import check_master
 
+    check_master(spark_master)  # a master that does not answer is refused before anything starts
     png = plot or home / "timeline.png"
     result = run_main_job(
         resolve_zk(zk),
@@ -96,6 +116,7 @@ def demo(
         partitions=partitions,
         rate=rate,
         phase_s=phase_seconds,
+        spark_master=spark_master,
         out=home / "results.json",
         timeline_png=png,
         say=lambda line: click.echo(line, err=True),

@@ -2,8 +2,9 @@
 
 In a namespace of its own (`demo.namespace.DemoNamespace`: a ZooKeeper chroot and a log
 directory, both deleted at the end) the job creates a topic and produces records into it while it
-runs, and consumes it with Spark consumers (`pipeline.spark.SparkConsumer`, one Spark session,
-one thread each) in one group, in phases:
+runs, and consumes it with Spark streaming queries (the `groupshift` source into the exactly-once
+writer, `pipeline.spark.query.StreamJob`: one Spark session, one query — and one stream-reader
+process, the group member — each) in one group, in phases:
 
 1. **scheme one**: two consumers under Kafka 0.8's ZooKeeper rebalancing;
 2. **join**: a third one joins (a rebalance during consumption);
@@ -36,9 +37,10 @@ from core.types import TopicPartition
 from core.zk import connect
 from demo.namespace import DemoNamespace
 from migrate.migration import live
+from pipeline.consumer import Consumer
 from pipeline.spark import spark_session
-from pipeline.spark.loop import SparkConsumer
 from pipeline.spark.output import outputs
+from pipeline.spark.query import StreamJob
 from topics.store import TopicStore
 
 # At the end (and on failure or interrupt, with their Spark jobs cancelled), how long the members
@@ -82,34 +84,38 @@ class JobResult:
 
 
 class _Member:
-    """One Spark consumer running its batch loop on a thread of its own."""
+    """One streaming query of the group (its reader process is the member)."""
 
-    def __init__(self, name: str, job: SparkConsumer):
+    def __init__(self, name: str, job: StreamJob):
         self.name, self.job = name, job
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name=f"main-job-{name}", daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        try:
-            self.job.run(self.stop.is_set)
-        except BaseException as exc:  # surfaced by close()
-            self.error = exc
+    @property
+    def error(self) -> BaseException | None:
+        return self.job.error
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self.job.progress().assignment
 
     def close(self, timeout: float = 120.0) -> None:
-        """Stop after the batch in flight (committed or abandoned), then leave the group."""
-        self.stop.set()
-        self.thread.join(timeout)
-        self.job.close()
-        if self.error is not None:
-            raise self.error
+        """Stop the query (the batch in flight is abandoned or committed); its reader leaves."""
+        self.job.stop()
+        if self.job.query.exception() is not None:
+            raise GroupshiftError(f"main job: member {self.name} failed: {self.job.query.exception()}")
 
 
 class MainJob:
-    def __init__(self, ns: DemoNamespace, partitions: int, rate: int, phase_s: float, say, jvm_log=None):
+    def __init__(
+        self,
+        ns: DemoNamespace,
+        partitions: int,
+        rate: int,
+        phase_s: float,
+        say,
+        jvm_log=None,
+        master="local[2]",
+    ):
         self.ns, self.partitions, self.rate, self.phase_s, self.say = ns, partitions, rate, phase_s, say
-        self.jvm_log = jvm_log
+        self.jvm_log, self.master = jvm_log, master
         self.tps = {TopicPartition(TOPIC, p) for p in range(partitions)}
         self.out = ns.data / "out"
         self.members: dict[str, _Member] = {}
@@ -137,29 +143,25 @@ class MainJob:
         while not self.stop_all.is_set():
             now = time.monotonic() - self.t0
             for name, m in list(self.members.items()):
-                self.timeline.append((round(now, 2), name, len(m.job.consumer.assignment())))
+                self.timeline.append((round(now, 2), name, len(m.assignment())))
             time.sleep(0.25)
 
     def start_member(self, name: str, rebalancer: Rebalancer, bootstrap: str | None) -> None:
-        job = SparkConsumer(
+        options = {"sessionTimeoutMs": 6000, "heartbeatIntervalMs": 300, "logRoot": str(self.log.root)}
+        if rebalancer is Rebalancer.ZK:
+            options["rebalanceBackoffMs"] = 300
+        job = StreamJob.start(
             self.spark,
             GROUP,
             [TOPIC],
             out=self.out,
-            log=self.log,
+            checkpoint=self.ns.data / "checkpoints" / name,
             zk=self.ns.zk_connect,
             rebalancer=rebalancer,
             bootstrap=bootstrap,
-            max_records_per_batch=20_000,
-            consumer_options={
-                "session_timeout_ms": 6000,
-                "heartbeat_interval_ms": 300,
-                "membership_options": (
-                    {"rebalance_backoff_ms": 300, "rebalance_max_retries": 50}
-                    if rebalancer is Rebalancer.ZK
-                    else {"retry_backoff_ms": 100}
-                ),
-            },
+            max_offsets_per_trigger=20_000,
+            name=f"main-job-{name}",
+            options=options,
         )
         self.members[name] = _Member(name, job)
 
@@ -181,22 +183,20 @@ class MainJob:
             raise errors[0]
 
     def _abort(self) -> None:
-        """A failure or an interrupt (Ctrl-C, SIGTERM): every member stops at once, and the Spark
+        """A failure or an interrupt (Ctrl-C, SIGTERM): every query stops at once, and the Spark
         jobs in flight are cancelled, so their batches are abandoned (nothing is committed for
         them) instead of being waited for, one member after the other."""
         self.aborted = True
-        for m in self.members.values():
-            m.stop.set()
         try:
             self.spark.sparkContext.cancelAllJobs()
-        except Exception:  # the JVM may be gone already; the members' threads are bounded anyway
+        except Exception:  # the JVM may be gone already
             pass
 
     def committed_records(self) -> int:
-        return sum(m.job.progress.records for m in [*self.members.values(), *self.gone])
+        return sum(m.job.progress().records for m in [*self.members.values(), *self.gone])
 
     def stable(self) -> bool:
-        owned = [m.job.consumer.assignment() for m in self.members.values()]
+        owned = [m.assignment() for m in self.members.values()]
         busy = sum(1 for a in owned if a)
         return (
             sum(len(a) for a in owned) == len(self.tps)
@@ -247,7 +247,7 @@ class MainJob:
             self.log = store.log
             # The JVM's own notices go to a file in the namespace (deleted with it), not to stderr.
             self.spark = spark_session(
-                "groupshift-main-job", jvm_log=self.jvm_log or self.ns.data / "spark.log"
+                "groupshift-main-job", master=self.master, jvm_log=self.jvm_log or self.ns.data / "spark.log"
             )
             self.stop_producing = threading.Event()
             self.producer = producer = threading.Thread(target=self.produce, args=(self.log,), daemon=True)
@@ -293,11 +293,12 @@ class MainJob:
         ends = {tp: self.log.latest(tp) for tp in self.tps}
         drain = self.phase("drain", run_s=0)
         deadline = time.monotonic() + 120
-        probe = next(iter(self.members.values())).job.consumer
+        probe = Consumer(GROUP, rebalancer=Rebalancer.COORDINATOR, zk=self.ns.zk_connect, bootstrap=bootstrap)
+        probe.assign(sorted(self.tps))  # no membership: only the group's committed offsets
         while probe.committed(sorted(self.tps)) != ends:
             if time.monotonic() > deadline:
                 state = {
-                    name: (sorted(str(tp) for tp in m.job.consumer.assignment()), m.job.progress.abandoned)
+                    name: (sorted(str(tp) for tp in m.assignment()), m.job.progress().abandoned)
                     for name, m in self.members.items()
                 }
                 raise GroupshiftError(
@@ -307,6 +308,7 @@ class MainJob:
                 )
             self._check()
             time.sleep(0.2)
+        probe.close(autocommit=False)
         self._end(drain)
         seen: Counter = Counter()
         import pyarrow.parquet as pq
@@ -340,11 +342,12 @@ def run_main_job(
     timeline_png: Path | None = None,
     say=lambda line: None,
     jvm_log: Path | None = None,
+    spark_master: str = "local[2]",
 ) -> JobResult:
     """Run the main job in a namespace of its own (deleted before this returns or raises).
     `jvm_log` receives the Spark JVM's own stderr."""
     with DemoNamespace(zk_connect, data_parent) as ns:
-        result = MainJob(ns, partitions, rate, phase_s, say, jvm_log).run()
+        result = MainJob(ns, partitions, rate, phase_s, say, jvm_log, spark_master).run()
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(asdict(result), indent=2, default=str))

@@ -3,4 +3,5 @@
 
 from __future__ import annotations
 
-MAX_RECORDS_PER_BATCH = 10_000_000  # SparkConsumer(max_records_per_batch=...), the CLI option
+# the groupshift source's maxOffsetsPerTrigger (consume --max-records-per-batch)
+MAX_RECORDS_PER_BATCH = 10_000_000

@@ -39,6 +39,7 @@ def spark_session(
             ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=64m")
         ),
         "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
+        "spark.sql.streaming.noDataProgressEventInterval": "1000",  # idle progress, for --until-idle
         **conf,
     }
     builder = SparkSession.builder.appName(app).master(master)
@@ -85,3 +86,19 @@ def with_value_length(df: Any) -> Any:
     from pyspark.sql import functions as F
 
     return df.withColumn("value_length", F.length("value"))
+
+
+def check_master(url: str) -> None:
+    """Refuse, with one line, a master URL other than local[N] or spark://HOST:PORT, or one that is silent."""
+    import re
+    import socket
+
+    if re.fullmatch(r"local(\[(\d+|\*)\])?", url):
+        return
+    m = re.fullmatch(r"spark://([^:/]+):(\d+)", url)
+    if not m:
+        raise GroupshiftError(f"--spark-master must be local[N] or spark://HOST:PORT, not {url!r}")
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=3).close()
+    except OSError as exc:
+        raise GroupshiftError(f"the Spark master {url} does not answer ({exc.strerror or exc})") from None
