@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 SETTLED_KEPT = 64  # outcomes remembered for the writer's repeated asks (a few batches suffice)
 JOIN_WAIT_MS = 200  # how long one latestOffset lets a join in flight proceed before answering
+LEAVE_S = 20.0  # how long the reader process may take to leave the group once Spark stops it
 
 
 @dataclass
@@ -136,8 +138,14 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read what the partitions hold now, then end. The member first
+        waits for the group to settle its assignment (joining, or a rebalance under way), at most
+        two session timeouts; a partition given to it later is read up to its end at that time."""
         consumer = self._member()
+        deadline = time.monotonic() + 2 * self.options.session_timeout_ms / 1000
         self._wait_for_assignment(consumer)
+        while consumer.rebalance_in_progress and time.monotonic() < deadline:
+            consumer.poll(JOIN_WAIT_MS)
         log_ = consumer.log
         self._targets = {tp: log_.latest(tp) for tp in consumer.assignment()}
 
@@ -160,6 +168,9 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = {tp: log_.latest(tp) for tp in owned}
         earliest = {tp: log_.earliest(tp) for tp in owned}
         resets = self._starts(owned, committed, ends, earliest)
+        if self._targets is not None:
+            for tp in owned:
+                self._targets.setdefault(tp, ends[tp])
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         if budget is None and self.options.max_offsets_per_trigger:
             budget = self.options.max_offsets_per_trigger
@@ -289,8 +300,9 @@ def _default_root() -> Path:
 
 
 def _leave_on_sigterm() -> None:
-    """Spark stops a query by sending SIGTERM to this process: exit through Python, so that the
-    runner's `finally: reader.stop()` leaves the group instead of waiting out the session."""
+    """Spark stops a query by sending SIGTERM to this process (more than once): the first one exits
+    through Python, so that the runner's `finally: reader.stop()` leaves the group instead of
+    waiting out the session; later ones are ignored while it leaves, for at most LEAVE_S."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     name = getattr(spec, "name", "") or getattr(main, "__file__", "") or ""
@@ -298,7 +310,10 @@ def _leave_on_sigterm() -> None:
         return
 
     def leave(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        watchdog = threading.Timer(LEAVE_S, os._exit, args=(1,))
+        watchdog.daemon = True
+        watchdog.start()
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, leave)
