@@ -1,12 +1,18 @@
 """The SparkSession every groupshift Spark job uses, and the `--transform` functions.
 
 spark = spark_session("billing", master="spark://10.0.0.5:7077")
+
+The master is `local`, `local[N]`, `local[*]` (the driver runs the tasks itself) or a standalone
+cluster's `spark://HOST:PORT`, checked before any JVM starts (`check_master`): a malformed URL, or
+a master that does not accept a connection, is refused in one line.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,32 +20,98 @@ from typing import Any
 
 from core.errors import GroupshiftError
 
+REPO = Path(__file__).resolve().parents[2]
+LOCAL = re.compile(r"local(\[(\*|[1-9]\d*)\])?")
+STANDALONE = re.compile(r"spark://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):(\d{1,5})")
+CONNECT_TIMEOUT_S = 3.0
+# On a standalone cluster: each executor's heap (the workers need at least this much memory each).
+EXECUTOR_MEMORY = "512m"
+
+
+def parse_master(url: str) -> tuple[str, int] | None:
+    """`spark://HOST:PORT` → (HOST, PORT); a local master → None; anything else: GroupshiftError.
+
+    >>> parse_master("spark://127.0.0.1:7077"), parse_master("local[*]")
+    (('127.0.0.1', 7077), None)
+    """
+    if isinstance(url, str) and LOCAL.fullmatch(url):
+        return None
+    m = STANDALONE.fullmatch(url) if isinstance(url, str) else None
+    if m and 0 < int(m.group(2)) < 65536:
+        return m.group(1).strip("[]"), int(m.group(2))
+    raise GroupshiftError(
+        f"not a Spark master URL: {url!r} (use local, local[N], local[*] or spark://HOST:PORT)"
+    )
+
+
+def check_master(url: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse (GroupshiftError, one line) a malformed master URL, or a standalone master that does not
+    accept a TCP connection within `timeout` seconds; a local master needs nothing."""
+    _local_address(url, timeout)
+
+
+def _local_address(url: str, timeout: float) -> str | None:
+    """This machine's address on the way to the standalone master of `url` (the address its
+    executors reach the driver at); None for a local master."""
+    hostport = parse_master(url)
+    if hostport is None:
+        return None
+    try:
+        with socket.create_connection(hostport, timeout=timeout) as sock:
+            return sock.getsockname()[0]
+    except OSError as exc:
+        why = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise GroupshiftError(
+            f"the Spark master {url} does not answer ({why}); start it, or give the URL of one that runs"
+        ) from None
+
 
 def spark_session(
     app: str = "groupshift", master: str = "local[2]", jvm_log: str | os.PathLike | None = None, **conf: str
 ):
-    """A SparkSession with the settings that keep a small driver fast (one per process; reused).
+    """A SparkSession with the settings that keep a small driver fast (one per process; reused:
+    asking for another master while one runs is refused).
 
+    `master`: see the module docstring; checked before a JVM starts. On a standalone cluster the
+    executors get a 512 MB heap and run this Python interpreter with this repository on their
+    PYTHONPATH, and the driver listens at the address the master was reached from.
     `jvm_log`: a file that receives what the JVM writes to stderr (its start-up notices), so that
     a command's own stderr stays one line per message."""
+    driver_host = _local_address(master, CONNECT_TIMEOUT_S) or "127.0.0.1"
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    running = SparkContext._active_spark_context
+    if running is not None and running.master != master:
+        raise GroupshiftError(
+            f"this process already runs a SparkSession on {running.master}; stop it before asking "
+            f"for one on {master} (one SparkSession per process)"
+        )
+    standalone = {}
+    if master.startswith("spark://"):
+        pythonpath = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        standalone = {
+            "spark.executor.memory": EXECUTOR_MEMORY,
+            "spark.pyspark.python": sys.executable,
+            "spark.executorEnv.PYTHONPATH": os.pathsep.join(dict.fromkeys(pythonpath)),
+        }
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": driver_host,
+        "spark.driver.bindAddress": driver_host,
         "spark.driver.memory": "512m",
         "spark.driver.extraJavaOptions": " ".join(
             ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=64m")
         ),
         "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
         "spark.sql.streaming.noDataProgressEventInterval": "1000",  # idle progress, for --until-idle
+        **standalone,
         **conf,
     }
     builder = SparkSession.builder.appName(app).master(master)
@@ -86,19 +158,3 @@ def with_value_length(df: Any) -> Any:
     from pyspark.sql import functions as F
 
     return df.withColumn("value_length", F.length("value"))
-
-
-def check_master(url: str) -> None:
-    """Refuse, with one line, a master URL other than local[N] or spark://HOST:PORT, or one that is silent."""
-    import re
-    import socket
-
-    if re.fullmatch(r"local(\[(\d+|\*)\])?", url):
-        return
-    m = re.fullmatch(r"spark://([^:/]+):(\d+)", url)
-    if not m:
-        raise GroupshiftError(f"--spark-master must be local[N] or spark://HOST:PORT, not {url!r}")
-    try:
-        socket.create_connection((m.group(1), int(m.group(2))), timeout=3).close()
-    except OSError as exc:
-        raise GroupshiftError(f"the Spark master {url} does not answer ({exc.strerror or exc})") from None
