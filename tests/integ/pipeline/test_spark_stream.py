@@ -409,6 +409,29 @@ def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connec
     assert pq.read_table(some).column("value_length").to_pylist()[0] == 8  # the transform ran
 
 
+def test_consume_on_a_standalone_cluster_writes_every_record_exactly_once(zk, zk_connect, tmp_path):
+    """A master and two workers from pyspark's distribution: the query's executors (processes of
+    the workers) read the log and write the staging output by path; the output holds every record
+    once, and the cluster leaves no process behind."""
+    from testing.spark_cluster import SparkCluster
+    from tests.inspect_helpers import run
+
+    log = make_topic(zk, tmp_path / "log", "t", 2, 5_000)
+    out = tmp_path / "out"
+    with SparkCluster.start(workers=2, cores=1, memory="1g") as cluster:
+        r = run(
+            "consume", "--group", "on-cluster", "--topic", "t", "--out", str(out),
+            "--spark-master", cluster.master_url, "--max-records-per-batch", "4000", "--until-idle", "2",
+            zk=zk_connect, data=log.root, timeout=240,
+        )  # fmt: skip
+        pids = cluster.processes()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "consumed 10,000 records" in r.stdout, r.stdout
+    seen = read_output(out, "t")
+    assert set(seen.values()) == {1} and set(seen) == {(p, o) for p in range(2) for o in range(5_000)}
+    assert pids and not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
 @pytest.mark.parametrize("dies", ["before committing", "before publishing"])
 def test_a_query_killed_mid_batch_is_replayed_or_recovered_exactly_once(
     spark, zk, zk_connect, tmp_path, dies
