@@ -5,6 +5,12 @@ The CLI turns any `GroupshiftError` into one line on stderr and exit code 1, nev
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.types import TopicPartition
+
 
 class GroupshiftError(Exception):
     """Base of every error groupshift raises on purpose."""
@@ -31,7 +37,13 @@ class CommitFailed(GroupshiftError):
 
     The group rebalanced (the member was fenced or its generation is stale); the records
     processed since the last commit will be delivered again to the partitions' new owner.
+    `partitions`: the partitions refused when the others of the commit were written (scheme one
+    fences each partition on its own); None when nothing was written.
     """
+
+    def __init__(self, *args: object, partitions: Iterable[TopicPartition] | None = None):
+        super().__init__(*args)
+        self.partitions = None if partitions is None else frozenset(partitions)
 
 
 class RebalanceFailed(GroupshiftError):

@@ -480,7 +480,8 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
             self.events.emit("commit_fenced", partitions=[str(tp) for tp in failed])
             raise CommitFailed(
                 f"commit of {', '.join(map(str, failed))} refused: another member claimed the partitions "
-                "since this member did (owner epoch changed); the new owner re-delivers the records"
+                "since this member did (owner epoch changed); the new owner re-delivers the records",
+                partitions=failed,
             )
 
     def _write_offset(self, tp: TopicPartition, path: str, off: int, epoch: int | None):

@@ -259,7 +259,8 @@ class BridgedMember:
                 self.events.emit("commit_fenced", partitions=[str(tp) for tp in fenced])
                 raise CommitFailed(
                     f"commit of {', '.join(map(str, fenced))} refused: a legacy member claimed them since "
-                    "(owner epoch changed); the new owner re-delivers the records"
+                    "(owner epoch changed); the new owner re-delivers the records",
+                    partitions=fenced,
                 )
             try:
                 self.member.commit(offsets, generation)

@@ -6,10 +6,12 @@ writes its address and a per-reader secret into every offset it plans; the exact
 asks it to commit a batch once the batch's output is staged. The member commits with the same
 call, fenced the same way, as any consumer of the group (`Consumer.commit_planned`).
 
-    service = CommitService(settle)              # settle(offset) -> Outcome, in the reader
-    outcome = request_commit(offset)             # in the writer: Outcome.COMMITTED, FENCED, ...
+    service = CommitService(settle, planned)     # settle(offset) -> Settled, in the reader
+    settled = request_commit(offset)             # in the writer: Settled(Outcome.COMMITTED, refused)
 
-Outcomes are definite except `UNKNOWN` (the reader could not be asked, or its commit failed for a
+A commit can be refused for some partitions only (scheme one fences each partition on its own):
+`Settled.refused` names them, and only their output is discarded. Outcomes are definite except
+`UNKNOWN` (the reader could not be asked, or its commit failed for a
 reason other than the fence): the writer then leaves its staged output for `output.recover`,
 which publishes it once the group's offset shows it committed and removes it otherwise.
 """
@@ -21,10 +23,12 @@ import logging
 import secrets
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 
+from core.types import TopicPartition
 from pipeline.spark.offsets import StreamOffset, decode, encode
 
 log = logging.getLogger(__name__)
@@ -40,12 +44,21 @@ class Outcome(StrEnum):
     UNKNOWN = "unknown"  # not known: leave the staged output to recover()
 
 
+@dataclass(frozen=True)
+class Settled:
+    outcome: Outcome
+    refused: frozenset[TopicPartition] = frozenset()  # with COMMITTED: partitions refused all the same
+
+    def committed(self, tp: TopicPartition) -> bool:
+        return self.outcome is Outcome.COMMITTED and tp not in self.refused
+
+
 class CommitService:
     """The reader's side: a thread answering commit requests on 127.0.0.1 with `settle`."""
 
     def __init__(
         self,
-        settle: Callable[[StreamOffset], Outcome],
+        settle: Callable[[StreamOffset], Settled],
         planned: Callable[[StreamOffset], bool],
         host: str = "127.0.0.1",
     ):
@@ -74,14 +87,18 @@ class CommitService:
                 request = json.loads(conn.recv_bytes(MAX_REQUEST_BYTES))
                 offset = decode(request["offset"])
                 if request.get("op") == "check":
-                    outcome = Outcome.COMMITTED if self._planned(offset) else Outcome.NOT_PLANNER
+                    settled = Settled(Outcome.COMMITTED if self._planned(offset) else Outcome.NOT_PLANNER)
                 else:
-                    outcome = self._settle(offset)
+                    settled = self._settle(offset)
             except Exception as exc:  # noqa: BLE001 - the writer learns "unknown" and why
                 log.warning("commit request failed: %s", exc)
-                outcome = Outcome.UNKNOWN
+                settled = Settled(Outcome.UNKNOWN)
+            answer = {
+                "outcome": settled.outcome.value,
+                "refused": [list(tp) for tp in sorted(settled.refused)],
+            }
             try:
-                conn.send_bytes(outcome.value.encode())
+                conn.send_bytes(json.dumps(answer).encode())
             except OSError:
                 pass
 
@@ -93,30 +110,32 @@ class CommitService:
 def planned_by_live_reader(offset: StreamOffset) -> bool:
     """Is the reader that planned `offset` still running (else the batch is a replay after a restart,
     and its records will be planned again from the group's offsets)?"""
-    return _ask(offset, "check", 10.0) is Outcome.COMMITTED
+    return _ask(offset, "check", 10.0).outcome is Outcome.COMMITTED
 
 
-def request_commit(offset: StreamOffset, timeout: float = COMMIT_TIMEOUT_S) -> Outcome:
+def request_commit(offset: StreamOffset, timeout: float = COMMIT_TIMEOUT_S) -> Settled:
     """Ask the reader that planned `offset` to commit it; see `Outcome`."""
     return _ask(offset, "commit", timeout)
 
 
-def _ask(offset: StreamOffset, op: str, timeout: float) -> Outcome:
+def _ask(offset: StreamOffset, op: str, timeout: float) -> Settled:
     host, _, port = offset.address.rpartition(":")
     if not host or not port.isdigit():
-        return Outcome.NOT_PLANNER
+        return Settled(Outcome.NOT_PLANNER)
     try:
         conn = Client((host, int(port)), authkey=offset.secret.encode())
     except (ConnectionRefusedError, AuthenticationError):
-        return Outcome.NOT_PLANNER  # the reader is gone, or another reader took its port
+        return Settled(Outcome.NOT_PLANNER)  # the reader is gone, or another reader took its port
     except OSError as exc:
         log.info("batch planned by %s: its reader does not answer (%s)", offset.member, exc)
-        return Outcome.UNKNOWN
+        return Settled(Outcome.UNKNOWN)
     with conn:
         try:
             conn.send_bytes(json.dumps({"op": op, "offset": encode(offset)}).encode())
             if not conn.poll(timeout):
-                return Outcome.UNKNOWN
-            return Outcome(conn.recv_bytes(64).decode())
-        except (OSError, EOFError, ValueError):
-            return Outcome.UNKNOWN
+                return Settled(Outcome.UNKNOWN)
+            answer = json.loads(conn.recv_bytes(MAX_REQUEST_BYTES))
+            refused = frozenset(TopicPartition(t, int(p)) for t, p in answer.get("refused", []))
+            return Settled(Outcome(answer["outcome"]), refused)
+        except (OSError, EOFError, ValueError, KeyError, TypeError):
+            return Settled(Outcome.UNKNOWN)

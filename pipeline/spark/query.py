@@ -22,7 +22,7 @@ from typing import Any
 
 from core.scheme import Rebalancer
 from core.types import TopicPartition
-from pipeline.spark.commit_service import Outcome
+from pipeline.spark.commit_service import Outcome, Settled
 from pipeline.spark.offsets import StreamOffset
 from pipeline.spark.sink import write_exactly_once
 
@@ -101,12 +101,12 @@ class StreamJob:
         )
         return job
 
-    def _on_batch(self, batch_id: int, offset: StreamOffset, outcome: Outcome) -> None:
+    def _on_batch(self, batch_id: int, offset: StreamOffset, settled: Settled) -> None:
         with self._lock:
             p = self._progress
-            if outcome is Outcome.COMMITTED:
+            if settled.outcome is Outcome.COMMITTED:
                 p.batches += 1
-                p.records += offset.records
+                p.records += sum(e - s for tp, (s, e) in offset.ranges.items() if settled.committed(tp))
                 now = time.monotonic()
                 p.last_batch = now
                 if p.first_commit is None:

@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Supp
 
 from core.errors import CommitFailed
 from core.types import TopicPartition
-from pipeline.spark.commit_service import CommitService, Outcome
+from pipeline.spark.commit_service import CommitService, Outcome, Settled
 from pipeline.spark.offsets import StreamOffset, decode, encode
 from pipeline.spark.options import EARLIEST, LATEST, SourceOptions
 from pipeline.spark.planning import plan
@@ -71,7 +71,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._service: CommitService | None = None
         self._resets: dict[TopicPartition, int] = {}
         self._targets: dict[TopicPartition, int] | None = None
-        self._settled: OrderedDict[tuple, Outcome] = OrderedDict()
+        self._settled: OrderedDict[tuple, Settled] = OrderedDict()
         self._lock = threading.Lock()
         self._state: dict = {}  # what reportLatestOffset tells Spark's progress
 
@@ -105,27 +105,30 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _planned_by_me(self, offset: StreamOffset) -> bool:
         return offset.member == self.id
 
-    def _settle(self, offset: StreamOffset) -> Outcome:
+    def _settle(self, offset: StreamOffset) -> Settled:
         """Commit a batch this reader planned, once; the outcome is remembered for repeated asks."""
         if offset.member != self.id:
-            return Outcome.NOT_PLANNER
+            return Settled(Outcome.NOT_PLANNER)
         if not offset.ranges:
-            return Outcome.COMMITTED
+            return Settled(Outcome.COMMITTED)
         key = (offset.generation, tuple(sorted(offset.ranges.items())))
         with self._lock:
             if key in self._settled:
                 return self._settled[key]
             try:
                 self._consumer.commit_planned(offset.ends(), offset.generation)
-                outcome = Outcome.COMMITTED
+                settled = Settled(Outcome.COMMITTED)
             except CommitFailed as exc:
                 log.info("group %s: batch not committed, the group moved on: %s", self.options.group, exc)
-                outcome = Outcome.FENCED
+                if exc.partitions is not None and exc.partitions < set(offset.ranges):
+                    settled = Settled(Outcome.COMMITTED, exc.partitions)  # the others were written
+                else:
+                    settled = Settled(Outcome.FENCED)
             # any other error propagates: unknown, asked again later
-            self._settled[key] = outcome
+            self._settled[key] = settled
             while len(self._settled) > SETTLED_KEPT:
                 self._settled.popitem(last=False)
-            return outcome
+            return settled
 
     # -- Spark's calls (in the reader process) --------------------------------------------------
 

@@ -15,7 +15,8 @@ before the batch runs), then:
 3. **commit** through the member that planned the batch (`pipeline.spark.commit_service`),
    fenced by the generation it planned under;
 4. **publish** (committed: the staging directories get their final names) or **discard** (the
-   group moved on: the records go to the partitions' owner, which writes them again). Not known
+   group moved on: the records go to the partitions' owner, which writes them again) — per
+   partition, as scheme one may refuse some partitions of a commit and write the others. Not known
    (the member could not answer): the staging output stays for `recover` to decide.
 
 A batch replayed after a restart, whose planner is gone, writes nothing: its records are planned
@@ -31,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.spark.commit_service import Outcome, planned_by_live_reader, request_commit
+from core.types import TopicPartition
+from pipeline.spark.commit_service import Outcome, Settled, planned_by_live_reader, request_commit
 from pipeline.spark.offsets import BadOffset, StreamOffset, decode
 from pipeline.spark.output import publish, recover, staging_dir
 
@@ -75,7 +77,7 @@ class ExactlyOnceWriter:
         out: str | Path,
         checkpoint: str | Path,
         transform: Callable[[Any], Any] | None = None,
-        on_batch: Callable[[int, StreamOffset, Outcome], None] | None = None,
+        on_batch: Callable[[int, StreamOffset, Settled], None] | None = None,
     ):
         self.out = Path(out)
         self.checkpoint = Path(checkpoint)
@@ -88,40 +90,40 @@ class ExactlyOnceWriter:
             return
         if not planned_by_live_reader(offset):
             log.info("batch %d: a replay of a batch planned by a reader that is gone; skipped", batch_id)
-            self._report(batch_id, offset, Outcome.NOT_PLANNER)
+            self._report(batch_id, offset, Settled(Outcome.NOT_PLANNER))
             return
         for tp, (start, _) in offset.ranges.items():
             recover(self.out / tp.topic / f"partition={tp.partition}", start)
         staged = self._stage(df, offset)
-        outcome = request_commit(offset)
-        if outcome is Outcome.COMMITTED:
-            for path in staged:
-                publish(path)
-        elif outcome is not Outcome.UNKNOWN:
-            for path in staged:
-                shutil.rmtree(path, ignore_errors=True)
-        log.info("batch %d: %d records, %s", batch_id, offset.records, outcome.value)
-        self._report(batch_id, offset, outcome)
+        settled = request_commit(offset)
+        if settled.outcome is not Outcome.UNKNOWN:
+            for tp, path in staged.items():
+                if settled.committed(tp):
+                    publish(path)
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+        log.info("batch %d: %d records, %s", batch_id, offset.records, settled.outcome.value)
+        self._report(batch_id, offset, settled)
 
-    def _report(self, batch_id: int, offset: StreamOffset, outcome: Outcome) -> None:
+    def _report(self, batch_id: int, offset: StreamOffset, settled: Settled) -> None:
         if self.on_batch is not None:
-            self.on_batch(batch_id, offset, outcome)
+            self.on_batch(batch_id, offset, settled)
 
-    def _stage(self, df: Any, offset: StreamOffset) -> list[Path]:
+    def _stage(self, df: Any, offset: StreamOffset) -> dict[TopicPartition, Path]:
         from pyspark.sql import functions as F
 
         if self.transform is not None:
             df = self.transform(df)
-        staged: list[Path] = []
+        staged: dict[TopicPartition, Path] = {}
         cached = df.persist()
         try:
             for tp, (start, end) in sorted(offset.ranges.items()):
                 path = staging_dir(self.out, tp.topic, tp.partition, start, end)
-                staged.append(path)
+                staged[tp] = path
                 part = cached.where((F.col("topic") == tp.topic) & (F.col("partition") == tp.partition))
                 part.drop("topic", "partition").write.parquet(str(path))
         except BaseException:
-            for path in staged:
+            for path in staged.values():
                 shutil.rmtree(path, ignore_errors=True)
             raise
         finally:
@@ -137,7 +139,7 @@ def write_exactly_once(
     transform: Callable[[Any], Any] | None = None,
     trigger: dict | None = None,
     query_name: str | None = None,
-    on_batch: Callable[[int, StreamOffset, Outcome], None] | None = None,
+    on_batch: Callable[[int, StreamOffset, Settled], None] | None = None,
 ) -> Any:
     """Start `stream` (a `groupshift` DataFrame) into `out` exactly once; returns the query.
     `trigger`: `DataStreamWriter.trigger`'s keywords, e.g. `{"availableNow": True}`."""

@@ -439,3 +439,25 @@ def test_offsets_read_before_the_claim_unless_read_offsets_after_claim(zk, zk_co
     read_at = next(e["t"] for e in events if e["ev"] == "zk" and e["path"] == "/consumers/g/offsets/t/0")
     claimed_at = next(e["t"] for e in events if e["ev"] == "owner_created")
     assert (read_at > claimed_at) is after_claim
+
+
+def test_a_fenced_commit_names_the_partitions_it_refused_and_writes_the_others(zk, zk_connect, tmp_path):
+    """With `fence_commits`, each partition's offset is written under its own owner epoch: when one
+    partition was claimed since, the commit writes the rest and `CommitFailed.partitions` names the
+    refused one (a caller that discards the whole batch would lose the written ones' records)."""
+    from core.errors import CommitFailed
+    from zk_rebalance.layout import epoch_path
+
+    create_topic(zk, "t", 2)
+    t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    m = member(zk_connect, "c", ("t",), tmp_path, fence_commits=True, auto_commit=False).start()
+    try:
+        assert m.wait_for_stable(10) and m.assignment() == {t0, t1}
+        zk.set(epoch_path("g", "t", 1), b"someone-else")  # another claim of t-1 bumped its epoch
+        with pytest.raises(CommitFailed) as info:
+            m.commit({t0: 5, t1: 7}, m.generation)
+        assert info.value.partitions == {t1}
+        assert zk.get("/consumers/g/offsets/t/0")[0] == b"5"
+        assert not zk.exists("/consumers/g/offsets/t/1")
+    finally:
+        m.close()
