@@ -30,7 +30,8 @@ segments. One batch, at the batch time T:
 6. **commit** `{partition: end}` fenced by G once Spark reports batch T complete with every output
    operation successful (a `StreamingListener`). A failed output commits nothing: the next batch
    reads the same records again. A refused commit (`CommitFailed`: the group moved on) commits
-   nothing: the partitions' new owner reads them again.
+   nothing of the partitions that moved (scheme one's fence is per partition: it may still commit
+   those the member kept): their new owner reads them again.
 
 The guarantee is at-least-once, like the 0.8 receiver's: a record's offset is committed only after
 the output of the batch that held it completed. Whatever happens between an output and its commit

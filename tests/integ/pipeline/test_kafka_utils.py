@@ -77,8 +77,8 @@ class Collector:
     """The legacy code's `save` (`collector.save`, a function as foreachRDD wants): what the stream's
     output saw, and how many batches held records."""
 
-    def __init__(self):
-        self.seen: list[str] = []
+    def __init__(self, seen: list[str] | None = None):
+        self.seen: list[str] = [] if seen is None else seen
         self.batches = 0
 
         def save(rdd) -> None:
@@ -264,3 +264,26 @@ def test_checkpointing_a_stateful_stream_with_two_threads_per_topic(
     close_all()  # what runs when the process ends without ssc.stop()
     assert zk.get_children(ids_dir("billing")) == [], "the member left the group"
     ssc.stop(stopSparkContext=False)  # the stream, its member gone, stops as usual
+
+
+def test_two_streams_of_one_group_in_one_driver(spark, zk, zk_connect, data, ssc):
+    """Two members of the group in one driver (scheme one): every record seen and committed. When
+    the second member's join moves a partition while the first one's batch holds it, that batch's
+    commit is refused and its records are read again (at-least-once)."""
+    from pipeline.spark.kafka_utils import KafkaUtils, group_streams
+
+    records = produce(data, "r", 10)
+    seen: list[list[str]] = [[], []]
+    for i in range(2):
+        stream = KafkaUtils.createStream(
+            ssc, zk_connect, "billing", {"clicks": 1}, {"auto.offset.reset": "smallest"}
+        )
+        stream.map(lambda kv: kv[1]).foreachRDD(Collector(seen[i]).save)
+    ssc.start()
+    wait_for(
+        lambda: committed_in_zk(zk) == {0: 10, 1: 10}, timeout=60, what="every record's offset committed"
+    )
+    ssc.stop(stopSparkContext=False)
+    streams = group_streams(ssc)
+    assert set(seen[0] + seen[1]) == set(records)
+    assert all(stream.closed for stream in streams)
