@@ -52,7 +52,11 @@ def zk_member(consumer: Any, topics: list[str], listener: object | None, offsets
         "auto_commit": False,  # the consumer commits its own positions (auto-commit included)
         **consumer._membership_options,
     }
-    return ZkGroupMember(consumer._zk_connect, consumer.group_id, topics, listener=listener, **options)
+    # `topic_streams` {topic: n}: 0.8's topicCountMap, n consumer streams registered per topic
+    # (they weigh the range assignment); topics it leaves out have one.
+    streams = options.pop("topic_streams", None)
+    subscription = {t: streams.get(t, 1) for t in topics} if streams else topics
+    return ZkGroupMember(consumer._zk_connect, consumer.group_id, subscription, listener=listener, **options)
 
 
 def server_member(consumer: Any, topics: list[str], listener: object | None, offsets_only: bool) -> Any:
