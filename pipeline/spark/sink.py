@@ -11,7 +11,9 @@ before the batch runs), then:
 
 1. **recover** each partition's earlier outputs (`pipeline.spark.output.recover`: publish what
    was committed but not published, remove what was never committed);
-2. **stage**: the batch (after `transform`) once per range, to a staging directory of its own;
+2. **stage**: the batch (after `transform`, which keeps the `topic` and `partition` columns) in
+   one write split by topic and partition, each range's files then moved to a staging directory
+   of its own;
 3. **commit** through the member that planned the batch (`pipeline.spark.commit_service`),
    fenced by the generation it planned under;
 4. **publish** (committed: the staging directories get their final names) or **discard** (the
@@ -110,24 +112,32 @@ class ExactlyOnceWriter:
             self.on_batch(batch_id, offset, settled)
 
     def _stage(self, df: Any, offset: StreamOffset) -> dict[TopicPartition, Path]:
-        from pyspark.sql import functions as F
-
+        """Write the batch once, split by topic and partition, then give each range's files a
+        staging directory of its own (one Spark job, whatever the number of ranges)."""
         if self.transform is not None:
             df = self.transform(df)
+        # Under the query's own checkpoint: only this query writes there, so what a crash left is
+        # removed here, before the write.
+        batch_dir = self.checkpoint / "groupshift-staging"
+        shutil.rmtree(batch_dir, ignore_errors=True)
         staged: dict[TopicPartition, Path] = {}
-        cached = df.persist()
         try:
+            df.write.partitionBy("topic", "partition").parquet(str(batch_dir))
             for tp, (start, end) in sorted(offset.ranges.items()):
                 path = staging_dir(self.out, tp.topic, tp.partition, start, end)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                written = batch_dir / f"topic={tp.topic}" / f"partition={tp.partition}"
+                if written.is_dir():  # a transformation may have filtered a range to nothing
+                    shutil.move(written, path)  # a rename, or a copy when out is another filesystem
+                else:
+                    path.mkdir()
                 staged[tp] = path
-                part = cached.where((F.col("topic") == tp.topic) & (F.col("partition") == tp.partition))
-                part.drop("topic", "partition").write.parquet(str(path))
         except BaseException:
             for path in staged.values():
                 shutil.rmtree(path, ignore_errors=True)
             raise
         finally:
-            cached.unpersist()
+            shutil.rmtree(batch_dir, ignore_errors=True)
         return staged
 
 

@@ -126,10 +126,21 @@ class Consume:
         self.proc.wait(30)
 
     def stop(self, timeout: float = 120) -> str:
+        """SIGTERM: the query stops, its reader leaves, and every process it started ends."""
+        import os
         import signal
 
         self.proc.send_signal(signal.SIGTERM)
         out, _ = self.proc.communicate(timeout=timeout)
+
+        def group_gone() -> bool:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        wait_for(group_gone, "the command's JVM and Python workers to end", timeout=30)
         return out
 
 
