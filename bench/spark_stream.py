@@ -12,9 +12,9 @@ the first of each source its Python workers), in one run:
   - `groupshift`: `StreamJob.start` (scheme three, one coordinator node), a new group each time:
     the reader joins and plans each batch (`maxOffsetsPerTrigger` 500,000: one partition, 5
     slices, one per segment); executors read the slices in Python (`read_slice`, through
-    `topics.log.Log.read`) and hand Arrow batches to Spark; the exactly-once writer persists the
-    batch, writes one Parquet directory per range (here one), commits the ends to the group and
-    publishes;
+    `topics.log.Log.read`) and hand Arrow batches to Spark; the exactly-once writer writes the
+    batch once, split by topic and partition, moves each range's files to its staging directory,
+    commits the ends to the group and publishes;
   - plain: `spark.readStream.format("parquet")` over the topic directory (schema from a segment,
     `pathGlobFilter` `segment-*.parquet`, `recursiveFileLookup`, `maxFilesPerTrigger` 5 = 500,000
     records), Spark's vectorised Parquet reader, into a `foreachBatch` that writes each batch once

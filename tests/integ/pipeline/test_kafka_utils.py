@@ -90,7 +90,7 @@ class Collector:
 
 
 def test_legacy_code_under_scheme_one_commits_each_batch_in_the_08_layout(spark, zk, zk_connect, data, ssc):
-    from pipeline.spark.kafka_utils import group_streams
+    from pipeline.spark.dstream import group_streams
     from zk_rebalance.layout import ids_dir, offset_path
 
     def offsets() -> dict[int, int | None]:
@@ -124,7 +124,7 @@ def test_legacy_code_under_scheme_one_commits_each_batch_in_the_08_layout(spark,
 def test_legacy_code_switched_to_the_coordinator_with_one_keyword(spark, zk_connect, data, ssc):
     from coordinator.node.process import CoordinatorNodes
     from pipeline.consumer import Consumer
-    from pipeline.spark.kafka_utils import group_streams
+    from pipeline.spark.dstream import group_streams
 
     before = produce(data, "before", 10)
     save = Collector()
@@ -187,7 +187,8 @@ def test_legacy_code_switched_to_the_coordinator_with_one_keyword(spark, zk_conn
     ],
 )
 def test_bad_input_is_refused_with_one_line(spark, ssc, zk_connect, change, says):
-    from pipeline.spark.kafka_utils import KafkaUtils, group_streams
+    from pipeline.spark.dstream import group_streams
+    from pipeline.spark.kafka_utils import KafkaUtils
 
     args = {"ssc": ssc, "zkQuorum": zk_connect, "groupId": "billing", "topics": {"clicks": 1}, **change}
     with pytest.raises(GroupshiftError) as refused:
@@ -208,7 +209,7 @@ def committed_in_zk(zk, topic: str = "clicks") -> dict[int, int | None]:
 
 
 def test_a_failed_output_commits_nothing_and_its_records_come_again(spark, zk, zk_connect, data, ssc):
-    from pipeline.spark.kafka_utils import group_streams
+    from pipeline.spark.dstream import group_streams
 
     records = produce(data, "r", 10)
     seen: list[str] = []
@@ -240,7 +241,8 @@ def test_checkpointing_a_stateful_stream_with_two_threads_per_topic(
     streams for the topic in scheme one's layout, as 0.8 did."""
     import json
 
-    from pipeline.spark.kafka_utils import KafkaUtils, close_all
+    from pipeline.spark.dstream import close_all
+    from pipeline.spark.kafka_utils import KafkaUtils
     from zk_rebalance.layout import ids_dir
 
     produce(data, "r", 10)
@@ -270,7 +272,8 @@ def test_two_streams_of_one_group_in_one_driver(spark, zk, zk_connect, data, ssc
     """Two members of the group in one driver (scheme one): every record seen and committed. When
     the second member's join moves a partition while the first one's batch holds it, that batch's
     commit is refused and its records are read again (at-least-once)."""
-    from pipeline.spark.kafka_utils import KafkaUtils, group_streams
+    from pipeline.spark.dstream import group_streams
+    from pipeline.spark.kafka_utils import KafkaUtils
 
     records = produce(data, "r", 10)
     seen: list[list[str]] = [[], []]

@@ -172,9 +172,10 @@ def published_ranges_overlap(out: Path, topic: str) -> list:
     return bad
 
 
+@pytest.mark.spark_processes
 @pytest.mark.parametrize(
     "rebalancer,per_partition",
-    [("zk", 4_000), ("incremental", 1_500), ("coordinator", 1_500)],
+    [("zk", 2_500), ("incremental", 1_500), ("coordinator", 1_500)],
 )
 def test_queries_in_processes_join_die_restart_and_write_every_record_exactly_once(
     zk, zk_connect, tmp_path, rebalancer, per_partition
@@ -182,6 +183,7 @@ def test_queries_in_processes_join_die_restart_and_write_every_record_exactly_on
     """Two `groupshift consume` queries in one group, a third joins, one is killed (SIGKILL, its
     whole process group) and restarted from its checkpoint, while a producer writes: every record
     once in the output, no range published by two members."""
+    import signal
     import threading
 
     from coordinator.node.process import CoordinatorNodes
@@ -204,7 +206,7 @@ def test_queries_in_processes_join_die_restart_and_write_every_record_exactly_on
     )
     args = ["--zk", zk_connect, "--data", str(log.root), "--group", "procs", "--topic", "t",
             "--out", str(out), *scheme, *(["--bootstrap", nodes.bootstrap] if nodes else []),
-            "--max-records-per-batch", "1000", "--session-timeout-ms", "6000"]  # fmt: skip
+            "--max-records-per-batch", "2000", "--session-timeout-ms", "5000"]  # fmt: skip
     procs: list[Consume] = []
     producer = threading.Thread(target=keep_producing, daemon=True)
     try:
@@ -226,6 +228,8 @@ def test_queries_in_processes_join_die_restart_and_write_every_record_exactly_on
         ends = {p: log.latest(TopicPartition("t", p)) for p in range(4)}
         expected = {(p, o) for p in range(4) for o in range(ends[p])}
         wait_for(lambda: set(read_output(out, "t")) >= expected, "the output to hold every record", procs)
+        for proc in (a, c, b2):  # all three at once: each leaves the group and ends its processes
+            proc.proc.send_signal(signal.SIGTERM)
         for proc in (a, c, b2):
             proc.stop()
             assert proc.proc.returncode == 0, proc.lines[-3:]
@@ -307,6 +311,7 @@ def test_bad_options_are_refused_at_load_with_one_line_and_change_nothing(
     assert (zk_tree(zk_connect), dir_tree(tmp_path)) == before
 
 
+@pytest.mark.spark_processes
 def test_consume_refuses_a_master_that_does_not_answer_and_changes_nothing(zk, zk_connect, tmp_path):
     import subprocess
     import sys
@@ -327,6 +332,7 @@ def test_consume_refuses_a_master_that_does_not_answer_and_changes_nothing(zk, z
     assert (zk_tree(zk_connect), dir_tree(tmp_path)) == before
 
 
+@pytest.mark.spark_processes
 def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connect, tmp_path):
     """`consume --until-idle 1` joins a group whose member holds every partition and takes 3 s to
     answer the rebalance, then leaves: the wait for the first assignment is not idleness, so the
@@ -420,6 +426,7 @@ def test_the_consume_command_under_a_coordinator_and_its_bad_input(zk, zk_connec
     assert pq.read_table(some).column("value_length").to_pylist()[0] == 8  # the transform ran
 
 
+@pytest.mark.spark_processes
 def test_consume_on_a_standalone_cluster_writes_every_record_exactly_once(zk, zk_connect, tmp_path):
     """A master and two workers from pyspark's distribution: the query's executors (processes of
     the workers) read the log and write the staging output by path; the output holds every record
