@@ -125,6 +125,15 @@ def _verbosity(ctx: click.Context, param: click.Parameter, value: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)
     logging.getLogger("kazoo").setLevel(level if total else logging.CRITICAL)
+    if not total:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_interrupted_py4j_call)
+
+
+def _interrupted_py4j_call(record: logging.LogRecord) -> bool:
+    """py4j logs a traceback on the root logger when Ctrl-C or SIGTERM interrupts a call into the
+    Spark JVM; the command says "aborted" in one line itself (shown with -v)."""
+    return not record.getMessage().startswith("KeyboardInterrupt while sending command")
 
 
 @click.group(cls=GroupshiftGroup)

@@ -266,7 +266,12 @@ class MainJob:
                 try:
                     self._stop_members()
                 finally:
-                    nodes.close()
+                    try:
+                        # A query an interrupt caught while it was being started is not a member yet.
+                        for query in self.spark.streams.active:
+                            query.stop()
+                    finally:
+                        nodes.close()
         finally:
             zk.stop()
             zk.close()

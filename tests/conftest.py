@@ -19,9 +19,8 @@ Where a test runs (`scripts/test.sh`), chosen by marker or by the fixtures it us
   or the `ensemble` / `zk_ensemble` fixtures). They run after the parallel phase, alone, one after
   the other: a loaded machine would stretch the sessions and pauses they time.
 * lanes, in the parallel phase: one worker runs a lane's tests one after the other, never two at
-  once — `spark` (a Spark driver: ~2 GB and a core each), `spark_processes` (Spark drivers in
-  processes of their own: `groupshift consume` commands, a standalone cluster) and `experiments`
-  (each starts ZooKeeper ensembles, coordinator nodes and worker processes of its own).
+  once — `spark` (a Spark driver: ~2 GB and a core each) and `experiments` (each starts ZooKeeper
+  ensembles, coordinator nodes and worker processes of its own).
 * every other test, in the parallel phase, on any free worker.
 """
 
@@ -46,9 +45,6 @@ from tests.namespaces import chroot_for, remove_namespace
 ALONE = (("faults", "ensemble"), ("zk_ensemble", "ensemble"))  # markers, fixtures
 # lane -> (markers, fixtures) that put a test in it
 LANES = {
-    # Spark drivers in processes of their own (`groupshift consume`, a standalone cluster): a second
-    # Spark lane beside the one whose tests share the worker's in-process session
-    "spark_processes": (("spark_processes",), ()),
     "spark": (("spark",), ("spark",)),
     "experiments": (("experiments",), ()),
 }

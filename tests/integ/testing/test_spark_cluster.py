@@ -105,45 +105,38 @@ def cluster_session(app: str, cluster: SparkCluster):
     )
 
 
-def test_a_job_runs_on_the_executors_and_every_process_stops_with_the_cluster(no_session, tmp_path):
-    with SparkCluster.start(workers=2, cores=1, memory="1g") as cluster:
-        assert re.fullmatch(r"spark://127\.0\.0\.1:\d+", cluster.master_url)
-        assert len(cluster.pids) == 3  # the master and two workers
-        spark = cluster_session("groupshift-cluster-test", cluster)
-        try:
-            rdd = spark.sparkContext.parallelize(range(1000), 4)
-            assert rdd.sum() == 499500
-            where = rdd.map(lambda _: (os.getpid(), __import__("pipeline.spark.session").__file__)).distinct()
-            runners = where.collect()
-            # Spark's output and input through a path every process sees: written by the executors.
-            spark.range(1000).write.parquet(str(tmp_path / "out"))
-            assert spark.read.parquet(str(tmp_path / "out")).count() == 1000
-            seen = set(cluster.processes())
-            jvms = executors(cluster, 2)
-        finally:
-            spark.stop()
-    # the tasks ran in Python workers of the executors, which import groupshift from this checkout
-    assert {pid for pid, _ in runners} <= seen - {os.getpid()}, (runners, seen)
-    assert {file for _, file in runners} == {str(REPO / "pipeline" / "__init__.py")}
-    assert set(jvms) <= seen and set(cluster.pids) <= seen
-    assert survivors(cluster.dir, seen) == []
-    assert not cluster.dir.exists()
-    cluster.stop()  # again: nothing to do
-
-
-def test_an_exception_inside_the_with_stops_every_process_of_the_cluster(no_session):
+def test_a_job_runs_on_the_executors_and_an_exception_inside_the_with_stops_every_process(
+    no_session, tmp_path
+):
+    """Tasks run in the executors' Python workers (importing groupshift from this checkout) and
+    write and read through a path every process sees; an exception raised inside the `with` while
+    the executors still run stops every process of the cluster and removes its directory."""
     spark = None
     try:
         with pytest.raises(RuntimeError, match="inside the with"):
             with SparkCluster.start(workers=2, cores=1, memory="1g") as cluster:
-                spark = cluster_session("groupshift-cluster-abort", cluster)
-                assert spark.sparkContext.parallelize(range(10), 2).map(lambda x: 2 * x).sum() == 90
+                assert re.fullmatch(r"spark://127\.0\.0\.1:\d+", cluster.master_url)
+                assert len(cluster.pids) == 3  # the master and two workers
+                spark = cluster_session("groupshift-cluster-test", cluster)
+                rdd = spark.sparkContext.parallelize(range(1000), 4)
+                assert rdd.sum() == 499500
+                where = rdd.map(
+                    lambda _: (os.getpid(), __import__("pipeline.spark.session").__file__)
+                ).distinct()
+                runners = where.collect()
+                # Spark's output and input through a path every process sees: written by the executors.
+                spark.range(1000).write.parquet(str(tmp_path / "out"))
+                assert spark.read.parquet(str(tmp_path / "out")).count() == 1000
                 jvms = executors(cluster, 2)  # the executors still run: the cluster stops them
                 seen = set(cluster.processes())
                 raise RuntimeError("inside the with")
-        assert set(jvms) <= seen
+        # the tasks ran in Python workers of the executors, which import groupshift from this checkout
+        assert {pid for pid, _ in runners} <= seen - {os.getpid()}, (runners, seen)
+        assert {file for _, file in runners} == {str(REPO / "pipeline" / "__init__.py")}
+        assert set(jvms) <= seen and set(cluster.pids) <= seen
         assert survivors(cluster.dir, seen) == []
         assert not cluster.dir.exists()
+        cluster.stop()  # again: nothing to do
     finally:
         if spark is not None:
             spark.stop()
