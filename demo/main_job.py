@@ -193,7 +193,10 @@ class MainJob:
             pass
 
     def committed_records(self) -> int:
-        return sum(m.job.progress().records for m in [*self.members.values(), *self.gone])
+        """Records committed and published so far, by the outputs' names. (Not the writers' own
+        counts: a member stopped between its commit and its publish leaves the publish to the
+        partition's next owner, whose writer did not commit those records.)"""
+        return sum(end - start for _, start, end, _ in outputs(self.out, TOPIC))
 
     def stable(self) -> bool:
         owned = [m.assignment() for m in self.members.values()]
