@@ -154,12 +154,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict | None:
         consumer = self._member()
-        previous = decode(start)
-        if previous.member == self.id and previous.ranges:
-            try:
-                self._settle(previous)  # the batch before ran to its end (Spark plans after it)
-            except Exception as exc:  # noqa: BLE001 - its commit is asked again next time
-                log.warning("group %s: could not commit the last batch yet: %s", self.options.group, exc)
+        self._settle_finished(decode(start))  # the batch before ran to its end (Spark plans after it)
         self._wait_for_assignment(consumer)
         owned = sorted(consumer.assignment())
         generation = consumer.generation
@@ -239,7 +234,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # A batch Spark replays after a restart, planned by a reader that is gone: the writer
             # skips it, and its records are planned again from the group's offsets. Read nothing.
             return []
-        root = str(Path(self.options.log_root or _default_root()).resolve())
+        root = str(Path(self._member().log.root).resolve())  # a path every Spark process sees
         slices = []
         for tp, (s, e) in sorted(offset.ranges.items()):
             for a, b in split_at_segments(Path(root) / tp.topic, tp.partition, s, e):
@@ -247,12 +242,17 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return slices
 
     def commit(self, end: dict) -> None:
-        offset = decode(end)
-        if offset.member == self.id and offset.ranges and self._consumer is not None:
-            try:
-                self._settle(offset)
-            except Exception as exc:  # noqa: BLE001 - asked again before the next batch
-                log.warning("group %s: commit of the last batch failed: %s", self.options.group, exc)
+        self._settle_finished(decode(end))
+
+    def _settle_finished(self, offset: StreamOffset) -> None:
+        """Commit a finished batch this reader planned, unless the writer had it committed already
+        (`_settle` remembers); a failure is logged, and the commit asked again next time."""
+        if offset.member != self.id or not offset.ranges or self._consumer is None:
+            return
+        try:
+            self._settle(offset)
+        except Exception as exc:  # noqa: BLE001 - asked again before the next batch
+            log.warning("group %s: could not commit the last batch yet: %s", self.options.group, exc)
 
     def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -301,12 +301,6 @@ class _Pauser:
 
     def on_partitions_lost(self, partitions):
         pass
-
-
-def _default_root() -> Path:
-    from topics.root import default_root
-
-    return default_root()
 
 
 def _leave_on_sigterm() -> None:
