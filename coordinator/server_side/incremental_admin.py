@@ -48,7 +48,7 @@ class IncrementalAdmin:
         if member is None:
             if req.member_id or req.generation_id >= 0 or group.members:
                 code = E.UNKNOWN_MEMBER_ID  # only an empty group takes commits from outside it
-        elif req.generation_id != member.epoch:
+        elif req.generation_id != member.reported_epoch:
             code = E.STALE_MEMBER_EPOCH
         if code:
             return [Respond(token, OffsetCommitResponse.with_error(req, code))]
