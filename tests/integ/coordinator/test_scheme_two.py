@@ -15,28 +15,18 @@ from collections import Counter
 import pytest
 
 from coordinator.assignors.payloads import decode_assignment
-from coordinator.group.context import CoordinatorConfig
-from coordinator.group.coordinator import GroupCoordinator
-from coordinator.group.messages import GroupSnapshot, Respond, Write, WriteGroupMetadata
+from coordinator.group.messages import GroupSnapshot
 from coordinator.node.process import CoordinatorNodes
-from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
-from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
-    CONSUMER_GROUP_HEARTBEAT,
     DESCRIBE_GROUPS,
     JOIN_GROUP,
-    OFFSET_COMMIT,
     SERVER_HEARTBEAT,
     SERVER_JOIN_GROUP,
-    ConsumerGroupHeartbeatRequest,
     DescribeGroupsRequest,
     JoinGroupProtocol,
     JoinGroupRequest,
-    OffsetCommitPartition,
-    OffsetCommitRequest,
-    OffsetCommitTopic,
     ServerHeartbeatRequest,
     ServerJoinGroupRequest,
 )
@@ -44,42 +34,19 @@ from core.four_letter import four_letter
 from core.types import TopicPartition as TP
 from pipeline.consumer import Consumer
 from tests.commit_loop import CommitLoop as Loop
+from tests.unit.coordinator.incremental_core import Core as IncrementalCore
 from topics.log import Log
 from topics.registry import add_partitions, create_topic
 
 # -- the core -----------------------------------------------------------------------------------
 
 
-class Core:
+class Core(IncrementalCore):
     """The node's core (both forms of scheme two around the classic one) whose writes all succeed
     at once; answers kept by request."""
 
-    def __init__(self):
-        config = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100)
-        self.core = IncrementalCoordinator(
-            ServerAssignedCoordinator(GroupCoordinator(config)), min_session_timeout_ms=100
-        )
-        self.now = 1_000
-        self.answers: dict[str, object] = {}
-        self.watched: list[str] = []
-        self.records: dict[str, object] = {}  # group -> the last group record written
-
     def _run(self, outputs) -> None:
-        for out in outputs:
-            if isinstance(out, Respond):
-                self.answers[out.request_token] = out.body
-            elif isinstance(out, WatchTopics):
-                self.watched.extend(out.topics)
-            elif isinstance(out, Write):
-                if isinstance(out, WriteGroupMetadata):
-                    self.records[out.group_id] = out.record
-                if out.token is not None:
-                    self._run(self.core.persisted(out.token, True, self.now))
-
-    def send(self, api: int, body, token: str):
-        self.answers.pop(token, None)
-        self._run(self.core.handle(api, body, self.now, client_id="c", client_host="/h", request_token=token))
-        return self.answers.get(token)
+        self.run(outputs)
 
     def join(self, token: str, consumer_id: str = "", topics=("t",), strategy: str = "range"):
         body = ServerJoinGroupRequest(
@@ -96,24 +63,9 @@ class Core:
         body = ServerHeartbeatRequest(group_id="g", generation_id=generation, consumer_id=consumer_id)
         return self.send(SERVER_HEARTBEAT, body, token)
 
-    def sizes(self, **counts: int) -> None:
-        self._run(self.core.topics_changed(counts, self.now))
-
     def hb(self, token: str, member_id: str = "", epoch: int = 0, owned=None, topics=("t",), assignor=None):
         """A ConsumerGroupHeartbeat (epoch 0 joins with `topics`; `owned` None: unchanged)."""
-        from coordinator.assignors.consumer_protocol import by_topic
-
-        body = ConsumerGroupHeartbeatRequest(
-            group_id="g",
-            member_id=member_id,
-            member_epoch=epoch,
-            session_timeout_ms=1000,
-            rebalance_timeout_ms=2000,
-            subscribed_topic_names=list(topics) if epoch == 0 else None,
-            server_assignor=assignor,
-            topic_partitions=None if owned is None else by_topic(owned),
-        )
-        return self.send(CONSUMER_GROUP_HEARTBEAT, body, token)
+        return self.heartbeat(member_id, epoch, owned, topics, assignor=assignor, token=token)
 
 
 def partitions(answer) -> list[TP]:
@@ -189,17 +141,7 @@ def test_a_grown_topic_rebalances_and_old_generations_cannot_commit():
 
 
 def commit(c: Core, generation: int, consumer_id: str) -> int:
-    body = OffsetCommitRequest(
-        group_id="g",
-        generation_id=generation,
-        member_id=consumer_id,
-        topics=[
-            OffsetCommitTopic(
-                name="t", partitions=[OffsetCommitPartition(partition_index=0, committed_offset=7)]
-            )
-        ],
-    )
-    return c.send(OFFSET_COMMIT, body, "commit").topics[0].partitions[0].error_code
+    return c.commit(consumer_id, generation)
 
 
 # -- real nodes and consumers ---------------------------------------------------------------------
