@@ -1,5 +1,5 @@
-"""Scheme two's incremental groups seen from outside their members: commits fenced by member epoch,
-OffsetFetch, DescribeGroups, ConsumerGroupDescribe, ListGroups and DeleteGroups.
+"""Scheme two's incremental groups seen from outside their members: commits and fetches fenced by
+member epoch, DescribeGroups, ConsumerGroupDescribe, ListGroups and DeleteGroups.
 
 `IncrementalAdmin` is a base of `incremental_coordinator.IncrementalCoordinator`, whose groups
 (`self.groups`) and classic core (`self.inner`, which keeps the offsets) it uses. Pure: requests
@@ -13,17 +13,24 @@ from typing import Any
 import msgspec
 
 from coordinator.assignors.base import Subscription
+from coordinator.assignors.consumer_protocol import by_topic
 from coordinator.assignors.payloads import encode_assignment, encode_subscription
 from coordinator.group.messages import DeleteGroup, Output, Respond
 from coordinator.server_side.incremental_groups import INCREMENTAL_PROTOCOL_TYPE, Group
+from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     OFFSET_COMMIT,
+    OFFSET_FETCH,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupMember,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DeleteGroupsResult,
+    DescribedConsumerGroup,
     DescribedGroup,
     DescribedMember,
     DescribeGroupsRequest,
@@ -32,6 +39,7 @@ from coordinator.wire.schema import (
     ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetFetchRequest,
 )
 
 
@@ -66,10 +74,10 @@ class IncrementalAdmin:
             members=[
                 DescribedMember(
                     member_id=m.member_id,
-                    group_instance_id=None,
+                    group_instance_id=m.instance_id,
                     client_id=m.client_id,
                     client_host=m.client_host,
-                    member_metadata=encode_subscription(Subscription(m.topics, generation=m.epoch)),
+                    member_metadata=encode_subscription(Subscription(m.topics, generation=m.reported_epoch)),
                     member_assignment=encode_assignment(sorted(m.assigned)),
                 )
                 for m in group.members.values()
@@ -92,6 +100,34 @@ class IncrementalAdmin:
         groups = [self._described(self.groups[g]) if g in self.groups else theirs[g] for g in req.groups]
         out.append(Respond(token, DescribeGroupsResponse(groups=groups)))
         return out
+
+    def _consumer_describe(self, req: ConsumerGroupDescribeRequest, token: Any, **kw) -> list[Output]:
+        """ConsumerGroupDescribe (69): each group with its epochs and its members' current and target
+        assignments (topics by name); a group that is not incremental gets GROUP_ID_NOT_FOUND."""
+        check = kw.get("group_check")
+        described = []
+        for gid in req.group_ids:
+            group = self.groups.get(gid)
+            if check is not None and (code := check(gid)):
+                described.append(P.described_consumer_error(gid, code))
+            elif group is None:
+                message = f"{gid!r} is not a consumer-protocol group"
+                described.append(P.described_consumer_error(gid, E.GROUP_ID_NOT_FOUND, message))
+            else:
+                described.append(_consumer_group(group))
+        return [Respond(token, ConsumerGroupDescribeResponse(groups=described))]
+
+    def _offset_fetch(self, req: OffsetFetchRequest, now: int, token: Any, **kw) -> list[Output]:
+        """OffsetFetch with a member id and epoch (Kafka v9): only the member's current epoch reads
+        its group's offsets; without them (nil, -1) anyone does."""
+        group = self.groups[req.group_id]
+        if req.member_id or req.member_epoch >= 0:
+            member = group.members.get(req.member_id or "")
+            if member is None:
+                return [Respond(token, P.precheck_error_body(OFFSET_FETCH, req, E.UNKNOWN_MEMBER_ID))]
+            if req.member_epoch != member.reported_epoch:
+                return [Respond(token, P.precheck_error_body(OFFSET_FETCH, req, E.STALE_MEMBER_EPOCH))]
+        return self.inner.handle(OFFSET_FETCH, req, now, request_token=token, **kw)
 
     def _list(self, outputs: list[Output]) -> list[Output]:
         out = []
@@ -135,3 +171,30 @@ class IncrementalAdmin:
         )
         out.append(Respond(token, body))
         return out
+
+
+def _consumer_group(group: Group) -> DescribedConsumerGroup:
+    return DescribedConsumerGroup(
+        error_code=E.NONE,
+        error_message=None,
+        group_id=group.group_id,
+        group_state=group.state,
+        group_epoch=group.epoch,
+        assignment_epoch=group.assignment_epoch,
+        assignor_name=group.assignor,
+        members=[
+            ConsumerGroupMember(
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.reported_epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=list(m.names),
+                subscribed_topic_regex=m.regex,
+                assignment=by_topic(m.assigned),
+                target_assignment=by_topic(group.target.get(m.member_id, ())),
+            )
+            for m in group.members.values()
+        ],
+    )

@@ -56,6 +56,7 @@ from coordinator.server_side.incremental_groups import (
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
+    CONSUMER_GROUP_DESCRIBE,
     CONSUMER_GROUP_HEARTBEAT,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -64,6 +65,7 @@ from coordinator.wire.schema import (
     LEAVE_GROUP,
     LIST_GROUPS,
     OFFSET_COMMIT,
+    OFFSET_FETCH,
     SERVER_HEARTBEAT,
     SERVER_JOIN_GROUP,
     SYNC_GROUP,
@@ -137,6 +139,10 @@ class IncrementalCoordinator(IncrementalAdmin):
             out.append(Respond(request_token, P.precheck_error_body(api_key, req, E.UNKNOWN_MEMBER_ID)))
         elif gid in self.groups and api_key == OFFSET_COMMIT:
             out.extend(self._offset_commit(req, now_ms, request_token, **kw))
+        elif gid in self.groups and api_key == OFFSET_FETCH:
+            out.extend(self._offset_fetch(req, now_ms, request_token, **kw))
+        elif api_key == CONSUMER_GROUP_DESCRIBE:
+            out.extend(self._consumer_describe(req, request_token, **kw))
         elif api_key == DESCRIBE_GROUPS and any(g in self.groups for g in req.groups):
             out.extend(self._describe(req, now_ms, request_token, **kw))
         elif api_key == LIST_GROUPS:

@@ -20,6 +20,8 @@ from coordinator.node.process import CoordinatorNodes
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
     DESCRIBE_GROUPS,
     JOIN_GROUP,
     SERVER_HEARTBEAT,
@@ -495,3 +497,49 @@ def test_another_node_takes_an_incremental_group_over_from_its_record():
     assert commit(other, b3.member_epoch, b.member_id) == E.NONE
     # A zombie's epoch from beyond what the group knows is fenced.
     assert other.hb("z", a.member_id, 99, owned=set()).error_code == E.FENCED_MEMBER_EPOCH
+
+
+def test_the_native_listener_describes_consumer_protocol_groups(zk, zk_connect):
+    """ConsumerGroupDescribe (69) on the native wire: an incremental group with its epochs and
+    assignments, and GROUP_ID_NOT_FOUND for any other group id."""
+    create_topic(zk, "t", partitions=3)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        node = next(iter(nodes.nodes.values()))
+        with node.client() as c:
+            beat = {
+                "group_id": "g69",
+                "member_id": "",
+                "member_epoch": 0,
+                "session_timeout_ms": 10_000,
+                "rebalance_timeout_ms": 10_000,
+                "subscribed_topic_names": ["t"],
+                "server_assignor": "range",
+                "topic_partitions": None,
+            }
+            answer = c.request(CONSUMER_GROUP_HEARTBEAT, beat)
+            beat.update(member_id=answer["member_id"], subscribed_topic_names=None, server_assignor=None)
+
+            def assigned() -> bool:
+                nonlocal answer
+                beat["member_epoch"] = answer["member_epoch"]
+                answer = c.request(CONSUMER_GROUP_HEARTBEAT, beat)
+                return answer["error_code"] == 0 and bool(answer["assignment"])
+
+            wait_for(assigned, 30, "the member to get t's partitions")
+            described = c.request(CONSUMER_GROUP_DESCRIBE, {"group_ids": ["g69", "nobody"]})["groups"]
+        g, nobody = described
+        assert (g["error_code"], g["group_state"], g["assignor_name"]) == (0, "Stable", "range")
+        assert g["group_epoch"] == g["assignment_epoch"] == answer["member_epoch"]
+        (m,) = g["members"]
+        assert (m["member_id"], m["member_epoch"], m["subscribed_topic_names"]) == (
+            answer["member_id"],
+            answer["member_epoch"],
+            ["t"],
+        )
+        assert m["assignment"] == m["target_assignment"] == [{"topic": "t", "partitions": [0, 1, 2]}]
+        assert (nobody["error_code"], nobody["group_state"], nobody["members"]) == (
+            E.GROUP_ID_NOT_FOUND,
+            "Dead",
+            [],
+        )
+        assert "background task failed" not in "\n".join(node.output)  # the node's topic watches
