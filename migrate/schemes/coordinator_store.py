@@ -35,6 +35,8 @@ from migrate.schemes.model import EMPTY, STABLE, Committed, GroupView, Member
 from migrate.schemes.zk_store import topic_partitions
 
 DESCRIBE_TIMEOUT_S = 5.0
+# DescribeGroups states of a group without members: Kafka's, and the draft's (scheme two) "Ready".
+IDLE_STATES = ("Empty", "Dead", "Ready")
 
 
 class CoordinatorDown(GroupshiftError):
