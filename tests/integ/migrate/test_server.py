@@ -149,3 +149,20 @@ def test_scheme_three_group_is_not_scheme_two(zk, zk_connect, log):
         r = migrate("plan", "web", *FROM_SERVER, zk_connect=zk_connect)
         assert r.returncode == 1 and "[FAIL]" in r.stdout and "use --from coordinator" in r.stdout, r
         assert zk_tree(zk_connect) == before
+
+
+def test_describe_shows_an_incremental_groups_epochs_assignments_and_targets(zk, zk_connect, log):
+    make_topic(zk, log, "orders", 3, 4)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        c = server_consumer("inc", ["orders"], zk_connect, log, nodes.bootstrap)
+        with contextlib.closing(c):
+            drain(c, 12)
+            [out] = json.loads(ok("groups", "describe", "inc", "--members", "-o", "json", zk=zk_connect))
+            [member] = out["members"]
+            assert member["epoch"] >= 1 and member["assignment"] == member["target"] == "orders(0,1,2)", (
+                member
+            )
+            table = ok("groups", "describe", "inc", "--members", zk=zk_connect)
+            assert "EPOCH" in table.upper() and "TARGET" in table.upper(), table
+            state = json.loads(ok("groups", "describe", "inc", "--state", "-o", "json", zk=zk_connect))
+            assert "uniform" in json.dumps(state), state
