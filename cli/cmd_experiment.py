@@ -103,9 +103,10 @@ _out = click.option(
 _scheme = click.option(
     "--scheme",
     "schemes",
-    default=",".join(Scheme.names()),
+    default=",".join(s.value for s in Scheme.defaults()),
     show_default=True,
-    help="Comma-separated schemes.",
+    help="Comma-separated schemes; kafka-classic and kafka-consumer (librdkafka members through the "
+    "nodes' Kafka listeners) only when named.",
 )
 
 
@@ -176,7 +177,7 @@ def chaos(schemes: str, duration: str, seed: int, drain_timeout: str | None, out
     start = time.monotonic()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     show = stderr_progress(start)
-    with _stop_on_signals(), Lab(out) as lab:
+    with _stop_on_signals(), Lab(out, kafka=any(Scheme(s).kafka for s in chosen)) as lab:
         show(
             f"chaos: {', '.join(chosen)} for {seconds:g}s, seed {seed}, on a 3-node ensemble "
             f"(namespace {lab.namespace}, drain timeout {drain_s:g}s)"

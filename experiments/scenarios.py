@@ -24,7 +24,7 @@ from pathlib import Path
 from core.scheme import Scheme
 from experiments import analysis, zkstats
 from experiments.harness import CUT_GID, NODE_OPTIONS, GroupRun, Lab, RunSettings
-from experiments.worker import ONE_SYNC, SCHEMES, scheme_of
+from experiments.worker import DEFAULT_SCHEMES, ONE_SYNC, scheme_of
 from zk_rebalance import metrics as zk_metrics
 
 COORDINATOR_SCHEMES = tuple(s.value for s in Scheme.coordinated())
@@ -34,7 +34,7 @@ COORDINATOR_SCHEMES = tuple(s.value for s in Scheme.coordinated())
 class Context:
     lab: Lab
     quick: bool = False
-    schemes: tuple[str, ...] = SCHEMES
+    schemes: tuple[str, ...] = DEFAULT_SCHEMES
     progress: Callable[[str], None] = lambda line: None
     settings: RunSettings = field(default_factory=RunSettings)
     #: per scenario, ZooKeeper's server-side counters around its steps (all schemes together)
@@ -310,7 +310,8 @@ def follower_partition(ctx: Context) -> dict:
     try:
 
         def options(scheme: str) -> dict:
-            return {"cluster": "ensemble", "zk": leader.connect_string + chroot, "bootstrap": nodes.bootstrap}
+            bootstrap = nodes.kafka_bootstrap if scheme_of(scheme).kafka else nodes.bootstrap
+            return {"cluster": "ensemble", "zk": leader.connect_string + chroot, "bootstrap": bootstrap}
 
         def partition(runs: dict[str, GroupRun]) -> None:
             ens.partition(follower)
