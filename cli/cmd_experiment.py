@@ -118,16 +118,17 @@ _scheme = click.option(
 )
 @_scheme
 def run(name: str, out: Path, quick: bool, schemes: str) -> None:
-    """Run scenario NAME (or `all`) for every scheme; writes results, plots and a report to --out."""
+    """Run scenario NAME (several: comma-separated; or `all`) for every scheme; writes results, plots
+    and a report to --out."""
     from experiments.scenarios import SCENARIOS
 
-    if name != "all" and name not in SCENARIOS:
-        raise GroupshiftError(f"no scenario {name!r}; `groupshift experiment list` shows them")
+    names = list(SCENARIOS) if name == "all" else list(dict.fromkeys(n.strip() for n in name.split(",")))
+    for bad in [n for n in names if n not in SCENARIOS]:
+        raise GroupshiftError(f"no scenario {bad!r}; `groupshift experiment list` shows them")
     chosen = _schemes(schemes)
     out = _out_dir(out)
     from experiments.runner import run_experiments
 
-    names = list(SCENARIOS) if name == "all" else [name]
     with _stop_on_signals():
         results = run_experiments(names, out, quick=quick, schemes=chosen)
     click.echo(f"{'scenario':<20} wall s")

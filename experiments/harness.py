@@ -287,13 +287,14 @@ class GroupRun:
         zk: str | None = None,
         bootstrap: str | None = None,
         cut_victim: bool = False,
+        logdir: Path | None = None,
     ):
         self.lab, self.scenario, self.scheme, self.settings = lab, scenario, scheme, settings
         self.cluster = cluster
         self.zk_options = zk_options or {}
         name = f"{scenario}-{scheme}"
         self.topic, self.group = name, f"g-{name}"
-        self.logdir = lab.out / "logs" / scenario / scheme
+        self.logdir = logdir or lab.out / "logs" / scenario / scheme
         shutil.rmtree(self.logdir, ignore_errors=True)
         self.logdir.mkdir(parents=True)
         self.driver = ProcessingLog(str(self.logdir / "driver.jsonl"), "driver")

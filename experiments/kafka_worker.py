@@ -43,6 +43,17 @@ def generation(consumer) -> int:
     return int.from_bytes(md[len(MAGIC) : len(MAGIC) + 4], "little", signed=True)
 
 
+def unsupported(scheme: str) -> str | None:
+    """Why the nodes' Kafka listener cannot take this scheme's members, or None (it can, or the
+    scheme is not a librdkafka one): KIP-848's consumers need ConsumerGroupHeartbeat (api 68)."""
+    from coordinator.kafka_wire.codec import VERSIONS
+    from coordinator.wire.schema import CONSUMER_GROUP_HEARTBEAT
+
+    if scheme == Scheme.KAFKA_CONSUMER.value and CONSUMER_GROUP_HEARTBEAT not in VERSIONS:
+        return "the nodes' Kafka listener does not serve ConsumerGroupHeartbeat (api 68, KIP-848) yet"
+    return None
+
+
 def config(args: argparse.Namespace) -> dict:
     """The consumer's settings: the scheme's group protocol, the run's session (classic only: under
     KIP-848 the session is the coordinator's), manual commits, short fetch waits."""

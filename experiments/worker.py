@@ -113,9 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from core.errors import CommitFailed, GroupshiftError
     from core.lifeline import watch_parent
-    from pipeline.consumer import Consumer
 
     out = ProcessingLog(args.log, args.member)
     out.emit("start", scheme=args.scheme, pid=os.getpid())
@@ -130,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             out.emit("stop")
             out.close()
+    from core.errors import CommitFailed, GroupshiftError
+    from pipeline.consumer import Consumer
+
     listener = Listener(out)
     options = Scheme(args.scheme).consumer_options()
     membership = {}
