@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,3 +94,24 @@ class Polling(threading.Thread):
         self.stop.set()
         self.join(30)
         assert not self.is_alive() and self.error is None, self.error
+
+
+def ck_poll(c, timeout: float = 0.1) -> list[bytes]:
+    """One confluent-kafka `consume` call's values (an error record raises KafkaException)."""
+    from confluent_kafka import KafkaException
+
+    out = []
+    for msg in c.consume(num_messages=500, timeout=timeout):
+        if msg.error():
+            raise KafkaException(msg.error())
+        out.append(msg.value())
+    return out
+
+
+def ck_consume(c, count: int, timeout: float = 40.0) -> list[bytes]:
+    """Poll a confluent-kafka consumer until `count` values arrived or `timeout` passed."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(ck_poll(c, 0.2))
+    return got

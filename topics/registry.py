@@ -51,6 +51,7 @@ class TopicDescription:
     name: str
     partitions: dict[int, tuple[int, ...]]
     version: int = 0
+    topic_id: str | None = None  # Kafka 2.8+'s `topic_id` in the znode, when it has one
 
     @property
     def num_partitions(self) -> int:
@@ -92,13 +93,18 @@ def check_partitions(partitions: int, what: str = "number of partitions") -> int
     return partitions
 
 
-def encode_assignment(partitions: dict[int, Sequence[int]]) -> bytes:
+def encode_assignment(partitions: dict[int, Sequence[int]], topic_id: str | None = None) -> bytes:
     """The `/brokers/topics/<t>` payload `{"version":1,"partitions":{"0":[1,2],...}}` (Json.encode).
 
     Kafka's encoder writes no whitespace; partitions are written in numeric order (0.8 wrote them
     in Scala hash-map order, which no reader depends on — every reader parses the JSON).
+    `topic_id` (Kafka 2.8+'s field, in Kafka's string form) is kept once a topic has one
+    (`topics.topic_ids`); every reader of the 0.8 layout ignores it.
     """
-    body = {"version": 1, "partitions": {str(p): [int(b) for b in partitions[p]] for p in sorted(partitions)}}
+    body: dict = {"version": 1}
+    if topic_id:
+        body["topic_id"] = topic_id
+    body["partitions"] = {str(p): [int(b) for b in partitions[p]] for p in sorted(partitions)}
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
@@ -111,6 +117,17 @@ def decode_assignment(data: bytes, topic: str = "?") -> dict[int, tuple[int, ...
         raise InvalidTopic(
             f"/brokers/topics/{topic} does not hold a Kafka partition map: {data[:200]!r}"
         ) from exc
+
+
+def kafka_topic_id(data: bytes | None) -> str | None:
+    """The `topic_id` field of a `/brokers/topics/<t>` payload (Kafka 2.8+), or None."""
+    if not data or b'"topic_id"' not in data:
+        return None
+    try:
+        found = json.loads(data.decode("utf-8")).get("topic_id")
+    except (ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) and found else None
 
 
 def assign_replicas(
@@ -288,7 +305,8 @@ def add_partitions(
         start_index=existing[0],
         start_partition=current.num_partitions,
     )
-    zk.set(topic_path(name), encode_assignment({**current.partitions, **added}), version=current.version)
+    payload = encode_assignment({**current.partitions, **added}, current.topic_id)
+    zk.set(topic_path(name), payload, version=current.version)
     return describe(zk, name)
 
 
@@ -298,7 +316,7 @@ def describe(zk: KazooClient, name: str) -> TopicDescription:
         data, stat = zk.get(topic_path(name))
     except NoNodeError:
         raise UnknownTopic(f"topic {name!r} is not registered in ZooKeeper; create it first") from None
-    return TopicDescription(name, decode_assignment(data, name), stat.version)
+    return TopicDescription(name, decode_assignment(data, name), stat.version, kafka_topic_id(data))
 
 
 def list_topics(zk: KazooClient) -> list[str]:

@@ -20,6 +20,7 @@ as Kafka does.
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,12 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from coordinator.kafka_wire import messages as M
+from coordinator.kafka_wire.consumer_group_api import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire import schema as S
@@ -66,9 +73,9 @@ VERSIONS: dict[int, tuple[int, int]] = {
     M.PRODUCE: (3, 8),
     M.FETCH: (4, 11),
     M.LIST_OFFSETS: (0, 5),
-    M.METADATA: (0, 5),
-    S.OFFSET_COMMIT: (2, 7),
-    S.OFFSET_FETCH: (1, 5),
+    M.METADATA: (0, 12),
+    S.OFFSET_COMMIT: (2, 9),
+    S.OFFSET_FETCH: (1, 9),
     S.FIND_COORDINATOR: (0, 2),
     S.JOIN_GROUP: (2, 5),
     S.HEARTBEAT: (0, 3),
@@ -78,6 +85,8 @@ VERSIONS: dict[int, tuple[int, int]] = {
     S.LIST_GROUPS: (0, 2),
     S.API_VERSIONS: (0, 2),
     S.DELETE_GROUPS: (0, 1),
+    M.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    M.CONSUMER_GROUP_DESCRIBE: (0, 0),
 }
 
 # api key -> (request class, response class, project request struct)
@@ -97,6 +106,16 @@ _CLASSES: dict[int, tuple[Any, Any, type[S.Message]]] = {
     S.LIST_GROUPS: (ListGroupsRequest, ListGroupsResponse, S.ListGroupsRequest),
     S.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse, S.ApiVersionsRequest),
     S.DELETE_GROUPS: (DeleteGroupsRequest, DeleteGroupsResponse, S.DeleteGroupsRequest),
+    M.CONSUMER_GROUP_HEARTBEAT: (
+        ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse,
+        M.KafkaConsumerGroupHeartbeat,
+    ),
+    M.CONSUMER_GROUP_DESCRIBE: (
+        ConsumerGroupDescribeRequest,
+        ConsumerGroupDescribeResponse,
+        S.ConsumerGroupDescribeRequest,
+    ),
 }
 
 NAMES: dict[int, str] = {
@@ -110,6 +129,9 @@ NAMES: dict[int, str] = {
 _PEEK = struct.Struct(">hhi")
 _HEADER = struct.Struct(">hhih")  # request header v1: api key, version, correlation id, client id length
 _RESPONSE_HEAD = struct.Struct(">ii")  # frame size, response header v0 (correlation id)
+_NO_TAGS = b"\x00"  # an empty tagged-field section: response header v1 is v0 plus one
+# The most tagged fields a request header may carry (Kafka's clients send none or one).
+MAX_HEADER_TAGS = 64
 # Heartbeat answers, the listener's hottest, differ only by version and error code: their bodies
 # are encoded once (by kafka-python) and reused.
 _HEARTBEATS: dict[tuple, bytes] = {}
@@ -118,7 +140,16 @@ _HEARTBEATS: dict[tuple, bytes] = {}
 # Requests whose fields differ from the project struct's (`_fix_request`); the others convert
 # straight from the decoded message's attributes.
 _FIXED = frozenset(
-    {M.METADATA, S.OFFSET_COMMIT, S.LEAVE_GROUP, S.FIND_COORDINATOR, M.LIST_OFFSETS, M.PRODUCE}
+    {
+        M.METADATA,
+        S.OFFSET_COMMIT,
+        S.OFFSET_FETCH,
+        S.LEAVE_GROUP,
+        S.FIND_COORDINATOR,
+        M.LIST_OFFSETS,
+        M.PRODUCE,
+        M.CONSUMER_GROUP_HEARTBEAT,
+    }
 )
 
 
@@ -155,7 +186,9 @@ def decode_request(frame: bytes) -> KafkaRequest:
         raise Unsupported(f"api {api} version {version} is not served")
     request_class, _, struct_type = _CLASSES[api]
     client_id, start = _client_id(frame)
-    try:  # the body only: the header (v1, every served version is non-flexible) is read above
+    if request_class.flexible_version_q(version):  # header v2: v1 plus a tagged-field section
+        start = _skip_tags(frame, start)
+    try:  # the body only: the header is read above
         msg = request_class.decode(memoryview(frame)[start:], version=version, header=False)
         values = msg.to_dict(json=False) if api in _FIXED else msg
     except Exception as exc:  # kafka-python raises whatever its decoder hits on bad bytes
@@ -182,12 +215,52 @@ def _client_id(frame: bytes) -> tuple[str, int]:
     return bytes(frame[_HEADER.size : start]).decode("utf-8", "replace"), start
 
 
+def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(frame) or shift > 28:
+            raise BadRequest("a tagged-field section runs past the request header")
+        b = frame[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip_tags(frame: bytes, pos: int) -> int:
+    """Skip request header v2's tagged fields (none are defined for requests): where the body starts."""
+    count, pos = _uvarint(frame, pos)
+    if count > MAX_HEADER_TAGS:
+        raise BadRequest(f"a request header with {count} tagged fields")
+    for _ in range(count):
+        _, pos = _uvarint(frame, pos)
+        size, pos = _uvarint(frame, pos)
+        pos += size
+        if pos > len(frame):
+            raise BadRequest("a tagged field runs past the request")
+    return pos
+
+
 def _fix_request(api: int, version: int, d: dict[str, Any]) -> None:  # for the apis in _FIXED
     """Kafka's request fields -> the project struct's, where they differ."""
     if api == M.METADATA:
         topics = d.get("topics")
-        names = None if topics is None else [t["name"] for t in topics]
+        names = None if topics is None else [t["name"] for t in topics if t.get("name") is not None]
+        if topics:  # v10+: a topic asked for by id has a null name
+            d["topic_ids"] = [t["topic_id"] for t in topics if t.get("name") is None and t.get("topic_id")]
         d["topics"] = None if (version == 0 and not names) else names  # v0: empty means all
+    elif api == S.OFFSET_FETCH and version >= 8:
+        groups = d.pop("groups", None) or []
+        if len(groups) != 1:  # Kafka's clients ask for one group per request
+            raise BadRequest(f"OffsetFetch v{version} for {len(groups)} groups; this listener takes one")
+        g = groups[0]
+        d["group_id"] = g["group_id"]
+        d["topics"] = g.get("topics")
+        d["member_id"] = g.get("member_id")
+        d["member_epoch"] = g.get("member_epoch", -1)
+    elif api == M.CONSUMER_GROUP_HEARTBEAT:
+        pass  # same names; decoded through a dict so that the topic ids stay UUIDs
     elif api == S.OFFSET_COMMIT:
         d["generation_id"] = d.pop("generation_id_or_member_epoch", -1)
     elif api == S.LEAVE_GROUP and version < 3:
@@ -239,18 +312,22 @@ def error_body(api: int, request: Any, code: int, message: str | None = None) ->
 
 
 def encode_response(api: int, version: int, correlation_id: int, body: S.Message, request: Any) -> bytes:
-    """The framed Kafka response (size, header, body) of `body` to `api` at `version`."""
+    """The framed Kafka response (size, header, body) of `body` to `api` at `version`.
+
+    `body` is the project struct; for KIP-848's APIs, the Kafka form `kafka_wire.topic_map` makes."""
     if isinstance(body, S.ErrorResponse):
         body = error_body(api, request, body.error_code, body.error_message)
     key = (api, version, body) if api == S.HEARTBEAT else None
     body_bytes = _HEARTBEATS.get(key) if key is not None else None
     if body_bytes is None:
-        values = msgspec.to_builtins(body, builtin_types=(bytes, bytearray, memoryview))
+        values = msgspec.to_builtins(body, builtin_types=(bytes, bytearray, memoryview, uuid.UUID))
         _fix_response(api, version, values, request)
         response_class = _CLASSES[api][1]
         body_bytes = bytes(_build(response_class, values, version).encode(version=version, header=False))
         if key is not None and len(_HEARTBEATS) < 256:  # a few error codes x versions
             _HEARTBEATS[key] = body_bytes
+    if api != S.API_VERSIONS and _CLASSES[api][1].flexible_version_q(version):
+        body_bytes = _NO_TAGS + body_bytes  # response header v1 (ApiVersions always answers with v0)
     return _RESPONSE_HEAD.pack(len(body_bytes) + 4, correlation_id) + body_bytes
 
 
@@ -263,6 +340,11 @@ def _fix_response(api: int, version: int, d: dict[str, Any], request: Any) -> No
         for m in d.get("members", []):
             if not d["error_code"] and m["error_code"]:
                 d["error_code"] = m["error_code"]
+    elif api == S.OFFSET_FETCH and version >= 8:  # one group per request (see `_fix_request`)
+        group = request.group_id if request is not None else ""
+        d["groups"] = [
+            {"group_id": group, "topics": d.pop("topics", []), "error_code": d.pop("error_code", 0)}
+        ]
     elif api == S.OFFSET_FETCH and version < 2 and d.get("error_code"):
         # v1 has no top-level error: the group's error goes to every requested partition.
         d["topics"] = [

@@ -7,7 +7,9 @@ so `codec` maps them onto the wire by name; fields a version lacks are dropped w
 
 from __future__ import annotations
 
-from coordinator.wire.schema import Message
+import uuid
+
+from coordinator.wire.schema import Int32, Message
 
 # API keys (Kafka's numbering) of the data plane.
 PRODUCE = 0
@@ -20,8 +22,14 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
 
+# KIP-848's APIs, served by the group coordinator core with topic names; on the wire by id.
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
+
+
 class MetadataRequest(Message):
     topics: list[str] | None = None  # None: every topic
+    topic_ids: list[uuid.UUID] = []  # v10+: topics asked for by id only (their name null)
 
 
 class MetadataBroker(Message):
@@ -43,7 +51,8 @@ class MetadataPartition(Message):
 
 class MetadataTopic(Message):
     error_code: int
-    name: str
+    name: str | None  # null for an unknown topic id (v12+)
+    topic_id: uuid.UUID | None = None  # v10+; None encodes as the zero id
     is_internal: bool = False
     partitions: list[MetadataPartition] = []
 
@@ -161,3 +170,79 @@ class ProduceTopicResponse(Message):
 
 class ProduceResponse(Message):
     responses: list[ProduceTopicResponse]
+
+
+# ----------------------------------------------------------------- KIP-848, as Kafka clients send it
+
+
+class TopicIdPartitions(Message):
+    topic_id: uuid.UUID | None  # None: the zero id
+    partitions: list[Int32]
+
+
+class KafkaConsumerGroupHeartbeat(Message, kw_only=True):
+    """ConsumerGroupHeartbeat as decoded from a Kafka client: owned partitions by topic id and no
+    session timeout (the server's). `kafka_wire.topic_map` turns it into the core's struct."""
+
+    group_id: str
+    member_id: str
+    member_epoch: Int32
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: Int32 = -1
+    subscribed_topic_names: list[str] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: list[TopicIdPartitions] | None = None
+
+
+class AssignedTopicPartitions(Message):
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: list[Int32]
+
+
+class KafkaAssignment(Message):
+    topic_partitions: list[TopicIdPartitions]
+
+
+class KafkaConsumerGroupHeartbeatResponse(Message):
+    error_code: int
+    error_message: str | None
+    member_id: str | None
+    member_epoch: Int32
+    heartbeat_interval_ms: Int32
+    assignment: KafkaAssignment | None = None
+
+
+class KafkaDescribedAssignment(Message):
+    topic_partitions: list[AssignedTopicPartitions]
+
+
+class KafkaConsumerGroupMember(Message):
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: Int32
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    assignment: KafkaDescribedAssignment
+    target_assignment: KafkaDescribedAssignment
+
+
+class KafkaDescribedConsumerGroup(Message):
+    error_code: int
+    error_message: str | None
+    group_id: str
+    group_state: str
+    group_epoch: Int32
+    assignment_epoch: Int32
+    assignor_name: str
+    members: list[KafkaConsumerGroupMember]
+    authorized_operations: Int32
+
+
+class KafkaConsumerGroupDescribeResponse(Message):
+    groups: list[KafkaDescribedConsumerGroup]

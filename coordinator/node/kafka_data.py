@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import msgspec
@@ -37,8 +38,9 @@ _POLL_S = 0.05
 
 
 class DataPlane:
-    def __init__(self, node: Any):
+    def __init__(self, node: Any, topic_ids: Any):
         self.node = node
+        self.topic_ids = topic_ids  # a `kafka_topic_ids.TopicIdResolver`
         self._log: Log | None = None
 
     @property
@@ -49,7 +51,9 @@ class DataPlane:
 
     async def serve(self, api: int, version: int, req: Any) -> Any:
         if api == M.METADATA:
-            return await asyncio.to_thread(self._metadata, req)
+            body, found = await asyncio.to_thread(self._metadata, req, version >= 10)
+            self.topic_ids.learn(found)  # on the event loop, which reads the ids
+            return body
         if api == M.LIST_OFFSETS:
             return await asyncio.to_thread(self._list_offsets, req)
         if api == M.FETCH:
@@ -84,14 +88,28 @@ class DataPlane:
         out[me] = M.MetadataBroker(node_id=me, host=host, port=port)
         return [out[n] for n in sorted(out)]
 
-    def _metadata(self, req: M.MetadataRequest) -> M.MetadataResponse:
+    def _metadata(self, req: M.MetadataRequest, with_ids: bool) -> tuple[M.MetadataResponse, dict]:
+        """The answer, and the topic ids read for it (v10+ names every topic's id)."""
         zk = self.node.zk
         me = self.node.config.node_id
-        names = list_topics(zk) if req.topics is None else req.topics
+        names = list_topics(zk) if req.topics is None else list(req.topics)
+        found: dict[str, uuid.UUID] = {}
+        unknown_ids: list[uuid.UUID] = []
+        if req.topic_ids:  # asked by id: the names of the ids the node knows, else of every topic
+            known = self.topic_ids.ids
+            wanted = {i: known.name_of(i) for i in req.topic_ids}
+            if any(n is None for n in wanted.values()):
+                found = self.topic_ids.read(list_topics(zk))
+                by_id = {u: n for n, u in found.items()}
+                wanted = {i: n or by_id.get(i) for i, n in wanted.items()}
+            names += [n for n in wanted.values() if n is not None and n not in names]
+            unknown_ids = [i for i, n in wanted.items() if n is None]
         topics = []
         for name in names:
             try:
                 desc = describe(zk, name)
+                if with_ids and name not in found:
+                    found.update(self.topic_ids.read([name]))
             except (UnknownTopic, GroupshiftError):
                 topics.append(M.MetadataTopic(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, name=name))
                 continue
@@ -103,11 +121,19 @@ class DataPlane:
             ]
             internal = name == OFFSETS_TOPIC  # the node's mirror of its commits (offsets_mirror.py)
             topics.append(
-                M.MetadataTopic(error_code=0, name=name, is_internal=internal, partitions=partitions)
+                M.MetadataTopic(
+                    error_code=0,
+                    name=name,
+                    topic_id=found.get(name),
+                    is_internal=internal,
+                    partitions=partitions,
+                )
             )
-        return M.MetadataResponse(
+        topics += [M.MetadataTopic(error_code=E.UNKNOWN_TOPIC_ID, name=None, topic_id=i) for i in unknown_ids]
+        body = M.MetadataResponse(
             brokers=self._brokers(), cluster_id="groupshift", controller_id=me, topics=topics
         )
+        return body, found
 
     # -- ListOffsets ---------------------------------------------------------------------------
 

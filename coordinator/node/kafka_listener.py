@@ -23,8 +23,10 @@ import msgspec
 
 from coordinator.kafka_wire import codec as K
 from coordinator.kafka_wire import messages as M
+from coordinator.kafka_wire import topic_map
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.node.kafka_data import DataPlane
+from coordinator.node.kafka_topic_ids import TopicIdResolver
 from coordinator.wire import errors as E
 from coordinator.wire.schema import API_VERSIONS, JOIN_GROUP, JoinGroupResponse, Message
 
@@ -33,12 +35,16 @@ log = logging.getLogger("coordinator.node.server")
 # Kafka's socket.request.max.bytes: a Produce request may be larger than a native frame.
 MAX_REQUEST_BYTES = 100 << 20
 _DATA_APIS = frozenset({M.METADATA, M.LIST_OFFSETS, M.FETCH, M.PRODUCE})
+# The group APIs whose wire form names topics by id (KIP-848's): answers are converted first.
+_BY_ID_APIS = frozenset({M.CONSUMER_GROUP_HEARTBEAT, M.CONSUMER_GROUP_DESCRIBE})
+# Kafka's group.consumer.session.timeout.ms: a KIP-848 client does not send one.
+DEFAULT_CONSUMER_SESSION_TIMEOUT_MS = 45_000
 
 
 class KafkaPending(Pending):
     """A request token that also knows how to encode its answer."""
 
-    __slots__ = ("version", "request", "client_id")
+    __slots__ = ("version", "request", "client_id", "resolved")
 
     def __init__(
         self, conn: Connection, id: int, api: int, t0: float, version: int, request: Any, client_id: str = ""
@@ -47,6 +53,7 @@ class KafkaPending(Pending):
         self.version = version
         self.request = request
         self.client_id = client_id
+        self.resolved = False  # the answer's topic ids were looked up once already
 
 
 def _member_id_round_trip(pending: Pending, body: Message | None) -> str | None:
@@ -71,6 +78,7 @@ class KafkaConnection(Connection):
 
     def __init__(self, owner: KafkaListener):
         super().__init__(owner)
+        self.owner = owner
         self.decoder.max_frame_bytes = max(self.decoder.max_frame_bytes, MAX_REQUEST_BYTES)
 
     def answer(self, pending: Pending, body: Message | None) -> None:
@@ -84,6 +92,14 @@ class KafkaConnection(Connection):
             pending.request = msgspec.structs.replace(pending.request, member_id=member_id)
             asyncio.get_running_loop().call_soon(self.node.rejoin, pending)
             return
+        if body is not None and pending.api in _BY_ID_APIS and not self.closed:
+            ids = self.owner.topic_ids
+            missing = ids.ids.unknown_names(topic_map.names_in_answer(body))
+            if missing and not getattr(pending, "resolved", False):
+                # Still busy with this request: the answer waits for the ids it names.
+                self.owner.node._spawn(self.owner.answer_after_ids(pending, body, missing))
+                return
+            body = topic_map.to_wire(body, ids.ids)
         self.busy = None
         if body is not None and not self.closed:
             assert isinstance(pending, KafkaPending)
@@ -116,7 +132,8 @@ class KafkaListener:
         self.config = node.config
         self.metrics = node.metrics
         self.connections = node.connections
-        self.data = DataPlane(node)
+        self.topic_ids = TopicIdResolver(node)
+        self.data = DataPlane(node, self.topic_ids)
 
     @property
     def accepting(self) -> bool:
@@ -154,10 +171,44 @@ class KafkaListener:
         if req.api_key == API_VERSIONS:
             conn.answer(pending, K.api_versions_body())
             return
-        body = self.node.handle(pending, req.api_key, req.body, req.client_id, kafka=True)
+        if req.api_key == M.CONSUMER_GROUP_HEARTBEAT:
+            owned = [t.topic_id for t in req.body.topic_partitions or ()]
+            if self.topic_ids.ids.unknown_ids(owned):
+                self.node._spawn(self._heartbeat_after_ids(pending, owned))
+                return
+            pending.request = self._heartbeat(req.body)
+        self._handle(pending)
+
+    def _handle(self, pending: KafkaPending) -> None:
+        body = self.node.handle(pending, pending.api, pending.request, pending.client_id, kafka=True)
         if body is not None:
-            conn.busy = pending  # `handle` leaves it unset for an immediate answer
-            conn.answer(pending, body)
+            pending.conn.busy = pending  # `handle` leaves it unset for an immediate answer
+            pending.conn.answer(pending, body)
+
+    def _heartbeat(self, req: M.KafkaConsumerGroupHeartbeat):
+        """A Kafka client's heartbeat as the core's (topic names; the node's session timeout)."""
+        timeout = getattr(
+            self.config, "group_consumer_session_timeout_ms", DEFAULT_CONSUMER_SESSION_TIMEOUT_MS
+        )
+        return topic_map.heartbeat_request(req, self.topic_ids.ids, timeout)
+
+    async def _heartbeat_after_ids(self, pending: KafkaPending, owned: list) -> None:
+        try:
+            await self.topic_ids.learn_ids(owned)
+        except Exception as exc:  # ZooKeeper away: the ids it owns are dropped (re-sent later)
+            log.info("topic ids unreadable for a heartbeat from %s: %s", pending.conn.peer_host, exc)
+        if pending.conn.closed or pending.conn.busy is not pending:
+            return
+        pending.request = self._heartbeat(pending.request)
+        self._handle(pending)
+
+    async def answer_after_ids(self, pending: KafkaPending, body: Any, missing: set[str]) -> None:
+        try:
+            await self.topic_ids.learn_names(missing)
+        except Exception as exc:  # ZooKeeper away: a topic without an id is left out of the answer
+            log.info("topic ids unreadable for an answer to %s: %s", pending.conn.peer_host, exc)
+        pending.resolved = True
+        pending.conn.answer(pending, body)
 
     def rejoin(self, pending: KafkaPending) -> None:
         """JoinGroup below v4: join again with the member id the core handed out (`answer`)."""

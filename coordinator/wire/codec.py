@@ -37,6 +37,7 @@ from coordinator.wire.schema import (
     API_NAMES,
     API_VERSIONS,
     APIS,
+    CONSUMER_GROUP_DESCRIBE,
     CONSUMER_GROUP_HEARTBEAT,
     DELETE_GROUPS,
     DESCRIBE_CLUSTER,
@@ -55,7 +56,9 @@ from coordinator.wire.schema import (
     SYNC_GROUP,
     ApiVersionsKey,
     ApiVersionsResponse,
+    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatResponse,
+    DescribedConsumerGroup,
     DescribedGroup,
     ErrorResponse,
     FindCoordinatorResponse,
@@ -110,6 +113,8 @@ _NOT_ON_WIRE: dict[int, frozenset[str]] = {
     OFFSET_COMMIT: frozenset({"retention_time_ms"}),
     OFFSET_FETCH: frozenset({"require_stable"}),
     LIST_GROUPS: frozenset({"types_filter"}),
+    CONSUMER_GROUP_HEARTBEAT: frozenset({"instance_id", "rack_id", "subscribed_topic_regex"}),
+    CONSUMER_GROUP_DESCRIBE: frozenset({"include_authorized_operations"}),
 }
 
 
@@ -392,9 +397,27 @@ def precheck_error_body(api: int, body: Any, code: int, message: str | None = No
         return ConsumerGroupHeartbeatResponse(
             error_code=code, error_message=message, member_id=body.member_id
         )
+    if api == CONSUMER_GROUP_DESCRIBE:
+        return ConsumerGroupDescribeResponse(
+            groups=[described_consumer_error(g, code, message) for g in body.group_ids]
+        )
     if api == SERVER_HEARTBEAT:  # COORDINATOR_LOAD_IN_PROGRESS is the draft's CoordinatorStartupNotComplete
         return ServerHeartbeatResponse(error_code=code)
     raise ValueError(f"no per-group pre-check for api {api}")
+
+
+def described_consumer_error(group_id: str, code: int, message: str | None = None) -> DescribedConsumerGroup:
+    """A ConsumerGroupDescribe entry for a group that cannot be described: fully formed, as Kafka
+    clients parse every field of it."""
+    return DescribedConsumerGroup(
+        error_code=code,
+        error_message=message,
+        group_id=group_id,
+        group_state="Dead",
+        group_epoch=-1,
+        assignment_epoch=-1,
+        assignor_name="",
+    )
 
 
 def described_error(group_id: str | None, code: int) -> DescribedGroup:

@@ -73,6 +73,7 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 INVALID_PRODUCER_ID_MAPPING = 49
 UNKNOWN_PRODUCER_ID = 59
 INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100  # Metadata v10+: a topic asked for by an id no topic has
 # groupshift's own codes (from 1000, outside Kafka's numbering).
 UNKNOWN_PARTITIONING_STRATEGY = 1000  # scheme two: the coordinator has no assignor of that name
 # NOT_LEADER_OR_FOLLOWER shares code 6 with the old NOT_LEADER_FOR_PARTITION.

@@ -57,6 +57,7 @@ DESCRIBE_CLUSTER = 60  # the live nodes, so a member follows a cluster whose nod
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
 CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848's API, version 0's fields (docs/protocol.md)
+CONSUMER_GROUP_DESCRIBE = 69  # KIP-848's describe: epochs, current and target assignments
 # groupshift's own APIs (keys from 1000, outside Kafka's numbering): scheme two, the coordinator
 # assigns (docs/protocol.md "Server-assigned groups").
 SERVER_JOIN_GROUP = 1000
@@ -154,6 +155,17 @@ class ConsumerGroupHeartbeatRequest(Message, kw_only=True):
     subscribed_topic_names: list[str] | None = None
     server_assignor: str | None = None
     topic_partitions: list[ServerAssignedTopic] | None = None
+    # Kafka's later fields, sent by Kafka clients through the Kafka listener only (not on the
+    # native wire's version 0): a static member's id, its rack, and a regex subscription
+    # (full-match over topic names; "" is no regex, as librdkafka sends it).
+    instance_id: str | None = None
+    rack_id: str | None = None
+    subscribed_topic_regex: str | None = None
+
+
+class ConsumerGroupDescribeRequest(Message):
+    group_ids: list[str]
+    include_authorized_operations: bool = False
 
 
 class ServerHeartbeatRequest(Message):
@@ -329,6 +341,41 @@ class ConsumerGroupHeartbeatResponse(Message):
     assignment: list[ServerAssignedTopic] | None = None
 
 
+class ConsumerGroupMember(Message):
+    """One member of a consumer-protocol group as ConsumerGroupDescribe shows it."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: Int32
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    assignment: list[ServerAssignedTopic]  # what it holds now
+    target_assignment: list[ServerAssignedTopic]  # what the group's target gives it
+
+
+# Kafka's "authorized operations not asked for" (INT32_MIN).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+class DescribedConsumerGroup(Message):
+    error_code: int
+    error_message: str | None
+    group_id: str
+    group_state: str  # Empty, Assigning, Reconciling, Stable, Dead
+    group_epoch: Int32
+    assignment_epoch: Int32
+    assignor_name: str
+    members: list[ConsumerGroupMember] = []
+    authorized_operations: Int32 = AUTHORIZED_OPERATIONS_OMITTED
+
+
+class ConsumerGroupDescribeResponse(Message):
+    groups: list[DescribedConsumerGroup]
+
+
 class ServerHeartbeatResponse(Message):
     error_code: int
 
@@ -478,6 +525,14 @@ APIS: dict[int, Api] = {
             ConsumerGroupHeartbeatRequest,
             ConsumerGroupHeartbeatResponse,
         ),
+        Api(
+            CONSUMER_GROUP_DESCRIBE,
+            "ConsumerGroupDescribe",
+            0,
+            0,
+            ConsumerGroupDescribeRequest,
+            ConsumerGroupDescribeResponse,
+        ),
         Api(SERVER_JOIN_GROUP, "ServerJoinGroup", 0, 0, ServerJoinGroupRequest, ServerJoinGroupResponse),
         Api(SERVER_HEARTBEAT, "ServerHeartbeat", 0, 0, ServerHeartbeatRequest, ServerHeartbeatResponse),
     )
@@ -505,6 +560,7 @@ Request = (
     | ServerJoinGroupRequest
     | ServerHeartbeatRequest
     | ConsumerGroupHeartbeatRequest
+    | ConsumerGroupDescribeRequest
 )
 
 Response = (
@@ -525,4 +581,5 @@ Response = (
     | ServerJoinGroupResponse
     | ServerHeartbeatResponse
     | ConsumerGroupHeartbeatResponse
+    | ConsumerGroupDescribeResponse
 )

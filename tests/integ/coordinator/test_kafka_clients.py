@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
@@ -33,7 +33,16 @@ from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from core.types import TopicPartition
-from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, Polling, kafka_node, new_topic, produce, recv_exactly
+from tests.kafka_helpers import (
+    KAFKA_PYTHON_POLL_MS,
+    Polling,
+    ck_consume,
+    ck_poll,
+    kafka_node,
+    new_topic,
+    produce,
+    recv_exactly,
+)
 from tests.ports import on_a_free_port
 from zk_rebalance.layout import offset_path
 from zk_rebalance.member import ZkGroupMember
@@ -114,23 +123,6 @@ def _ck_consumer(node, group: str, topic: str, **conf) -> Consumer:
     return c
 
 
-def _ck_poll(c: Consumer, timeout: float = 0.1) -> list[bytes]:
-    out = []
-    for msg in c.consume(num_messages=500, timeout=timeout):
-        if msg.error():
-            raise KafkaException(msg.error())
-        out.append(msg.value())
-    return out
-
-
-def _ck_consume(c: Consumer, count: int, timeout: float = 40.0) -> list[bytes]:
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got.extend(_ck_poll(c, 0.2))
-    return got
-
-
 def _ck_assigned(c: Consumer) -> set[int]:
     return {tp.partition for tp in c.assignment()}
 
@@ -143,9 +135,9 @@ def test_confluent_consumer_reads_once_commits_and_resumes(node):
     first = produce(node, topic, 200)
     c = _ck_consumer(node, group, topic)
     try:
-        got = _ck_consume(c, 200)
+        got = ck_consume(c, 200)
         assert len(got) == 200 and set(got) == first  # every record, none twice
-        assert _ck_consume(c, 1, timeout=1.5) == []  # nothing past the end
+        assert ck_consume(c, 1, timeout=1.5) == []  # nothing past the end
         c.commit(asynchronous=False)
         committed = c.committed([CKTopicPartition(topic, p) for p in (0, 1)], timeout=20)
         assert {tp.partition: tp.offset for tp in committed} == {0: 100, 1: 100}
@@ -155,9 +147,9 @@ def test_confluent_consumer_reads_once_commits_and_resumes(node):
     second = produce(node, topic, 30, start=200)
     c = _ck_consumer(node, group, topic)
     try:
-        got = _ck_consume(c, 30)
+        got = ck_consume(c, 30)
         assert sorted(got) == sorted(second)  # resumed from the commit
-        assert _ck_consume(c, 1, timeout=1.5) == []
+        assert ck_consume(c, 1, timeout=1.5) == []
     finally:
         c.close()
 
@@ -179,13 +171,13 @@ def test_confluent_consumers_share_partitions_and_rebalance(node):
     c1 = _ck_consumer(node, group, topic)
     c2 = None
     try:
-        _wait_split([c1], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1)])
+        _wait_split([c1], _ck_assigned, {0, 1, 2, 3}, [lambda: ck_poll(c1)])
         c2 = _ck_consumer(node, group, topic)
-        _wait_split([c1, c2], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1), lambda: _ck_poll(c2)])
+        _wait_split([c1, c2], _ck_assigned, {0, 1, 2, 3}, [lambda: ck_poll(c1), lambda: ck_poll(c2)])
         assert len(_ck_assigned(c1)) == 2 and len(_ck_assigned(c2)) == 2
         c2.close()
         c2 = None
-        _wait_split([c1], _ck_assigned, {0, 1, 2, 3}, [lambda: _ck_poll(c1)])  # the leave rebalanced
+        _wait_split([c1], _ck_assigned, {0, 1, 2, 3}, [lambda: ck_poll(c1)])  # the leave rebalanced
     finally:
         c1.close()
         if c2 is not None:
@@ -244,7 +236,7 @@ def _member(node, kind: str, group: str, topic: str, strategy: str) -> tuple[Pol
         ), kp
     ck = _ck_consumer(node, group, topic, **{"partition.assignment.strategy": strategy})
     return Polling(
-        lambda: _ck_poll(ck, 0.5), lambda: _ck_assigned(ck), lambda: ck.commit(asynchronous=False)
+        lambda: ck_poll(ck, 0.5), lambda: _ck_assigned(ck), lambda: ck.commit(asynchronous=False)
     ), ck
 
 
@@ -302,7 +294,7 @@ def test_confluent_admin_agrees_with_groups_describe(node):
     c = _ck_consumer(node, group, topic)
     admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
     try:
-        assert len(_ck_consume(c, 10)) == 10
+        assert len(ck_consume(c, 10)) == 10
         c.commit(asynchronous=False)
         listed = admin.list_consumer_groups(request_timeout=20).result()
         assert group in {g.group_id for g in listed.valid}

@@ -1,0 +1,239 @@
+"""librdkafka consumers speaking KIP-848's consumer protocol to a node's Kafka listener.
+
+confluent-kafka (librdkafka bundled in its wheel, `group.protocol=consumer`) against one node
+process per test, on a fresh ZooKeeper chroot and a private log root: ConsumerGroupHeartbeat
+(68), Metadata v12 by topic id, OffsetFetch/OffsetCommit v9 and ConsumerGroupDescribe (69),
+served by scheme two's incremental groups (docs/kafka-listener.md, "KIP-848's consumer protocol").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import TopicPartition as CKTopicPartition
+
+from pipeline.consumer import Consumer as GroupshiftConsumer
+from tests.kafka_helpers import ck_consume, kafka_node, new_topic, produce
+
+# The consumer protocol: the server sets the session timeout and the heartbeat interval.
+KIP848 = {
+    "group.protocol": "consumer",
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "fetch.wait.max.ms": 200,
+    "check.crcs": True,
+}
+
+
+@pytest.fixture
+def node(zk_connect, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    with kafka_node(zk_connect, data, tmp_path / "node-1.log") as proc:
+        yield proc
+
+
+def _consumer(node, group: str, topics: list[str], **conf) -> Consumer:
+    c = Consumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": group, **KIP848, **conf})
+    c.subscribe(topics)
+    return c
+
+
+def _wait_for(what: str, condition, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+class Member(threading.Thread):
+    """A librdkafka consumer-protocol member polling in its own thread: it commits what it read
+    before it lets a partition go (in the revoke callback) and after every batch, and records
+    each assignment change."""
+
+    def __init__(self, node, group: str, topic: str, name: str, **conf):
+        super().__init__(daemon=True, name=name)
+        self.node, self.group, self.topic, self.conf = node, group, topic, conf
+        self.got: list[bytes] = []
+        self.positions: dict[int, int] = {}
+        self.assigned: set[int] = set()
+        self.events: list[tuple[str, frozenset[int]]] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def _commit(self, c: Consumer, partitions) -> None:
+        offsets = [
+            CKTopicPartition(self.topic, p, self.positions[p]) for p in partitions if p in self.positions
+        ]
+        if offsets:
+            c.commit(offsets=offsets, asynchronous=False)
+
+    def run(self) -> None:
+        c = Consumer(
+            {"bootstrap.servers": self.node.kafka_bootstrap, "group.id": self.group, **KIP848, **self.conf}
+        )
+
+        def assign(consumer, tps):
+            self.assigned |= {tp.partition for tp in tps}
+            self.events.append(("assigned", frozenset(tp.partition for tp in tps)))
+
+        def revoke(consumer, tps):
+            gone = {tp.partition for tp in tps}
+            self._commit(consumer, gone)
+            self.assigned -= gone
+            self.events.append(("revoked", frozenset(gone)))
+
+        def lost(consumer, tps):
+            self.assigned -= {tp.partition for tp in tps}
+            self.events.append(("lost", frozenset(tp.partition for tp in tps)))
+
+        try:
+            c.subscribe([self.topic], on_assign=assign, on_revoke=revoke, on_lost=lost)
+            while not self.stop.is_set():
+                msgs = c.consume(num_messages=200, timeout=0.1)
+                read = set()
+                for m in msgs:
+                    if m.error():
+                        raise KafkaException(m.error())
+                    if m.partition() not in self.assigned:
+                        continue  # fetched before a revocation the callback already committed
+                    self.got.append(m.value())
+                    self.positions[m.partition()] = m.offset() + 1
+                    read.add(m.partition())
+                self._commit(c, read)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        finally:
+            c.close()  # leaves the group (epoch -1), after the revoke callback committed
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(30)
+        assert not self.is_alive() and self.error is None, self.error
+
+
+def _owners(members: list[Member]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for m in members:
+        for p in m.assigned:
+            out.setdefault(p, []).append(m.name)
+    return out
+
+
+def test_consumer_protocol_member_reads_once_commits_and_resumes(node):
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    first = produce(node, topic, 200)
+    c = _consumer(node, group, [topic])
+    try:
+        got = ck_consume(c, 200)
+        assert len(got) == 200 and set(got) == first
+        c.commit(asynchronous=False)
+        committed = c.committed([CKTopicPartition(topic, p) for p in (0, 1)], timeout=20)
+        assert {tp.partition: tp.offset for tp in committed} == {0: 100, 1: 100}
+    finally:
+        c.close()
+    second = produce(node, topic, 30, start=200)
+    c = _consumer(node, group, [topic])
+    try:
+        got = ck_consume(c, 30)
+        assert sorted(got) == sorted(second)  # resumed from the commit
+    finally:
+        c.close()
+
+
+def test_members_join_and_leave_moving_only_what_moves_and_reading_each_record_once(node):
+    topic, group = new_topic(node, 6), f"g-{uuid.uuid4().hex[:8]}"
+    values = produce(node, topic, 600, partitions=6)
+    members = [Member(node, group, topic, "m1")]
+    members[0].start()
+    try:
+        _wait_for("m1 holds every partition", lambda: members[0].assigned == set(range(6)))
+        for name in ("m2", "m3"):
+            kept_before = {m.name: set(m.assigned) for m in members}
+            events_before = {m.name: len(m.events) for m in members}
+            joiner = Member(node, group, topic, name)
+            members.append(joiner)
+            joiner.start()
+            _wait_for(
+                f"{name} joins and the six partitions are spread over {len(members)}",
+                lambda: (
+                    all(len(m.assigned) == 6 // len(members) for m in members)
+                    and sorted(_owners(members)) == list(range(6))
+                ),
+            )
+            for m in members[:-1]:  # the old members only let partitions go; none came back to them
+                revoked = set().union(
+                    *(p for kind, p in m.events[events_before[m.name] :] if kind == "revoked")
+                )
+                assert m.assigned == kept_before[m.name] - revoked
+                assert all(kind != "lost" for kind, _ in m.events)
+            assert all(len(o) == 1 for o in _owners(members).values())  # never two owners
+        produce(node, topic, 600, start=600, partitions=6)
+        values |= {f"v-{i}".encode() for i in range(600, 1200)}
+        leaver = members.pop(1)
+        leaver.finish()
+        _wait_for(
+            "the leaver's partitions go to the other two",
+            lambda: sorted(_owners(members)) == list(range(6)) and all(len(m.assigned) == 3 for m in members),
+        )
+        everyone = members + [leaver]
+        _wait_for("every record read", lambda: sum(len(m.got) for m in everyone) >= len(values))
+    finally:
+        for m in members:
+            m.finish()
+    got = [v for m in everyone for v in m.got]
+    assert len(got) == len(values) and set(got) == values  # each record exactly once
+
+
+def test_groupshift_incremental_member_and_librdkafka_members_share_a_group(node):
+    """One group model: groupshift's own scheme-two incremental member (native listener) and
+    librdkafka consumer-protocol members (Kafka listener) split the partitions between them."""
+    topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    values = produce(node, topic, 400, partitions=4)
+    mine = GroupshiftConsumer(
+        group,
+        [topic],
+        rebalancer="server",
+        incremental=True,
+        zk=node.zk,
+        log_root=node.data,
+        bootstrap=node.bootstrap,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=300,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    theirs = Member(node, group, topic, "rdkafka")
+    got_mine: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not mine.assignment() and time.monotonic() < deadline:
+            for records in mine.poll(100).values():
+                got_mine.extend(r.value for r in records)
+        theirs.start()
+
+        def split() -> bool:
+            for records in mine.poll(100).values():
+                got_mine.extend(r.value for r in records)
+            mine.commit()
+            held = {tp.partition for tp in mine.assignment()}
+            return len(held) == 2 and len(theirs.assigned) == 2 and not held & theirs.assigned
+
+        _wait_for("the two kinds of member split the four partitions", split)
+
+        def drained() -> bool:
+            for records in mine.poll(100).values():
+                got_mine.extend(r.value for r in records)
+            mine.commit()
+            return len(got_mine) + len(theirs.got) >= len(values)
+
+        _wait_for("every record read", drained)
+    finally:
+        theirs.finish()
+        mine.close()
+    got = got_mine + theirs.got
+    assert len(got) == len(values) and set(got) == values
