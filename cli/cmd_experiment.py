@@ -178,12 +178,13 @@ def chaos(schemes: str, duration: str, seed: int, drain_timeout: str | None, out
     start = time.monotonic()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     show = stderr_progress(start)
-    with _stop_on_signals(), Lab(out, kafka=any(Scheme(s).kafka for s in chosen)) as lab:
+    settings = RunSettings(workers=3, partitions=6)
+    kafka = settings if any(Scheme(s).kafka for s in chosen) else None
+    with _stop_on_signals(), Lab(out, kafka=kafka) as lab:
         show(
             f"chaos: {', '.join(chosen)} for {seconds:g}s, seed {seed}, on a 3-node ensemble "
             f"(namespace {lab.namespace}, drain timeout {drain_s:g}s)"
         )
-        settings = RunSettings(workers=3, partitions=6)
         result = run_chaos(lab, chosen, seconds, seed, settings, progress=show, drain_timeout_s=drain_s)
         result["versions"] = versions(lab, "ensemble")
     result["wall_s"] = round(time.monotonic() - start, 1)

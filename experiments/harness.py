@@ -90,9 +90,11 @@ class Lab:
     exception) first marks the lab as stopping — from then on nothing new starts, in any thread
     (`LabClosed`) — then kills the workers, stops the nodes and removes the containers."""
 
-    def __init__(self, out: Path, zk: str | None = None, kafka: bool = False):
+    def __init__(self, out: Path, zk: str | None = None, kafka: RunSettings | None = None):
         self.out = Path(out)
-        self.kafka = kafka  # nodes open a Kafka listener on the run's log root (librdkafka members)
+        # librdkafka members: the nodes open a Kafka listener on the run's log root, and give
+        # KIP-848 groups the run's session and heartbeat interval (Kafka clients send neither)
+        self.kafka = kafka
         self.out.mkdir(parents=True, exist_ok=True)
         self.external_zk = zk
         self.tag = uuid.uuid4().hex[:6]
@@ -179,8 +181,11 @@ class Lab:
 
     def start_nodes(self, zk_connect: str, count: int, **options) -> CoordinatorNodes:
         """Coordinator node processes registered with the lab (stopped by `close`)."""
-        if self.kafka:
-            options = {"kafka_listen": "127.0.0.1:0", "data": str(self.data), **options}
+        if self.kafka is not None:
+            kafka = {"kafka_listen": "127.0.0.1:0", "data": str(self.data)}
+            kafka["group_consumer_session_timeout_ms"] = self.kafka.session_ms
+            kafka["group_consumer_heartbeat_interval_ms"] = self.kafka.heartbeat_ms
+            options = {**kafka, **options}
         nodes = CoordinatorNodes(zk_connect, count=count, **options)
         with self._registry:
             self.check_open()

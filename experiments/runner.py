@@ -21,7 +21,7 @@ from pathlib import Path
 
 from core.scheme import Scheme
 from experiments.harness import Lab
-from experiments.scenarios import SCENARIOS, Context, run_scenario
+from experiments.scenarios import SCENARIOS, Context, fault_settings, run_scenario
 from experiments.worker import DEFAULT_SCHEMES
 
 
@@ -71,7 +71,8 @@ def run_experiments(
         "schemes": list(schemes),
         "scenarios": {},
     }
-    with Lab(out, zk=zk, kafka=any(Scheme(s).kafka for s in schemes)) as lab:
+    kafka = fault_settings(quick) if any(Scheme(s).kafka for s in schemes) else None
+    with Lab(out, zk=zk, kafka=kafka) as lab:
         ctx = Context(lab, quick=quick, schemes=tuple(schemes), progress=show)
         show("starting ZooKeeper and two coordinator nodes")
         lab.nodes()

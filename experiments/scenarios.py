@@ -43,16 +43,24 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.quick:
-            self.settings = replace(
-                self.settings,
-                workers=2,
-                partitions=4,
-                session_ms=2000,
-                heartbeat_ms=200,
-                warmup_s=0.5,
-                settle_quiet_s=0.5,
-                zk_backoff_ms=500,
-            )
+            self.settings = fault_settings(True, self.settings)
+
+
+def fault_settings(quick: bool, settings: RunSettings | None = None) -> RunSettings:
+    """The fault scenarios' group settings (`--quick`: smaller groups, shorter sessions)."""
+    settings = settings or RunSettings()
+    if not quick:
+        return settings
+    return replace(
+        settings,
+        workers=2,
+        partitions=4,
+        session_ms=2000,
+        heartbeat_ms=200,
+        warmup_s=0.5,
+        settle_quiet_s=0.5,
+        zk_backoff_ms=500,
+    )
 
 
 @dataclass(frozen=True)

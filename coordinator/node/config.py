@@ -28,6 +28,9 @@ class NodeConfig:
     offsets_retention_ms: int = CoordinatorConfig.offsets_retention_ms
     offsets_retention_check_interval_ms: int = CoordinatorConfig.offsets_retention_check_interval_ms
     offset_metadata_max_bytes: int = CoordinatorConfig.offset_metadata_max_bytes
+    # KIP-848 groups (Kafka's group.consumer.*): a Kafka client's session, and every member's interval.
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
     zk_session_timeout_ms: int = 10_000
     connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
     frame_timeout_ms: int = 30_000  # a started frame must complete within this

@@ -83,6 +83,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
             ServerAssignedCoordinator(GroupCoordinator(core_config)),
             min_session_timeout_ms=core_config.group_min_session_timeout_ms,
             max_session_timeout_ms=core_config.group_max_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
         )
         self._topic_watches: set[str] = set()
         self.connections: set[Connection] = set()

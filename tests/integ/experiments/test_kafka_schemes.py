@@ -2,9 +2,9 @@
 rolling-restart --quick` with `kafka-classic` and `kafka-consumer` beside groupshift's cooperative
 scheme three — real ZooKeeper in a container of the run's own (its own namespace), real node
 processes with Kafka listeners, and each member a worker process driving a confluent_kafka.Consumer.
-Each test asserts what the protocol promises, not a timing. `kafka-consumer` is checked the same
-way once the nodes' Kafka listener serves ConsumerGroupHeartbeat; until then the run reports it
-skipped with that reason, which is what is checked."""
+Each test asserts what the protocol promises, not a timing. Were the nodes' Kafka listener not to
+serve ConsumerGroupHeartbeat, the run would report `kafka-consumer` skipped with that reason, and
+that is what would be checked."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def _runnable(name: str) -> None:
 @pytest.mark.parametrize("name", KAFKA)
 def test_librdkafka_members_scale_up_without_watches_or_stopping_kept_partitions(kafka_run, name):
     """Both protocols are incremental: a join never stops a partition a member keeps (H4 = 0), and a
-    coordinator group costs ZooKeeper no watch notification whatever N."""
+    join into a coordinator group costs ZooKeeper no watch notification whatever N (a group's first
+    KIP-848 members may cost one: Metadata v12 writes the topic's id into its znode once)."""
     _, results = kafka_run
     _runnable(name)
     scale = results["scenarios"]["scale-up"]["schemes"][name]
@@ -49,9 +50,10 @@ def test_librdkafka_members_scale_up_without_watches_or_stopping_kept_partitions
         assert set(rows) == {4, 8}, (mode, rows)
         for n, row in rows.items():
             assert "error" not in row, (mode, n, row["error"])
-            assert row["time_to_stable_ms"] > 0 and row["watch_notifications"] == 0, (mode, row)
+            assert row["time_to_stable_ms"] > 0 and row["watch_notifications"] <= 1, (mode, row)
     for row in scale["one_by_one"]:
         assert 2 <= row["fanout"] <= row["n"] and row["client_zk_requests"] == 0, row
+        assert row["watch_notifications"] == 0, row
         assert len(row["pauses_ms"]) == row["n"] - 1 and row["max_pause_ms"] == 0, row
 
 
