@@ -90,8 +90,6 @@ def wait_gate(gate: str | None, stop: threading.Event) -> bool:
 def run(args: argparse.Namespace, out, stop: threading.Event) -> int:
     """Consume, process and commit until `stop` is set (SIGTERM); `out` is the processing log."""
     ck = require("confluent_kafka", "kafka")
-    from experiments.worker import tp_name
-
     if not args.bootstrap:
         raise GroupshiftError(f"scheme {args.scheme} needs --bootstrap: the node's Kafka listener")
     consumer = ck.Consumer(config(args))
@@ -100,7 +98,7 @@ def run(args: argparse.Namespace, out, stop: threading.Event) -> int:
 
     def callback(ev: str):
         def on(c, partitions) -> None:
-            names = sorted(tp_name(tp) for tp in partitions)
+            names = sorted(f"{tp.topic}-{tp.partition}" for tp in partitions)
             if ev != "assigned":
                 for tp in names:
                     pending.pop(tp, None)
