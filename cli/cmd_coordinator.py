@@ -114,13 +114,14 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
 @click.option("--group-max-session-timeout-ms", type=_ms(1), default=1_800_000, show_default=True)
 @click.option("--group-initial-rebalance-delay-ms", type=_ms(), default=3000, show_default=True)
 @click.option("--group-max-size", type=click.IntRange(1, _INT32), default=_INT32, show_default=True)
-@click.option("--group-consumer-session-timeout-ms", type=_ms(1), default=45_000, show_default=True)
-@click.option("--group-consumer-heartbeat-interval-ms", type=_ms(1), default=5_000, show_default=True)
 @click.option(
     "--offsets-retention-ms", type=click.IntRange(1, 2**62), default=10080 * 60 * 1000, show_default=True
 )
 @click.option("--offsets-retention-check-interval-ms", type=_ms(1), default=600_000, show_default=True)
 @click.option("--offset-metadata-max-bytes", type=click.IntRange(0, 100_000), default=4096, show_default=True)
+# The incremental form (KIP-848): Kafka clients' session timeout, every member's heartbeat interval.
+@click.option("--group-consumer-session-timeout-ms", type=_ms(1), default=45_000, show_default=True)
+@click.option("--group-consumer-heartbeat-interval-ms", type=_ms(1), default=5_000, show_default=True)
 @click.option("--shards", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--max-frame-bytes", type=click.IntRange(64, 100 << 20), default=1 << 20, show_default=True)
 @click.option(

@@ -95,7 +95,8 @@ def describe(group, scheme, view, samples, output, data, zk) -> None:
         if view == "state":
             click.echo(render([summary], output))
         elif view == "members":
-            click.echo(render([_member_row(v, m) for m in v.members], output, _MEMBER_COLS))
+            cols = _MEMBER_COLS + (["epoch", "target"] if _incremental(v) else [])
+            click.echo(render([_member_row(v, m) for m in v.members], output, cols))
         else:
             if output == "table":
                 click.echo(
@@ -120,18 +121,29 @@ def describe(group, scheme, view, samples, output, data, zk) -> None:
 _MEMBER_COLS = ["member_id", "client_id", "host", "instance_id", "partitions", "assignment", "subscription"]
 
 
-def _member_row(v, m) -> dict:
+def _incremental(v) -> bool:
+    """Scheme two's incremental form: members have epochs and targets (docs/groups.md)."""
+    return v.protocol_type == "consumer-incremental"
+
+
+def _partitions_text(tps) -> str | None:
     by_topic: dict[str, list[int]] = {}
-    for tp in m.partitions:
+    for tp in tps:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return {
+    return ", ".join(f"{t}({','.join(map(str, ps))})" for t, ps in sorted(by_topic.items())) or None
+
+
+def _member_row(v, m) -> dict:
+    extra = {}
+    if _incremental(v):
+        extra = {"epoch": m.epoch, "target": _partitions_text(m.target) if m.target is not None else "-"}
+    return extra | {
         "member_id": m.member_id,
         "client_id": m.client_id,
         "host": m.host,
         "instance_id": m.instance_id,
         "partitions": len(m.partitions),
-        "assignment": ", ".join(f"{t}({','.join(map(str, ps))})" for t, ps in sorted(by_topic.items()))
-        or None,
+        "assignment": _partitions_text(m.partitions),
         "subscription": (m.error and "unreadable registration")
         or (
             ",".join(f"{t}:{n}" for t, n in m.subscription.items())

@@ -9,16 +9,17 @@ import click
 from cli.inspect_common import zk_session
 from cli.main import main, zk_option
 from core.errors import GroupshiftError
-from core.scheme import STORES
+from core.scheme import MIGRATABLE
 
-SCHEMES = click.Choice([s.value for s in STORES])
-DESTS = click.Choice([s.value for s in STORES] + ["kafka"])  # kafka: a group on a Kafka-protocol broker
+SCHEMES = click.Choice([s.value for s in MIGRATABLE])  # server: scheme two's groups (the coordinator's store)
+DESTS = click.Choice([s.value for s in MIGRATABLE] + ["kafka"])  # kafka: a group on a Kafka-protocol broker
 
 
 @main.group("migrate")
 def migrate_group() -> None:
-    """Move a consumer group and its offsets between scheme one (zk) and the coordinator, and back,
-    or into a group on any Kafka-protocol broker (--to kafka --bootstrap HOST:PORT)."""
+    """Move a consumer group and its offsets between scheme one (zk) and the coordinator's schemes
+    (server: scheme two, coordinator: scheme three), and back, or into a group on any
+    Kafka-protocol broker (--to kafka --bootstrap HOST:PORT)."""
 
 
 def _output(f):
@@ -33,7 +34,7 @@ def _direction(f):
         type=click.Choice(["offline", "live"]),
         default="offline",
         show_default=True,
-        help="offline: the group is stopped. live: zk -> coordinator while it consumes (the bridge).",
+        help="offline: the group is stopped. live: zk -> coordinator|server while it consumes (the bridge).",
     )(f)
     f = click.option(
         "--legacy-assignor",
@@ -98,7 +99,7 @@ def plan_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) 
         elif mode == "live":
             from migrate.migration import live
 
-            p = live.plan(client, group, legacy_assignor)
+            p = live.plan(client, group, legacy_assignor, dest=dest)
         else:
             p = plan(client, group, source, dest, mode)
     failed = [c for c in p["checks"] if not c["ok"]]
@@ -178,6 +179,7 @@ def run_cmd(
                 group,
                 legacy_assignor=legacy_assignor,
                 wait_s=wait_s,
+                dest=dest,
                 say=_say,
                 progress=Progress(f"carrying {group} over"),
             )

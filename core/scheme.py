@@ -6,8 +6,9 @@ Two vocabularies, because users meet the schemes in two places:
   (`--rebalancer`, `migrate --from/--to`, `groups --scheme`): `zk` (scheme one, Kafka 0.8's
   layout), `server` (scheme two: the coordinator assigns) and `coordinator` (scheme three: the
   group's leader assigns). Scheme two's and three's groups share the coordinator's store, so the
-  inspection and migration tools, which read stores, know only `zk` and `coordinator`
-  (`STORES`).
+  inspection tools, which read stores, know only `zk` and `coordinator` (`STORES`); a migration
+  moves a group between schemes (`MIGRATABLE`: all three), reading and writing each scheme's
+  store (`store_of`) and checking that the group is one of that scheme's.
 * `Scheme` — one rebalance design as the experiments compare it, a rebalancer plus its options:
   `one`, `two`, `two-incremental`, `three-eager` (range) and `three-cooperative`
   (cooperative-sticky) — groupshift's own members — and two whose members are librdkafka
@@ -21,6 +22,8 @@ Two vocabularies, because users meet the schemes in two places:
 {'rebalancer': 'coordinator', 'assignors': ['range']}
 >>> Rebalancer.parse("zk")
 <Rebalancer.ZK: 'zk'>
+>>> store_of("server"), [r.value for r in MIGRATABLE]
+(<Rebalancer.COORDINATOR: 'coordinator'>, ['zk', 'server', 'coordinator'])
 >>> [s.value for s in Scheme.coordinated()]
 ['two', 'two-incremental', 'three-eager', 'three-cooperative', 'kafka-classic', 'kafka-consumer']
 >>> Scheme.KAFKA_CONSUMER.kafka_config()
@@ -64,6 +67,15 @@ class Rebalancer(Enum):
 
 # The stores the inspection and migration tools read and write: Kafka 0.8's layout and the coordinator's.
 STORES = (Rebalancer.ZK, Rebalancer.COORDINATOR)
+# The schemes `groupshift migrate` moves a group between (`--from/--to`): scheme two's groups are
+# in the coordinator's store, told from scheme three's by their protocol type.
+MIGRATABLE = (Rebalancer.ZK, Rebalancer.SERVER, Rebalancer.COORDINATOR)
+
+
+def store_of(scheme: str | Rebalancer) -> Rebalancer:
+    """The store (one of `STORES`) a scheme's groups live in: scheme two's are the coordinator's."""
+    found = Rebalancer.parse(scheme, MIGRATABLE)
+    return Rebalancer.COORDINATOR if found is Rebalancer.SERVER else found
 
 
 class Scheme(Enum):

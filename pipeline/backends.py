@@ -6,7 +6,8 @@
   on a ZooKeeper session of its own; for manual assignment only the group's offsets (`ZkOffsets`).
 * `Rebalancer.SERVER` — scheme two: a `ServerAssignedMember` (the draft form: the coordinator
   assigns with the first of `assignors`), or, `incremental=True`, an
-  `IncrementalMember` (KIP-848's incremental form).
+  `IncrementalMember` (KIP-848's incremental form); while `migrate run --to server --mode live`
+  bridges the group from scheme one, wrapped in a `migrate.migration.bridge_server.ServerBridgedMember`.
 * `Rebalancer.COORDINATOR` — scheme three: a `coordinator.member.consumer_member.CoordinatorMember` (the
   group's leader assigns); while `migrate run --mode live` bridges the group from scheme one, a
   `migrate.migration.bridge.BridgedMember` that joins through the bridge, beside the legacy consumers.
@@ -71,22 +72,49 @@ def server_member(consumer: Any, topics: list[str], listener: object | None, off
     given = o["assignors"][:1] if o["assignors_given"] else []
     make = ServerAssignedMember if not consumer.incremental else IncrementalMember
     kind = {"server_assignor": (given or [None])[0]} if consumer.incremental else {}
-    return make(
-        consumer.group_id,
-        topics,
-        zk=None if o["bootstrap"] else consumer.zk,
-        bootstrap=o["bootstrap"],
-        assignors=given or ["range"],
-        listener=listener,
-        session_timeout_ms=o["session_timeout_ms"],
-        heartbeat_interval_ms=o["heartbeat_interval_ms"],
-        max_poll_interval_ms=o["max_poll_interval_ms"],
-        client_id=consumer.client_id,
-        coordinator_timeout_ms=o["coordinator_timeout_ms"],
-        **kind,
-        **consumer._membership_options,
-        poll_driven=not offsets_only,
-    )
+    options = dict(consumer._membership_options)
+    bridge_log = options.pop("bridge_event_log", None)
+
+    def member(listener: object | None) -> Any:
+        return make(
+            consumer.group_id,
+            topics,
+            zk=None if o["bootstrap"] else consumer.zk,
+            bootstrap=o["bootstrap"],
+            assignors=given or ["range"],
+            listener=listener,
+            session_timeout_ms=o["session_timeout_ms"],
+            heartbeat_interval_ms=o["heartbeat_interval_ms"],
+            max_poll_interval_ms=o["max_poll_interval_ms"],
+            client_id=consumer.client_id,
+            coordinator_timeout_ms=o["coordinator_timeout_ms"],
+            **kind,
+            **options,
+            poll_driven=not offsets_only,
+        )
+
+    # A consumer given only a bootstrap address and no ZooKeeper reads none (no bridge for it).
+    if not offsets_only and (not o["bootstrap"] or consumer._zk_explicit):
+        from migrate.migration import bridge
+
+        rec = bridge.read_record(consumer.zk, consumer.group_id)
+        if bridge.bridging(rec, Rebalancer.SERVER.value):
+            # A live migration from scheme one into scheme two is under way: join through the bridge.
+            from migrate.migration.bridge_server import ServerBridgedMember
+
+            log.info(
+                "group %s is being migrated live to scheme two: joining through the bridge", consumer.group_id
+            )
+            return ServerBridgedMember(
+                consumer.zk,
+                consumer.group_id,
+                topics,
+                rec,
+                listener,
+                lambda _assignors, listener: member(listener),  # the coordinator assigns
+                event_log=bridge_log,
+            )
+    return member(listener)
 
 
 def coordinator_member(consumer: Any, topics: list[str], listener: object | None, offsets_only: bool) -> Any:
@@ -119,7 +147,7 @@ def coordinator_member(consumer: Any, topics: list[str], listener: object | None
         from migrate.migration import bridge
 
         rec = bridge.read_record(consumer.zk, consumer.group_id)
-        if bridge.bridging(rec):
+        if bridge.bridging(rec, Rebalancer.COORDINATOR.value):
             # A live migration from scheme one is under way: join through the bridge.
             log.info("group %s is being migrated live: joining through the bridge", consumer.group_id)
             return bridge.BridgedMember(

@@ -143,6 +143,7 @@ class Consumer:
         # membership); the consumer's own client serves scheme three and manual-assignment offsets.
         self._zk_connect = resolve_zk(zk) if zk is None or isinstance(zk, str) else connect_string(zk)
         self._zk_given = None if zk is None or isinstance(zk, str) else zk
+        self._zk_explicit = zk is not None  # else the default ZooKeeper, only if the scheme needs one
         self._zk_owned: Any = None
         if log is None:
             from topics.log import Log, default_root

@@ -28,7 +28,8 @@ class NodeConfig:
     offsets_retention_ms: int = CoordinatorConfig.offsets_retention_ms
     offsets_retention_check_interval_ms: int = CoordinatorConfig.offsets_retention_check_interval_ms
     offset_metadata_max_bytes: int = CoordinatorConfig.offset_metadata_max_bytes
-    # KIP-848 groups (Kafka's group.consumer.*): a Kafka client's session, and every member's interval.
+    # The incremental form (KIP-848): Kafka clients' session timeout and every member's heartbeat
+    # interval are the node's (Kafka's group.consumer.session.timeout.ms, .heartbeat.interval.ms).
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
     zk_session_timeout_ms: int = 10_000

@@ -3,7 +3,8 @@
 `CoreOutputs` is the part of `CoordinatorNode` (coordinator/node/server.py) that carries out what
 the pure core (`coordinator.group`, `coordinator.server_side`) asks for: a `Respond` is sent on
 its request's connection, a `StateChanged` is counted in the metrics, `WatchTopics` (scheme two)
-puts a data watch on each topic's registration, a `Discarded` parked request closes its
+puts a data watch on each topic's registration (and one children watch lists every topic, for the
+incremental form's regex subscriptions), a `Discarded` parked request closes its
 connection, and every `Write` is persisted through the store with the shard's epoch — its
 outcome (done, fenced, too large, timed out, failed) goes back to the core (`persisted`).
 """
@@ -36,7 +37,7 @@ from coordinator.wire.errors import (
     REQUEST_TIMED_OUT,
 )
 from core.errors import GroupshiftError
-from topics.registry import decode_assignment, topic_path
+from topics.registry import TOPICS_PATH, decode_assignment, topic_path
 
 log = logging.getLogger("coordinator.node.server")
 
@@ -98,6 +99,34 @@ class CoreOutputs:
             self._loop.call_later(0.2, self._topic_sized, topic, count)
             return
         self._apply(self.core.topics_changed({topic: count}, _now_ms()))
+        self._schedule_timer()
+
+    def _watch_topic_list(self) -> None:
+        """Every topic's name, for the incremental form's regex subscriptions: one children watch
+        on /brokers/topics, started with the node."""
+        loop = self._loop
+
+        def listed(children: list[str]) -> bool | None:  # kazoo's thread
+            if self._stopping:
+                return False  # ends the watch
+            loop.call_soon_threadsafe(self._topics_listed, frozenset(children))
+            return None
+
+        def start() -> None:
+            self.zk.ensure_path(TOPICS_PATH)  # a watch on a missing node would end at once
+            self.zk.ChildrenWatch(TOPICS_PATH, listed)
+
+        self._spawn(asyncio.to_thread(start))
+
+    def _topics_listed(self, names: frozenset[str] | None = None) -> None:
+        if names is not None:
+            self._listed_topics = names  # a later listing wins over one still waiting below
+        if self._stopping or self._listed_topics is None:
+            return
+        if not self.serving:  # nothing in the core moves while ZooKeeper is away: try again later
+            self._loop.call_later(0.2, self._topics_listed)
+            return
+        self._apply(self.core.topics_listed(self._listed_topics, _now_ms()))
         self._schedule_timer()
 
     def _state_changed(self, out: StateChanged) -> None:

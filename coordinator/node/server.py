@@ -86,6 +86,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
             heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
         )
         self._topic_watches: set[str] = set()
+        self._listed_topics: frozenset[str] | None = None  # /brokers/topics' children, last seen
         self.connections: set[Connection] = set()
         self.leadership = ShardLeadership(self)
         # The node's state (coordinator/node/state.py), and two of its facts read on every request,
@@ -169,6 +170,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self.zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, state))
         self.store.add_listener(self._wake.set)
         self.store.watch()
+        self._watch_topic_list()
         self._enter(SERVING)
         # Take (and load) the shards this node is preferred for before announcing itself, so a
         # single node answers for every group as soon as it prints `listening on`.

@@ -1,6 +1,8 @@
-"""Scheme two's incremental form on the server: the coordinator assigns, and each member converges
-on its own (the model — groups, epochs, target assignments, the stored record — is in
-`incremental_groups`; this module answers the requests and runs the timers).
+"""Scheme two's incremental form on the server: ConsumerGroupHeartbeat and the members' timers.
+
+The coordinator assigns, and each member converges on its own (the model — groups, epochs, target
+assignments, the stored record — is in `incremental_groups`; this module answers the heartbeats
+and runs the timers).
 
 KIP-848's consumer group protocol (docs/scheme-two.md, "The incremental form"): there is no
 group-wide barrier and no join phase. Every member sends ConsumerGroupHeartbeat; the coordinator
@@ -32,36 +34,29 @@ outputs out.
 from __future__ import annotations
 
 import heapq
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from coordinator.assignors.base import Subscription
 from coordinator.assignors.consumer_protocol import by_topic, partitions_of
-from coordinator.assignors.payloads import (
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
-from coordinator.group.messages import (
-    DeleteGroup,
-    GroupSnapshot,
-    Output,
-    Respond,
-    WriteGroupMetadata,
-)
+from coordinator.group.messages import GroupSnapshot, Output, Respond, WriteGroupMetadata
+from coordinator.server_side.incremental_admin import IncrementalAdmin
 from coordinator.server_side.incremental_groups import (
     INCREMENTAL_ASSIGNORS,
     INCREMENTAL_PROTOCOL_TYPE,
+    LEFT_STATIC_EPOCH,
     Group,
     Member,
+    members_of,
+    resolve,
 )
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
+    CONSUMER_GROUP_DESCRIBE,
     CONSUMER_GROUP_HEARTBEAT,
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -70,22 +65,12 @@ from coordinator.wire.schema import (
     LEAVE_GROUP,
     LIST_GROUPS,
     OFFSET_COMMIT,
+    OFFSET_FETCH,
     SERVER_HEARTBEAT,
     SERVER_JOIN_GROUP,
     SYNC_GROUP,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
-    DeleteGroupsRequest,
-    DeleteGroupsResponse,
-    DeleteGroupsResult,
-    DescribedGroup,
-    DescribedMember,
-    DescribeGroupsRequest,
-    DescribeGroupsResponse,
-    ListedGroup,
-    ListGroupsResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
 )
 
 _SESSION, _REVOKE = 0, 1
@@ -105,7 +90,7 @@ def _member_id(group_id: str) -> str:
     return f"{group_id}-{uuid.uuid4()}"
 
 
-class IncrementalCoordinator:
+class IncrementalCoordinator(IncrementalAdmin):
     """Incremental scheme-two groups in front of `inner` (a `ServerAssignedCoordinator`)."""
 
     def __init__(
@@ -121,6 +106,7 @@ class IncrementalCoordinator:
         self.max_session_timeout_ms = max_session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.groups: dict[str, Group] = {}
+        self.topic_names: frozenset[str] | None = None  # every topic, once the node listed them
         self._timers: list[tuple[int, int, str, str, int]] = []  # (deadline, kind, group, member, id)
 
     # ------------------------------------------------------------------ the core's interface
@@ -153,6 +139,10 @@ class IncrementalCoordinator:
             out.append(Respond(request_token, P.precheck_error_body(api_key, req, E.UNKNOWN_MEMBER_ID)))
         elif gid in self.groups and api_key == OFFSET_COMMIT:
             out.extend(self._offset_commit(req, now_ms, request_token, **kw))
+        elif gid in self.groups and api_key == OFFSET_FETCH:
+            out.extend(self._offset_fetch(req, now_ms, request_token, **kw))
+        elif api_key == CONSUMER_GROUP_DESCRIBE:
+            out.extend(self._consumer_describe(req, request_token, **kw))
         elif api_key == DESCRIBE_GROUPS and any(g in self.groups for g in req.groups):
             out.extend(self._describe(req, now_ms, request_token, **kw))
         elif api_key == LIST_GROUPS:
@@ -198,23 +188,9 @@ class IncrementalCoordinator:
         group = Group(record.group_id, record.protocol_name or "uniform", record.generation_id)
         group.assignment_epoch = record.generation_id
         group.state_timestamp = record.state_timestamp or now_ms
-        for m in record.members:
-            sub = decode_subscription(m.protocols[0].metadata) if m.protocols else Subscription(())
-            member = Member(
-                m.member_id,
-                m.client_id,
-                m.client_host,
-                m.session_timeout_ms,
-                m.rebalance_timeout_ms,
-                tuple(sub.topics),
-                epoch=sub.generation,
-                assigned=frozenset(decode_assignment(m.assignment).partitions)
-                if m.assignment
-                else frozenset(),
-                revoking=frozenset(sub.owned_partitions),
-            )
-            group.members[m.member_id] = member
-            group.target[m.member_id] = member.assigned
+        for member in members_of(record):
+            group.members[member.member_id] = member
+            group.target[member.member_id] = member.assigned
             self._schedule_session(group, member, now_ms)
             if member.revoking:
                 member.revoke_deadline = now_ms + member.rebalance_timeout_ms
@@ -260,8 +236,28 @@ class IncrementalCoordinator:
             topics = group.topics()
             if topics and all(t in self.partitions for t in topics):
                 if any(group.sizes.get(t) != self.partitions[t] for t in topics):
-                    group.retarget(self.partitions, bump=bool(group.sizes))
+                    # A new epoch, unless the current one still waits for its target (or the
+                    # group was just taken over).
+                    bump = bool(group.sizes) and group.assignment_epoch == group.epoch
+                    group.retarget(self.partitions, bump=bump)
                     out.append(WriteGroupMetadata(group.group_id, group.record(), _Write(None)))
+        return out
+
+    def topics_listed(self, names: frozenset[str], now_ms: int) -> list[Output]:
+        """Every topic there is (the node's watch on /brokers/topics): the members subscribed by
+        regex are resolved again; a group where one's topics changed gets a new epoch and target."""
+        self.topic_names = frozenset(names)
+        out: list[Output] = []
+        for group in self.groups.values():
+            moved = False
+            for m in group.members.values():
+                if m.regex is not None and (topics := resolve(m.names, m.regex, names)) != m.topics:
+                    m.topics, moved = topics, True
+            if moved:
+                group.epoch += 1
+                group.retarget(self.partitions, bump=False)
+                out.extend(self._watch(group))
+                out.append(WriteGroupMetadata(group.group_id, group.record(), _Write(None)))
         return out
 
     # ------------------------------------------------------------------ ConsumerGroupHeartbeat
@@ -269,7 +265,7 @@ class IncrementalCoordinator:
     def _heartbeat(self, req: ConsumerGroupHeartbeatRequest, now: int, token: Any, **kw) -> list[Output]:
         gid, mid, epoch = req.group_id, req.member_id, req.member_epoch
 
-        def error(code: int, message: str) -> list[Output]:
+        def error(code: int, message: str | None) -> list[Output]:
             return [Respond(token, ConsumerGroupHeartbeatResponse(code, message, member_id=mid))]
 
         if not gid:
@@ -277,6 +273,11 @@ class IncrementalCoordinator:
         check = kw["group_check"]
         if check is not None and (code := check(gid)):
             return error(code, None)
+        if req.subscribed_topic_regex:
+            try:
+                re.compile(req.subscribed_topic_regex)
+            except re.error as exc:
+                return error(E.INVALID_REGULAR_EXPRESSION, f"subscribed_topic_regex: {exc}")
         group = self.groups.get(gid)
         if group is None:
             if epoch != 0:
@@ -285,13 +286,28 @@ class IncrementalCoordinator:
                 return error(E.INCONSISTENT_GROUP_PROTOCOL, f"{gid!r} is a group of another protocol")
         if epoch == 0:
             return self._join(group, req, now, token, **kw)
-        if group is None or mid not in group.members:
+        if req.instance_id is not None:  # a static member: its instance id says who it is
+            holder = group.holder(req.instance_id)
+            if holder is None:
+                return error(E.UNKNOWN_MEMBER_ID, f"no member of {gid!r} has instance id {req.instance_id!r}")
+            if holder.member_id != mid:
+                return error(
+                    E.FENCED_INSTANCE_ID, f"instance id {req.instance_id!r} is held by another member"
+                )
+        if mid not in group.members:
             return error(E.UNKNOWN_MEMBER_ID, f"{mid!r} is not a member of {gid!r}; join with epoch 0")
         member = group.members[mid]
-        if epoch == -1:
-            self._remove(group, member, now)
-            resp = ConsumerGroupHeartbeatResponse(E.NONE, member_id=mid, member_epoch=-1)
+        if epoch < 0:  # leaving: -1, or -2 for a static member that will be replaced
+            if epoch == LEFT_STATIC_EPOCH and req.instance_id is not None:
+                member.left = True  # its partitions wait for its replacement (`_join`) or its session's end
+                member.revoking, member.revoke_deadline = frozenset(), None  # it let go of them on leaving
+                self._schedule_session(group, member, now)
+            else:
+                self._remove(group, member, now)
+            resp = ConsumerGroupHeartbeatResponse(E.NONE, member_id=mid, member_epoch=epoch)
             return [WriteGroupMetadata(gid, group.record(), _Write(Respond(token, resp)))]
+        if member.left:
+            return error(E.FENCED_MEMBER_EPOCH, f"{mid!r} left the group: rejoin with epoch 0")
         owned = None if req.topic_partitions is None else partitions_of(req.topic_partitions)
         holds_no_more = owned is not None and owned <= member.assigned
         nothing_to_revoke = member.assigned <= group.target.get(mid, frozenset()) and not member.revoking
@@ -306,14 +322,26 @@ class IncrementalCoordinator:
                 f"member epoch {epoch} is not {member.epoch}: rejoin with epoch 0",
             )
         self._schedule_session(group, member, now)
-        changed = False
-        if (
-            req.subscribed_topic_names is not None
-            and tuple(sorted(set(req.subscribed_topic_names))) != member.topics
-        ):
-            member.topics = tuple(sorted(set(req.subscribed_topic_names)))
-            changed = True
-        return self._answer(group, member, owned, now, token, changed, **kw)
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        bump = self._subscribe(member, req)
+        return self._answer(group, member, owned, now, token, bump, dirty=bump)
+
+    def _subscribe(self, member: Member, req: ConsumerGroupHeartbeatRequest) -> bool:
+        """Take the request's subscription (names, regex: None is unchanged, a regex "" is none);
+        True if it changed."""
+        names = member.names
+        if req.subscribed_topic_names is not None:
+            names = tuple(sorted(set(req.subscribed_topic_names)))
+        regex = member.regex if req.subscribed_topic_regex is None else req.subscribed_topic_regex or None
+        if (names, regex) == (member.names, member.regex):
+            return False
+        member.names, member.regex = names, regex
+        member.topics = resolve(names, regex, self._known_topics())
+        return True
+
+    def _known_topics(self) -> frozenset[str]:
+        return self.topic_names if self.topic_names is not None else frozenset(self.partitions)
 
     def _join(self, group: Group | None, req: ConsumerGroupHeartbeatRequest, now: int, token: Any, **kw):
         mid = req.member_id
@@ -321,8 +349,8 @@ class IncrementalCoordinator:
         def error(code: int, message: str) -> list[Output]:
             return [Respond(token, ConsumerGroupHeartbeatResponse(code, message, member_id=mid))]
 
-        if not req.subscribed_topic_names:
-            return error(E.INVALID_REQUEST, "a joining member must give subscribed_topic_names")
+        if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+            return error(E.INVALID_REQUEST, "a joining member must give subscribed_topic_names or a regex")
         if not self.min_session_timeout_ms <= req.session_timeout_ms <= self.max_session_timeout_ms:
             return error(E.INVALID_SESSION_TIMEOUT, "session_timeout_ms is outside the node's range")
         assignor = req.server_assignor or (group.assignor if group and group.members else "uniform")
@@ -330,13 +358,23 @@ class IncrementalCoordinator:
             return error(
                 E.UNSUPPORTED_ASSIGNOR, f"server_assignor {assignor!r} is not one of {INCREMENTAL_ASSIGNORS}"
             )
+        if (
+            group is not None
+            and group.members
+            and req.server_assignor
+            and req.server_assignor != group.assignor
+        ):
+            return error(E.INCONSISTENT_GROUP_PROTOCOL, f"the group uses server_assignor {group.assignor!r}")
+        held = group.holder(req.instance_id) if group is not None and req.instance_id is not None else None
+        if held is not None and held.member_id != mid and not held.left:
+            return error(
+                E.UNRELEASED_INSTANCE_ID, f"instance id {req.instance_id!r} is held by another member"
+            )
         if group is None:
             group = self.groups[req.group_id] = Group(req.group_id, assignor, state_timestamp=now)
-        elif group.members and req.server_assignor and req.server_assignor != group.assignor:
-            return error(E.INCONSISTENT_GROUP_PROTOCOL, f"the group uses server_assignor {group.assignor!r}")
         group.assignor = assignor
         old = group.members.get(mid) if mid else None
-        if old is not None:
+        if old is not None and old is not held:
             self._remove(group, old, now, retarget=False)  # a fenced member rejoining: a new incarnation
         if not mid:
             mid = _member_id(req.group_id)
@@ -346,16 +384,45 @@ class IncrementalCoordinator:
             kw["client_host"],
             req.session_timeout_ms,
             req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms,
-            tuple(sorted(set(req.subscribed_topic_names))),
+            (),
+            instance_id=req.instance_id,
+            rack_id=req.rack_id,
         )
+        bump = self._subscribe(member, req)
+        if held is not None and held.left:
+            # A static member restarting: it takes over the one that left, its partitions and its
+            # epoch, and nobody else moves unless its subscription differs.
+            del group.members[held.member_id]
+            group.target[mid] = group.target.pop(held.member_id, frozenset())
+            member.epoch, member.previous_epoch, member.assigned = (
+                held.epoch,
+                held.previous_epoch,
+                held.assigned,
+            )
+            bump = (member.names, member.regex, member.topics) != (held.names, held.regex, held.topics)
+        elif held is not None:  # the holder itself rejoining after a fencing: a new incarnation
+            self._remove(group, held, now, retarget=False)
         group.members[mid] = member
         self._schedule_session(group, member, now)
-        return self._answer(group, member, frozenset(), now, token, True, **kw)
+        return self._answer(group, member, frozenset(), now, token, bump, dirty=True, had=frozenset())
 
-    def _answer(self, group: Group, member: Member, owned, now: int, token: Any, changed: bool, **kw):
-        before = (member.epoch, member.assigned, member.revoking, group.epoch)
+    def _answer(
+        self,
+        group: Group,
+        member: Member,
+        owned,
+        now: int,
+        token: Any,
+        bump: bool,
+        dirty: bool = False,
+        had: frozenset | None = None,
+    ):
+        """Reconcile `member` and answer it; `bump`: its subscription changed (a new group epoch),
+        `dirty`: the group's record changed, `had`: what the member holds before this answer
+        (default: what the group thinks it holds)."""
+        before = (member.assigned if had is None else had, member.revoking, group.epoch)
         out = self._watch(group)
-        if changed:
+        if bump:
             group.epoch += 1
             group.retarget(self.partitions, bump=False)
         if owned is not None and member.revoking and not (owned & member.revoking):
@@ -372,11 +439,11 @@ class IncrementalCoordinator:
             heartbeat_interval_ms=WAITING_HEARTBEAT_MS if waiting else self.heartbeat_interval_ms,
             assignment=by_topic(member.assigned),
         )
-        if (member.assigned, member.revoking, group.epoch) == before[1:] and not changed:
+        if (member.assigned, member.revoking, group.epoch) == before and not dirty:
             # Unchanged, or only the member's epoch moved: not written (a node taking over accepts
             # the newer epoch of a member that holds no more than it knows; see `_heartbeat`).
             out.append(Respond(token, resp))
-        elif member.assigned - before[1]:
+        elif member.assigned - before[0]:
             # A partition given is answered once it is written: another node taking the group over
             # must not give it to anyone else while this member fetches it.
             out.append(WriteGroupMetadata(group.group_id, group.record(), _Write(Respond(token, resp))))
@@ -438,103 +505,6 @@ class IncrementalCoordinator:
                 continue
             self._remove(group, member, now)
             out.append(WriteGroupMetadata(gid, group.record(), _Write(None)))
-        return out
-
-    # ------------------------------------------------------------------ offsets and admin
-
-    def _offset_commit(self, req: OffsetCommitRequest, now: int, token: Any, **kw) -> list[Output]:
-        group = self.groups[req.group_id]
-        member = group.members.get(req.member_id)
-        code = E.NONE
-        if member is None:
-            if req.member_id or req.generation_id >= 0 or group.members:
-                code = E.UNKNOWN_MEMBER_ID  # only an empty group takes commits from outside it
-        elif req.generation_id != member.epoch:
-            code = E.STALE_MEMBER_EPOCH
-        if code:
-            return [Respond(token, OffsetCommitResponse.with_error(req, code))]
-        # Fenced here: the classic core stores it as a commit from outside any generation.
-        simple = msgspec.structs.replace(req, generation_id=-1, member_id="", group_instance_id=None)
-        return self.inner.handle(OFFSET_COMMIT, simple, now, request_token=token, **kw)
-
-    def _described(self, group: Group) -> DescribedGroup:
-        return DescribedGroup(
-            error_code=E.NONE,
-            group_id=group.group_id,
-            group_state=group.state,
-            protocol_type=INCREMENTAL_PROTOCOL_TYPE,
-            protocol_data=group.assignor,
-            members=[
-                DescribedMember(
-                    member_id=m.member_id,
-                    group_instance_id=None,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    member_metadata=encode_subscription(Subscription(m.topics, generation=m.epoch)),
-                    member_assignment=encode_assignment(sorted(m.assigned)),
-                )
-                for m in group.members.values()
-            ],
-        )
-
-    def _describe(self, req: DescribeGroupsRequest, now: int, token: Any, **kw) -> list[Output]:
-        others = [g for g in req.groups if g not in self.groups]
-        theirs: dict[str, DescribedGroup] = {}
-        out: list[Output] = []
-        if others:
-            probe = object()
-            for o in self.inner.handle(
-                DESCRIBE_GROUPS, DescribeGroupsRequest(groups=others), now, request_token=probe, **kw
-            ):
-                if isinstance(o, Respond) and o.request_token is probe:
-                    theirs = {g.group_id: g for g in o.body.groups}
-                else:
-                    out.append(o)
-        groups = [self._described(self.groups[g]) if g in self.groups else theirs[g] for g in req.groups]
-        out.append(Respond(token, DescribeGroupsResponse(groups=groups)))
-        return out
-
-    def _list(self, outputs: list[Output]) -> list[Output]:
-        out = []
-        for o in outputs:
-            if isinstance(o, Respond) and isinstance(o.body, ListGroupsResponse) and not o.body.error_code:
-                listed = [g for g in o.body.groups if g.group_id not in self.groups]
-                listed += [
-                    ListedGroup(
-                        group_id=g.group_id, protocol_type=INCREMENTAL_PROTOCOL_TYPE, group_state=g.state
-                    )
-                    for g in self.groups.values()
-                ]
-                o = Respond(o.request_token, msgspec.structs.replace(o.body, groups=listed))
-            out.append(o)
-        return out
-
-    def _delete(self, req: DeleteGroupsRequest, now: int, token: Any, **kw) -> list[Output]:
-        mine = [g for g in req.groups_names if g in self.groups]
-        busy = {g for g in mine if self.groups[g].members}
-        results: dict[str, int] = dict.fromkeys(busy, E.NON_EMPTY_GROUP)
-        out: list[Output] = []
-        rest = [g for g in req.groups_names if g not in busy]
-        if rest:
-            probe = object()
-            for o in self.inner.handle(
-                DELETE_GROUPS, DeleteGroupsRequest(groups_names=rest), now, request_token=probe, **kw
-            ):
-                if isinstance(o, Respond) and o.request_token is probe:
-                    results.update({r.group_id: r.error_code for r in o.body.results})
-                else:
-                    out.append(o)
-        for g in mine:
-            if g in busy:
-                continue
-            del self.groups[g]
-            if results.get(g) == E.GROUP_ID_NOT_FOUND:  # no offsets: only our record to remove
-                out.append(DeleteGroup(g))
-                results[g] = E.NONE
-        body = DeleteGroupsResponse(
-            results=[DeleteGroupsResult(group_id=g, error_code=results[g]) for g in req.groups_names]
-        )
-        out.append(Respond(token, body))
         return out
 
     # ------------------------------------------------------------------ records

@@ -4,16 +4,30 @@ The model `incremental_coordinator.IncrementalCoordinator` works on (docs/scheme
 incremental form"): a `Group` has a group epoch, a target assignment per group epoch computed by a
 server-side assignor (`retarget`), and its `Member`s, each with its member epoch and the
 partitions it holds or still has to let go of. `Group.record()` is the group as written to
-ZooKeeper (a group record of protocol type `consumer-incremental`); the coordinator reads it back
+ZooKeeper (a group record of protocol type `consumer-incremental`); `members_of` reads it back
 when a node takes the group over.
+
+A member subscribes by names, by a regular expression (`resolve`: full-match over the topics the
+node knows, Kafka's internal topics left out), or both; a static member has an instance id, and
+one that left with epoch -2 (`left`) keeps its partitions for a replacement until its session
+times out.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from coordinator.assignors.base import Subscription, get_assignor, validate
-from coordinator.assignors.payloads import encode_assignment, encode_subscription
+from coordinator.assignors.payloads import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from coordinator.group.messages import GroupRecord, MemberRecord, ProtocolRecord
 from core.types import TopicPartition
 
@@ -22,6 +36,30 @@ INCREMENTAL_PROTOCOL_TYPE = "consumer-incremental"
 INCREMENTAL_ASSIGNORS = ("uniform", "range")
 _ASSIGNOR_IMPL = {"uniform": "cooperative-sticky", "range": "range"}
 EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
+#: The member epoch of a static member that left (and of its leave heartbeat): KIP-848's -2.
+LEFT_STATIC_EPOCH = -2
+#: Topics a regular expression never matches (Kafka's internal topics; a name may still list them).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def resolve(names: Iterable[str], regex: str | None, known: Iterable[str]) -> tuple[str, ...]:
+    """A member's topics: its `names` and the `known` topics `regex` matches as a whole (an invalid
+    regex is refused before this is called)."""
+    topics = set(names)
+    if regex:
+        pattern = re.compile(regex)
+        topics.update(t for t in known if t not in INTERNAL_TOPICS and pattern.fullmatch(t))
+    return tuple(sorted(topics))
+
+
+class _Extra(msgspec.Struct, omit_defaults=True):
+    """What the stored subscription's user data adds for a member (JSON, empty when all defaults):
+    its named topics and its regex (the subscription's topics are what they resolved to), and
+    whether it is a static member that left."""
+
+    names: list[str] | None = None
+    regex: str | None = None
+    left: bool = False
 
 
 @dataclass(slots=True)
@@ -38,6 +76,22 @@ class Member:
     revoking: frozenset[TopicPartition] = frozenset()  # still held until the member says it let go
     session_deadline: int = 0
     revoke_deadline: int | None = None
+    instance_id: str | None = None  # a static member's
+    rack_id: str | None = None
+    names: tuple[str, ...] = ()  # the topics it named (`topics`: these and what `regex` matches)
+    regex: str | None = None
+    left: bool = False  # a static member that left with epoch -2: its partitions wait for a replacement
+
+    @property
+    def reported_epoch(self) -> int:
+        """The epoch clients see: -2 for a static member that left."""
+        return LEFT_STATIC_EPOCH if self.left else self.epoch
+
+    def _extra(self) -> bytes:
+        if self.regex is None and not self.left:
+            return b""
+        names = list(self.names) if self.regex is not None else None
+        return msgspec.json.encode(_Extra(names, self.regex, self.left))
 
 
 @dataclass(slots=True)
@@ -53,6 +107,10 @@ class Group:
 
     def topics(self) -> set[str]:
         return {t for m in self.members.values() for t in m.topics}
+
+    def holder(self, instance_id: str) -> Member | None:
+        """The member holding a static `instance_id`, if any."""
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
 
     def owner(self, tp: TopicPartition, but: str) -> str | None:
         for mid, m in self.members.items():
@@ -110,20 +168,25 @@ class Group:
             members=[
                 MemberRecord(
                     member_id=m.member_id,
-                    group_instance_id=None,
+                    group_instance_id=m.instance_id,
                     client_id=m.client_id,
                     client_host=m.client_host,
                     session_timeout_ms=m.session_timeout_ms,
                     rebalance_timeout_ms=m.rebalance_timeout_ms,
                     protocol_type=INCREMENTAL_PROTOCOL_TYPE,
                     # The subscription's generation is the member epoch; its owned partitions are
-                    # the ones it still has to let go of.
+                    # the ones it still has to let go of; its topics are what it is subscribed to
+                    # now (its names and its regex's matches); user data: `_Extra`.
                     protocols=[
                         ProtocolRecord(
                             name=self.assignor,
                             metadata=encode_subscription(
                                 Subscription(
-                                    m.topics, owned_partitions=tuple(sorted(m.revoking)), generation=m.epoch
+                                    m.topics,
+                                    owned_partitions=tuple(sorted(m.revoking)),
+                                    generation=m.epoch,
+                                    rack=m.rack_id,
+                                    user_data=m._extra(),
                                 )
                             ),
                         )
@@ -133,3 +196,32 @@ class Group:
                 for m in self.members.values()
             ],
         )
+
+
+def members_of(record: GroupRecord) -> list[Member]:
+    """The members of a stored group record (`Group.record`), as a node taking the group over needs them."""
+    members = []
+    for m in record.members:
+        sub = decode_subscription(m.protocols[0].metadata) if m.protocols else Subscription(())
+        extra = msgspec.json.decode(sub.user_data, type=_Extra) if sub.user_data else _Extra()
+        members.append(
+            Member(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                m.session_timeout_ms,
+                m.rebalance_timeout_ms,
+                tuple(sub.topics),
+                epoch=sub.generation,
+                assigned=frozenset(decode_assignment(m.assignment).partitions)
+                if m.assignment
+                else frozenset(),
+                revoking=frozenset(sub.owned_partitions),
+                instance_id=m.group_instance_id,
+                rack_id=sub.rack,
+                names=tuple(sub.topics if extra.names is None else extra.names),
+                regex=extra.regex,
+                left=extra.left,
+            )
+        )
+    return members

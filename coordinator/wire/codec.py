@@ -111,7 +111,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 # (docs/protocol.md "Not part of version 0"): a client that sends them has them ignored.
 _NOT_ON_WIRE: dict[int, frozenset[str]] = {
     OFFSET_COMMIT: frozenset({"retention_time_ms"}),
-    OFFSET_FETCH: frozenset({"require_stable"}),
+    OFFSET_FETCH: frozenset({"require_stable", "member_id", "member_epoch"}),
     LIST_GROUPS: frozenset({"types_filter"}),
     CONSUMER_GROUP_HEARTBEAT: frozenset({"instance_id", "rack_id", "subscribed_topic_regex"}),
     CONSUMER_GROUP_DESCRIBE: frozenset({"include_authorized_operations"}),

@@ -215,6 +215,10 @@ class OffsetFetchRequest(Message):
     group_id: GroupId
     topics: list[OffsetFetchTopic] | None = None  # None: every committed offset of the group
     require_stable: bool = False  # Kafka v7+
+    # Kafka v9+ (the Kafka listener only): a consumer-protocol member's id and epoch, checked
+    # against the incremental group's (nil, -1: not checked).
+    member_id: str | None = None
+    member_epoch: Int32 = -1
 
 
 class DescribeGroupsRequest(Message):

@@ -88,9 +88,10 @@ def registered(zk: KazooClient, group: str) -> tuple[list[str], list[str]]:
     return sorted(ids - bridged), sorted(ids & bridged)
 
 
-def bridging(rec: R.Migration | None) -> bool:
-    """Whether a consumer starting now joins through the bridge."""
-    return rec is not None and rec.mode == "live" and rec.state in BRIDGING
+def bridging(rec: R.Migration | None, dest: str = "coordinator") -> bool:
+    """Whether a consumer of scheme `dest` (coordinator, or server: `bridge_server`) starting now
+    joins through the bridge."""
+    return rec is not None and rec.mode == "live" and rec.state in BRIDGING and rec.dest == dest
 
 
 def union_assignment(
@@ -337,7 +338,7 @@ class BridgedMember:
     def _on_session(self, state: str) -> None:
         if state == KazooState.LOST:  # ephemerals gone: registration, marker and owner znodes
             self._session_lost = True
-            self.member.request_rejoin("the ZooKeeper session of the bridge expired")
+            self._rejoin("the ZooKeeper session of the bridge expired")
 
     def _recover_session(self) -> None:
         """A new session: the claimed partitions may be a legacy member's now; register again."""
@@ -354,7 +355,7 @@ class BridgedMember:
         if self._closing.is_set():
             return False
         if not self.exited:
-            self.member.request_rejoin("the legacy group's membership changed")
+            self._rejoin("the legacy group's membership changed")
         return None
 
     def _on_record(self, data: bytes | None, stat: Any) -> bool | None:
@@ -370,14 +371,18 @@ class BridgedMember:
         if rec.state == R.ROLLED_BACK:
             self._fatal = GroupshiftError(
                 f"the live migration of group {self.group!r} was rolled back: the legacy consumers own the "
-                "group again; stop this coordinator consumer"
+                f"group again; stop this {rec.dest} consumer"
             )
-            self.member.request_rejoin("migration rolled back")
+            self._rejoin("migration rolled back")
         elif rec.state in (R.SWITCHED, R.DONE) and not self._leaving:
             self._leaving = True
             self.events.emit("bridge_leaving", state=rec.state)
-            self.member.request_rejoin("the migration switched the group to the coordinator")
+            self._rejoin("the migration switched the group to the coordinator")
         return None
+
+    def _rejoin(self, why: str) -> None:
+        """The group must be assigned again (scheme three: the leader computes the union again)."""
+        self.member.request_rejoin(why)
 
     def read_union(self) -> tuple[dict[str, TopicCount], dict[str, int]]:
         """Every registration under `/consumers/<g>/ids` and the partition counts of their topics."""

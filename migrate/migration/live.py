@@ -28,7 +28,6 @@ from core.types import TopicPartition
 from migrate.migration import bridge, offline
 from migrate.migration import record as R
 from migrate.migration.offline import (
-    LIVE_DIRECTION,
     MigrationBusy,
     _dead_here,
     _holder_text,
@@ -39,6 +38,7 @@ from migrate.migration.offline import (
     offsets,
     read_record,
 )
+from migrate.migration.sides import check_kind
 from migrate.schemes import coordinator_store, writes, zk_store
 
 SETTLE_S = 30.0  # how long `run` waits for the members' commits to bring the coordinator level
@@ -46,13 +46,15 @@ POLL_S = 0.5
 MAX_WAIT_S = 86_400.0
 
 
-def check_args(source: str | Rebalancer, dest: str | Rebalancer, legacy_assignor: str) -> None:
-    offline.check_args(source, dest, "live")
+def check_args(source: str | Rebalancer, dest: str | Rebalancer, legacy_assignor: str) -> Rebalancer:
+    """The destination (coordinator or server), refused unless the pair and the assignor are a live one."""
+    _, dest = offline.check_args(source, dest, "live")
     if legacy_assignor not in R.LEGACY_ASSIGNORS:
         raise GroupshiftError(
             f"unknown legacy assignor {legacy_assignor!r}; use {' or '.join(R.LEGACY_ASSIGNORS)} "
             "(the partition.assignment.strategy of the legacy consumers)"
         )
+    return dest
 
 
 def behind(zk: KazooClient, group: str) -> dict[TopicPartition, tuple[int, int | None]]:
@@ -62,9 +64,14 @@ def behind(zk: KazooClient, group: str) -> dict[TopicPartition, tuple[int, int |
     return {tp: (off, dst.get(tp)) for tp, off in src.items() if dst.get(tp) != off}
 
 
-def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
+def plan(
+    zk: KazooClient,
+    group: str,
+    legacy_assignor: str = "range",
+    dest: str | Rebalancer = Rebalancer.COORDINATOR,
+) -> dict:
     """What a live `run` would do and the checks it makes; writes nothing."""
-    check_args(*LIVE_DIRECTION, legacy_assignor)
+    dest = check_args(Rebalancer.ZK, dest, legacy_assignor)
     if not zk_store.exists(zk, group):
         raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
     rec, _ = read_record(zk, group)
@@ -74,7 +81,13 @@ def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
     _, lead = coordinator_store.leader(zk, group)
     coord_members = [] if resuming else _coordinator_members(zk, group, lead)
     holder = lock_holder(zk, group)
+    try:
+        check_kind(zk, group, dest, "destination")
+        kind_error = ""
+    except GroupshiftError as exc:
+        kind_error = str(exc)
     checks = [
+        ("destination is not a group of the other coordinator scheme", not kind_error, kind_error),
         ("a coordinator node leads the group's shard", lead is not None, lead.address if lead else ""),
         ("destination has no live members", resuming or not coord_members, ", ".join(coord_members[:10])),
         (
@@ -85,7 +98,7 @@ def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
         ("no other migration running", holder is None, _holder_text(holder) if holder else ""),
         (
             "no unfinished migration with other arguments",
-            R.conflict(rec, Rebalancer.ZK.value, Rebalancer.COORDINATOR.value, "live") is None,
+            R.conflict(rec, Rebalancer.ZK.value, dest.value, "live") is None,
             "",
         ),
         (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
@@ -94,7 +107,7 @@ def plan(zk: KazooClient, group: str, legacy_assignor: str = "range") -> dict:
     return {
         "group": group,
         "from": Rebalancer.ZK.value,
-        "to": Rebalancer.COORDINATOR.value,
+        "to": dest.value,
         "mode": "live",
         "legacy_assignor": legacy_assignor,
         "partitions": len(src),
@@ -115,7 +128,7 @@ def _coordinator_members(zk: KazooClient, group: str, lead: coordinator_store.Le
     if lead is None:
         return []
     described = coordinator_store.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
-    if described["group_state"] in ("Empty", "Dead"):
+    if described["group_state"] in coordinator_store.IDLE_STATES:
         return []
     return sorted(f"{m['client_id']} ({m['member_id']})" for m in described["members"])
 
@@ -127,6 +140,7 @@ def run(
     legacy_assignor: str = "range",
     wait_s: float = 0.0,
     settle_s: float = SETTLE_S,
+    dest: str | Rebalancer = Rebalancer.COORDINATOR,
     say=lambda line: None,
     progress=None,
 ) -> R.Migration:
@@ -134,15 +148,15 @@ def run(
 
     Returns the record: `bridged` while legacy members remain after `wait_s` seconds, else `done`.
     """
-    check_args(*LIVE_DIRECTION, legacy_assignor)
+    dest = check_args(Rebalancer.ZK, dest, legacy_assignor)
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise GroupshiftError(f"--wait must be between 0 and {MAX_WAIT_S:g} seconds, not {wait_s:g}")
     rec, version = read_record(zk, group)
-    why = R.conflict(rec, Rebalancer.ZK.value, Rebalancer.COORDINATOR.value, "live")
+    why = R.conflict(rec, Rebalancer.ZK.value, dest.value, "live")
     if why:
         raise MigrationBusy(why)
     if rec is not None and rec.mode == "live" and rec.state == R.DONE and not behind(zk, group):
-        say(f"migrate {group}: already done (live) from zk to coordinator; nothing to do")
+        say(f"migrate {group}: already done (live) from zk to {dest.value}; nothing to do")
         return rec
     resuming = rec is not None and rec.state not in R.TERMINAL
     holder = lock_holder(zk, group)
@@ -152,7 +166,7 @@ def run(
             "wait for it to finish"
         )
     if not resuming:
-        _check_start(zk, group)
+        _check_start(zk, group, dest)
     st = _Run(zk, group, say)
     st.lock()
     try:
@@ -168,7 +182,7 @@ def run(
                 R.new(
                     group,
                     Rebalancer.ZK.value,
-                    Rebalancer.COORDINATOR.value,
+                    dest.value,
                     "live",
                     _now(),
                     dst,
@@ -182,25 +196,26 @@ def run(
         st.unlock()
 
 
-def _check_start(zk: KazooClient, group: str) -> None:
+def _check_start(zk: KazooClient, group: str, dest: Rebalancer) -> None:
     if not zk_store.exists(zk, group):
         raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
+    check_kind(zk, group, dest, "destination")
     _, lead = coordinator_store.leader(zk, group)
     if lead is None:
         raise GroupshiftError(
             f"no coordinator node leads group {group!r}; start one (`groupshift coordinator serve`) before a "
-            "live migration: the coordinator consumers need it"
+            f"live migration: the {dest.value} consumers need it"
         )
     names = _coordinator_members(zk, group, lead)
     if names:
         raise writes.GroupActive(
-            f"group {group!r} already has {len(names)} coordinator member(s) "
+            f"group {group!r} already has {len(names)} {dest.value} member(s) "
             f"({', '.join(names[:10])}) that are not bridged; stop them before a live migration"
         )
     dst = offsets(zk, Rebalancer.COORDINATOR, group)
     if dst:
         raise GroupshiftError(
-            f"group {group!r} already has {len(dst)} committed offset(s) under coordinator; a live "
+            f"group {group!r} already has {len(dst)} committed offset(s) under {dest.value}; a live "
             "migration starts from none (delete them with `groupshift offsets delete`, or migrate "
             "--mode offline --overwrite)"
         )
@@ -219,7 +234,7 @@ def _advance(st: _Run, wait_s: float, settle_s: float, progress) -> R.Migration:
             shown = ", ".join(remaining[:5]) + (" ..." if len(remaining) > 5 else "")
             st.say(
                 f"migrate {g}: bridged; {len(remaining)} legacy consumer(s) remain ({shown}): replace "
-                f"them with coordinator consumers, then run `migrate run {g} --from zk --to coordinator "
+                f"them with {st.rec.dest} consumers, then run `migrate run {g} --from zk --to {st.rec.dest} "
                 "--mode live` again"
             )
             return st.rec

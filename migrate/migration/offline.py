@@ -1,4 +1,5 @@
-"""The offline migration engine: move a stopped group's offsets between scheme one and scheme three.
+"""The offline migration engine: move a stopped group's offsets between scheme one and the coordinator's
+schemes (two: `server`, three: `coordinator`; `migrate.migration.sides` says which group is which).
 
     run(zk, "billing", "zk", "coordinator")   # planned -> frozen -> copied -> verified -> switched -> done
     rollback(zk, "billing")                   # destination back to what it was; record rolled_back
@@ -32,8 +33,6 @@ from coordinator.layout import (
     MIGRATION_LOCKS,
     MIGRATIONS,
     ROOT,
-    decode_group,
-    group_path,
     migration_lock_path,
     migration_path,
 )
@@ -42,18 +41,21 @@ from core.scheme import Rebalancer
 from core.types import TopicPartition
 from migrate.migration import bridge
 from migrate.migration import record as R
-from migrate.schemes import coordinator_store, writes, zk_store, zkio
-from migrate.schemes.model import as_store
-from zk_rebalance.layout import ids_dir
+from migrate.migration.sides import (
+    check_args,
+    check_idle,
+    check_kind,
+    exists,
+    live_members,
+    offsets,
+    parse,
+)
+from migrate.schemes import writes, zkio
 
 EXIT_CODE = 99
 _reached = 0  # checkpoints this process passed (the k of GROUPSHIFT_MIGRATE_EXIT_AT=k)
 # Their names, the newest last (tests choose kill points by name: clear it, run, read it).
 passed: deque[str] = deque(maxlen=1_000)
-
-
-# The one direction a live migration goes (the bridge): scheme one's store to the coordinator's.
-LIVE_DIRECTION = (Rebalancer.ZK, Rebalancer.COORDINATOR)
 
 
 class MigrationBusy(GroupshiftError):
@@ -87,34 +89,6 @@ def read_record(zk: KazooClient, group: str) -> tuple[R.Migration | None, int]:
     return R.decode(got[0], migration_path(group)), got[1].version
 
 
-def exists(zk: KazooClient, scheme: str | Rebalancer, group: str) -> bool:
-    return (
-        zk_store.exists(zk, group)
-        if as_store(scheme) is Rebalancer.ZK
-        else coordinator_store.exists(zk, group)
-    )
-
-
-def offsets(zk: KazooClient, scheme: str | Rebalancer, group: str) -> dict[TopicPartition, int]:
-    read = zk_store.read_offsets if as_store(scheme) is Rebalancer.ZK else coordinator_store.read_offsets
-    return {tp: c.offset for tp, c in read(zk, group).items()}
-
-
-def live_members(zk: KazooClient, scheme: str | Rebalancer, group: str) -> list[str]:
-    """Who is in the group now (scheme one: registered consumer ids; scheme three: client/member ids)."""
-    if as_store(scheme) is Rebalancer.ZK:
-        return sorted(zkio.children(zk, ids_dir(group)) or [])
-    _, lead = coordinator_store.leader(zk, group)
-    if lead is not None:
-        described = coordinator_store.describe_live(lead, group)  # CoordinatorDown: one line, nothing written
-        if described["group_state"] in ("Empty", "Dead"):
-            return []
-        return sorted(f"{m['client_id']} ({m['member_id']})" for m in described["members"])
-    got = zkio.get_many(zk, [group_path(group)])[0]
-    stored = decode_group(got[0]) if got is not None and got[0] else None
-    return sorted(f"{m.client_id} ({m.member_id}, as stored)" for m in (stored.members if stored else []))
-
-
 def lock_holder(zk: KazooClient, group: str) -> dict | None:
     got = zkio.get_many(zk, [migration_lock_path(group)])[0]
     if got is None:
@@ -125,21 +99,6 @@ def lock_holder(zk: KazooClient, group: str) -> dict | None:
         holder = {}
     holder["version"] = got[1].version
     return holder
-
-
-def _members_refusal(group: str, scheme: str | Rebalancer, names: list[str], side: str) -> str:
-    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-    return (
-        f"group {group!r} has {len(names)} live member(s) on the {side} ({as_store(scheme).value}): {shown}; "
-        "stop them before an offline migration"
-    )
-
-
-def check_idle(zk: KazooClient, group: str, source: str | Rebalancer, dest: str | Rebalancer) -> None:
-    for scheme, side in ((source, "source"), (dest, "destination")):
-        names = live_members(zk, scheme, group)
-        if names:
-            raise writes.GroupActive(_members_refusal(group, scheme, names, side))
 
 
 # -- plan ------------------------------------------------------------------------------------------
@@ -160,6 +119,7 @@ def plan(
     holder = lock_holder(zk, group)
     resuming = rec is not None and rec.state not in R.TERMINAL
     checks = [
+        *_kind_checks(zk, group, source, dest),
         ("source has no live members", not members[source], ", ".join(members[source][:10])),
         ("destination has no live members", not members[dest], ", ".join(members[dest][:10])),
         ("source has committed offsets", bool(src), f"{len(src)} partitions"),
@@ -195,25 +155,23 @@ def plan(
     }
 
 
+def _kind_checks(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer) -> list[tuple]:
+    """`plan`'s rows for `check_kind` (scheme two's and three's groups share the coordinator's store)."""
+    rows = []
+    for scheme, side in ((source, "source"), (dest, "destination")):
+        if scheme is Rebalancer.ZK:
+            continue
+        try:
+            check_kind(zk, group, scheme, side)
+        except GroupshiftError as exc:
+            rows.append((f"{side} is not a group of the other coordinator scheme", False, str(exc)))
+        else:
+            rows.append((f"{side} is not a group of the other coordinator scheme", True, ""))
+    return rows
+
+
 def _holder_text(h: dict) -> str:
     return f"pid {h.get('pid')} on {h.get('host')}"
-
-
-def check_args(source: str | Rebalancer, dest: str | Rebalancer, mode: str) -> tuple[Rebalancer, Rebalancer]:
-    """The two stores of a migration, refused unless they differ and `mode` can move between them."""
-    source, dest = as_store(source), as_store(dest)
-    if source is dest:
-        raise GroupshiftError(
-            f"--from and --to are both {source.value}; a migration goes between the two schemes"
-        )
-    if mode not in R.MODES:
-        raise GroupshiftError(f"unknown mode {mode!r}; use offline or live")
-    if mode == "live" and (source, dest) != LIVE_DIRECTION:
-        raise GroupshiftError(
-            "a live migration goes from zk to coordinator (the bridge), "
-            f"not from {source.value} to {dest.value}; use --mode offline for this direction"
-        )
-    return source, dest
 
 
 # -- run -------------------------------------------------------------------------------------------
@@ -313,6 +271,8 @@ def run(
             raise UnknownGroup(
                 f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
             )
+        check_kind(zk, group, source, "source")
+        check_kind(zk, group, dest, "destination")
     check_idle(zk, group, source, dest)
     if not resuming:
         src, dst = offsets(zk, source, group), offsets(zk, dest, group)
@@ -521,7 +481,7 @@ def _restore(zk: KazooClient, m: R.Migration, batch: int, progress, say) -> None
 
 def verify(zk: KazooClient, group: str, source: str | Rebalancer, dest: str | Rebalancer) -> dict:
     """Compare the destination with the source now (and with the frozen snapshot, when recorded)."""
-    source, dest = as_store(source), as_store(dest)
+    source, dest = parse(source), parse(dest)
     if not exists(zk, source, group):
         raise UnknownGroup(
             f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"

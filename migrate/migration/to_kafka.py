@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from core.errors import GroupshiftError, UnknownGroup
 from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate.migration import offline
+from migrate.migration import offline, sides
 from migrate.migration import record as R
 from migrate.migration.kafka_target import KafkaTarget, check_bootstrap
 from migrate.migration.offline import MigrationBusy, checkpoint
@@ -35,6 +35,11 @@ DEST = "kafka"
 
 def check_args(source: str | Rebalancer, mode: str = "offline") -> Rebalancer:
     """The source store; refused unless `mode` is offline."""
+    if source in (Rebalancer.SERVER, Rebalancer.SERVER.value):
+        raise GroupshiftError(
+            "--to kafka takes its group from zk or coordinator, not server (scheme two's groups are not "
+            "copied to brokers yet); migrate it --to zk first, or use --from coordinator"
+        )
     source = as_store(source)
     if mode != "offline":
         raise GroupshiftError(
@@ -79,7 +84,7 @@ def _check_not_itself(zk: KazooClient, group: str, source: Rebalancer, bootstrap
 def _source_members(zk: KazooClient, group: str, source: str | Rebalancer) -> None:
     names = offline.live_members(zk, source, group)
     if names:
-        raise writes.GroupActive(offline._members_refusal(group, source, names, "source"))
+        raise writes.GroupActive(sides.members_refusal(group, source, names, "source"))
 
 
 # -- plan ------------------------------------------------------------------------------------------

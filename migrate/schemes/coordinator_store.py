@@ -35,6 +35,8 @@ from migrate.schemes.model import EMPTY, STABLE, Committed, GroupView, Member
 from migrate.schemes.zk_store import topic_partitions
 
 DESCRIBE_TIMEOUT_S = 5.0
+# DescribeGroups states of a group without members: Kafka's, and the draft's (scheme two) "Ready".
+IDLE_STATES = ("Empty", "Dead", "Ready")
 
 
 class CoordinatorDown(GroupshiftError):
@@ -164,8 +166,44 @@ def read_group(zk: KazooClient, group: str, *, live: bool = True) -> GroupView |
     view.owners = {tp: m.member_id for m in view.members for tp in m.partitions}
     topics = sorted({t for m in view.members for t in m.subscription})
     view.subscribed = {t: n for t, n in topic_partitions(zk, topics).items() if n}
+    if view.protocol_type == INCREMENTAL_PROTOCOL_TYPE:
+        view.members = _with_targets(view, notes)
     view.notes = notes
     return view
+
+
+def _with_targets(view: GroupView, notes: list[str]) -> list[Member]:
+    """An incremental group's members with their target assignment, as a node taking the group over
+    computes it from what they hold now (`incremental_groups.Group.retarget`: sticky from the current
+    partitions). The leading node's own target can differ while the group reconciles; ConsumerGroupDescribe
+    (api 69) is where it can be read exactly, once served."""
+    import msgspec.structs
+
+    from coordinator.server_side.incremental_groups import Group
+    from coordinator.server_side.incremental_groups import Member as Incremental
+
+    group = Group(view.group, view.protocol or "uniform", view.generation or 0)
+    for m in view.members:
+        group.members[m.member_id] = Incremental(
+            m.member_id,
+            m.client_id or "",
+            m.host or "",
+            0,
+            0,
+            tuple(sorted(m.subscription)),
+            epoch=m.epoch or 0,
+            assigned=frozenset(m.partitions),
+        )
+    try:
+        group.retarget(view.subscribed, bump=False)
+    except (ValueError, KeyError):
+        group.target = {}
+    if group.assignment_epoch != group.epoch or not group.target:
+        return view.members  # a subscribed topic's size is not known
+    notes.append("target: the assignment computed from the members' current partitions (sticky)")
+    return [
+        msgspec.structs.replace(m, target=sorted(group.target.get(m.member_id, ()))) for m in view.members
+    ]
 
 
 def _member(member_id, client_id, host, instance_id, assignment: bytes, protocols) -> Member:
@@ -176,14 +214,16 @@ def _member(member_id, client_id, host, instance_id, assignment: bytes, protocol
     except ValueError:
         partitions = []
     topics: dict[str, int] = {}
+    epoch = None
     for proto in protocols:
         metadata = proto[1] if isinstance(proto, tuple) else proto.metadata
         try:
-            topics = {t: 1 for t in decode_subscription(metadata).topics}
-            break
+            sub = decode_subscription(metadata)
         except (ValueError, TypeError):
             continue
-    return Member(member_id, client_id, host, instance_id, partitions, topics, "static", None)
+        topics, epoch = {t: 1 for t in sub.topics}, sub.generation  # incremental: the member epoch
+        break
+    return Member(member_id, client_id, host, instance_id, partitions, topics, "static", None, epoch)
 
 
 def describe_live(lead: Leader, group: str) -> dict:

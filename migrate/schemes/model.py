@@ -41,6 +41,8 @@ class Member(msgspec.Struct, frozen=True):
     subscription: dict[str, int]  # topic (or regex) -> streams (scheme one: thread count; else 1)
     pattern: str = "static"  # scheme one: static | white_list | black_list
     error: str | None = None  # an unreadable registration
+    epoch: int | None = None  # scheme two, incremental: the member epoch
+    target: list[TopicPartition] | None = None  # scheme two, incremental: its target assignment
 
 
 class GroupView(msgspec.Struct):

@@ -33,10 +33,9 @@ from coordinator.layout import (
 from coordinator.member.wire_client import commit_body
 from coordinator.wire import codec as P
 from core.errors import GroupshiftError, UnknownGroup
-from core.scheme import Rebalancer
+from core.scheme import Rebalancer, store_of
 from core.types import TopicPartition
 from migrate.schemes import coordinator_store, zk_store, zkio
-from migrate.schemes.model import as_store
 from zk_rebalance.layout import ids_dir
 
 BATCH = 1_000  # ops per ZooKeeper transaction, and partitions per OffsetCommit request
@@ -50,7 +49,7 @@ def check_inactive(
     zk: KazooClient, scheme: str | Rebalancer, group: str, what: str
 ) -> coordinator_store.Leader | None:
     """Raise `GroupActive` unless the group has no live members; returns the shard leader (scheme three)."""
-    scheme = as_store(scheme)
+    scheme = store_of(scheme)
     if scheme is Rebalancer.ZK:
         ids = zkio.children(zk, ids_dir(group)) or []
         if ids:
@@ -62,7 +61,7 @@ def check_inactive(
     _, lead = coordinator_store.leader(zk, group)
     if lead is not None:
         state = coordinator_store.describe_live(lead, group)
-        if state["group_state"] not in ("Empty", "Dead"):
+        if state["group_state"] not in coordinator_store.IDLE_STATES:
             raise GroupActive(
                 f"group {group!r} is {state['group_state']} with {len(state['members'])} member(s) on "
                 f"coordinator {lead.address}; stop them before {what}"
@@ -93,7 +92,7 @@ def commit(
     `batch` (1..BATCH) bounds the ops per transaction and the partitions per OffsetCommit.
     """
     batch = max(1, min(batch, BATCH))
-    scheme = as_store(scheme)
+    scheme = store_of(scheme)
     lead = check_inactive(zk, scheme, group, "writing offsets")
     if scheme is Rebalancer.ZK:
         n = zk_store.write_offsets(zk, group, offsets, batch=batch, progress=progress)
@@ -155,7 +154,7 @@ def _commit_in_zk(
 
 
 def delete_group(zk: KazooClient, scheme: str | Rebalancer, group: str) -> str:
-    scheme = as_store(scheme)
+    scheme = store_of(scheme)
     exists = zk_store.exists(zk, group) if scheme is Rebalancer.ZK else coordinator_store.exists(zk, group)
     if not exists:
         raise UnknownGroup(
@@ -180,7 +179,7 @@ def delete_group(zk: KazooClient, scheme: str | Rebalancer, group: str) -> str:
 
 
 def delete_offsets(zk: KazooClient, scheme: str | Rebalancer, group: str, topic: str) -> str:
-    scheme = as_store(scheme)
+    scheme = store_of(scheme)
     if scheme is Rebalancer.ZK:
         base = zk_store.group_dir(group)
         if zkio.get_many(zk, [f"{base}/offsets/{topic}"])[0] is None:
@@ -246,7 +245,7 @@ def delete_partitions(
     zk: KazooClient, scheme: str | Rebalancer, group: str, tps: list[TopicPartition]
 ) -> str:
     """Delete the committed offsets of exactly these partitions (those that exist) of an inactive group."""
-    scheme = as_store(scheme)
+    scheme = store_of(scheme)
     lead = check_inactive(zk, scheme, group, "deleting offsets")
     if scheme is Rebalancer.ZK:
         paths = [zk_store.offset_path(group, tp) for tp in tps]

@@ -8,6 +8,10 @@ served by scheme two's incremental groups (docs/kafka-listener.md, "KIP-848's co
 
 from __future__ import annotations
 
+import json
+import random
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -15,9 +19,16 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as CKTopicPartition
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
+from coordinator.kafka_wire.consumer_group_api import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from pipeline.consumer import Consumer as GroupshiftConsumer
-from tests.kafka_helpers import ck_consume, kafka_node, new_topic, produce
+from tests.kafka_helpers import ck_consume, kafka_node, new_topic, produce, recv_exactly
+from topics.topic_ids import ensure_topic_id, kafka_string
 
 # The consumer protocol: the server sets the session timeout and the heartbeat interval.
 KIP848 = {
@@ -237,3 +248,114 @@ def test_groupshift_incremental_member_and_librdkafka_members_share_a_group(node
         mine.close()
     got = got_mine + theirs.got
     assert len(got) == len(values) and set(got) == values
+
+
+# ------------------------------------------------------------------------------ the wire, raw
+
+
+def _exchange(s: socket.socket, request, response_class, version: int, correlation_id: int = 1):
+    request.with_header(correlation_id=correlation_id, client_id="kip848-test")
+    s.sendall(bytes(request.encode(version=version, header=True, framed=True)))
+    size = struct.unpack(">i", recv_exactly(s, 4))[0]
+    return response_class.decode(recv_exactly(s, size), version=version, header=True)
+
+
+def _metadata(s: socket.socket, names=(), ids=()):
+    topics = [MetadataRequest.MetadataRequestTopic(topic_id=None, name=n) for n in names] + [
+        MetadataRequest.MetadataRequestTopic(topic_id=i, name=None) for i in ids
+    ]
+    req = MetadataRequest(
+        version=12, topics=topics, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    return _exchange(s, req, MetadataResponse, 12)
+
+
+def test_metadata_v12_names_each_topic_by_one_id_asked_by_name_or_by_id(node):
+    topic = new_topic(node, 3)
+    node.zk_client.create("/brokers/topics/elsewhere", b'{"version":1,"partitions":{"0":[0]}}')
+    unknown = uuid.uuid4()
+    with socket.create_connection(("127.0.0.1", node.kafka_port), timeout=10) as s:
+        by_name = {t.name: t for t in _metadata(s, [topic, "elsewhere"]).topics}
+        assert all(t.error_code == 0 and t.topic_id not in (None, uuid.UUID(int=0)) for t in by_name.values())
+        ids = {n: t.topic_id for n, t in by_name.items()}
+        answer = _metadata(s, ids=[ids[topic], ids["elsewhere"], unknown]).topics
+        assert [(t.name, t.topic_id, t.error_code) for t in answer] == [
+            (topic, ids[topic], 0),
+            ("elsewhere", ids["elsewhere"], 0),
+            (None, unknown, 100),  # UNKNOWN_TOPIC_ID, no name
+        ]
+        assert len(answer[0].partitions) == 3
+    # The ids are where Kafka's tools read them, and stay as they are.
+    assert ensure_topic_id(node.zk_client, topic) == ids[topic]
+    assert json.loads(node.zk_client.get("/brokers/topics/elsewhere")[0])["topic_id"] == kafka_string(
+        ids["elsewhere"]
+    )
+
+
+def _heartbeat_frame(**fields) -> bytes:
+    req = ConsumerGroupHeartbeatRequest(
+        version=1,
+        **{
+            "group_id": "fuzz",
+            "member_id": "m-fuzz",
+            "member_epoch": 0,
+            "rebalance_timeout_ms": 30000,
+            "subscribed_topic_names": ["fuzz-topic"],
+            "topic_partitions": [],
+            **fields,
+        },
+    )
+    req.with_header(correlation_id=3, client_id="fuzz")
+    return bytes(req.encode(version=1, header=True, framed=True))
+
+
+def _answered_or_closed(port: int, frame: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(frame)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(10)
+        try:
+            while s.recv(65536):
+                pass
+        except (ConnectionResetError, TimeoutError):
+            pass
+
+
+def test_malformed_flexible_frames_get_an_error_or_a_close_never_a_crash(node):
+    rng = random.Random(11)
+    good = _heartbeat_frame()
+    body_at = 4 + 2 + 2 + 4 + 2 + len("fuzz")  # size, api, version, correlation id, client id
+    frames = [
+        good[:body_at] + b"\x05" + good[body_at + 1 :],  # header: 5 tagged fields that are not there
+        good[:body_at] + b"\x01\x00\x7f" + good[body_at + 1 :],  # header: a tag longer than the frame
+        good[: body_at + 1] + b"\x7f" + good[body_at + 2 :],  # a compact string longer than the frame
+        good[:-1] + b"\x03\x00\x10",  # the body's last tagged-field section lies about its size
+        _heartbeat_frame(
+            topic_partitions=[
+                ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=uuid.uuid4(), partitions=[0])
+            ]
+        ),
+    ]
+    describe = ConsumerGroupDescribeRequest(
+        version=0, group_ids=["a", "b"], include_authorized_operations=True
+    )
+    describe.with_header(correlation_id=4, client_id="fuzz")
+    seeds = [good, bytes(describe.encode(version=0, header=True, framed=True))]
+    for _ in range(150):  # byte flips, truncations and insertions of well-formed frames
+        frame = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(4, len(frame))
+            frame[i] = rng.randrange(256)
+        if rng.random() < 0.3:
+            frame = frame[: rng.randrange(4, len(frame))]
+        frame[:4] = struct.pack(">i", len(frame) - 4)
+        frames.append(bytes(frame))
+    for frame in frames:
+        _answered_or_closed(node.kafka_port, frame)
+    assert node.alive
+    with socket.create_connection(("127.0.0.1", node.kafka_port), timeout=10) as s:
+        # An owned topic id nobody has is dropped; the heartbeat itself is answered (the topic is unknown).
+        s.sendall(frames[4])
+        size = struct.unpack(">i", recv_exactly(s, 4))[0]
+        answer = ConsumerGroupHeartbeatResponse.decode(recv_exactly(s, size), version=1, header=True)
+        assert answer.member_id == "m-fuzz" and answer.error_code == 0

@@ -15,28 +15,20 @@ from collections import Counter
 import pytest
 
 from coordinator.assignors.payloads import decode_assignment
-from coordinator.group.context import CoordinatorConfig
-from coordinator.group.coordinator import GroupCoordinator
-from coordinator.group.messages import GroupSnapshot, Respond, Write, WriteGroupMetadata
+from coordinator.group.messages import GroupSnapshot
 from coordinator.node.process import CoordinatorNodes
-from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
-from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
+    CONSUMER_GROUP_DESCRIBE,
     CONSUMER_GROUP_HEARTBEAT,
     DESCRIBE_GROUPS,
     JOIN_GROUP,
-    OFFSET_COMMIT,
     SERVER_HEARTBEAT,
     SERVER_JOIN_GROUP,
-    ConsumerGroupHeartbeatRequest,
     DescribeGroupsRequest,
     JoinGroupProtocol,
     JoinGroupRequest,
-    OffsetCommitPartition,
-    OffsetCommitRequest,
-    OffsetCommitTopic,
     ServerHeartbeatRequest,
     ServerJoinGroupRequest,
 )
@@ -44,42 +36,19 @@ from core.four_letter import four_letter
 from core.types import TopicPartition as TP
 from pipeline.consumer import Consumer
 from tests.commit_loop import CommitLoop as Loop
+from tests.unit.coordinator.incremental_core import Core as IncrementalCore
 from topics.log import Log
 from topics.registry import add_partitions, create_topic
 
 # -- the core -----------------------------------------------------------------------------------
 
 
-class Core:
+class Core(IncrementalCore):
     """The node's core (both forms of scheme two around the classic one) whose writes all succeed
     at once; answers kept by request."""
 
-    def __init__(self):
-        config = CoordinatorConfig(group_initial_rebalance_delay_ms=0, group_min_session_timeout_ms=100)
-        self.core = IncrementalCoordinator(
-            ServerAssignedCoordinator(GroupCoordinator(config)), min_session_timeout_ms=100
-        )
-        self.now = 1_000
-        self.answers: dict[str, object] = {}
-        self.watched: list[str] = []
-        self.records: dict[str, object] = {}  # group -> the last group record written
-
     def _run(self, outputs) -> None:
-        for out in outputs:
-            if isinstance(out, Respond):
-                self.answers[out.request_token] = out.body
-            elif isinstance(out, WatchTopics):
-                self.watched.extend(out.topics)
-            elif isinstance(out, Write):
-                if isinstance(out, WriteGroupMetadata):
-                    self.records[out.group_id] = out.record
-                if out.token is not None:
-                    self._run(self.core.persisted(out.token, True, self.now))
-
-    def send(self, api: int, body, token: str):
-        self.answers.pop(token, None)
-        self._run(self.core.handle(api, body, self.now, client_id="c", client_host="/h", request_token=token))
-        return self.answers.get(token)
+        self.run(outputs)
 
     def join(self, token: str, consumer_id: str = "", topics=("t",), strategy: str = "range"):
         body = ServerJoinGroupRequest(
@@ -96,24 +65,9 @@ class Core:
         body = ServerHeartbeatRequest(group_id="g", generation_id=generation, consumer_id=consumer_id)
         return self.send(SERVER_HEARTBEAT, body, token)
 
-    def sizes(self, **counts: int) -> None:
-        self._run(self.core.topics_changed(counts, self.now))
-
     def hb(self, token: str, member_id: str = "", epoch: int = 0, owned=None, topics=("t",), assignor=None):
         """A ConsumerGroupHeartbeat (epoch 0 joins with `topics`; `owned` None: unchanged)."""
-        from coordinator.assignors.consumer_protocol import by_topic
-
-        body = ConsumerGroupHeartbeatRequest(
-            group_id="g",
-            member_id=member_id,
-            member_epoch=epoch,
-            session_timeout_ms=1000,
-            rebalance_timeout_ms=2000,
-            subscribed_topic_names=list(topics) if epoch == 0 else None,
-            server_assignor=assignor,
-            topic_partitions=None if owned is None else by_topic(owned),
-        )
-        return self.send(CONSUMER_GROUP_HEARTBEAT, body, token)
+        return self.heartbeat(member_id, epoch, owned, topics, assignor=assignor, token=token)
 
 
 def partitions(answer) -> list[TP]:
@@ -189,17 +143,7 @@ def test_a_grown_topic_rebalances_and_old_generations_cannot_commit():
 
 
 def commit(c: Core, generation: int, consumer_id: str) -> int:
-    body = OffsetCommitRequest(
-        group_id="g",
-        generation_id=generation,
-        member_id=consumer_id,
-        topics=[
-            OffsetCommitTopic(
-                name="t", partitions=[OffsetCommitPartition(partition_index=0, committed_offset=7)]
-            )
-        ],
-    )
-    return c.send(OFFSET_COMMIT, body, "commit").topics[0].partitions[0].error_code
+    return c.commit(consumer_id, generation)
 
 
 # -- real nodes and consumers ---------------------------------------------------------------------
@@ -553,3 +497,49 @@ def test_another_node_takes_an_incremental_group_over_from_its_record():
     assert commit(other, b3.member_epoch, b.member_id) == E.NONE
     # A zombie's epoch from beyond what the group knows is fenced.
     assert other.hb("z", a.member_id, 99, owned=set()).error_code == E.FENCED_MEMBER_EPOCH
+
+
+def test_the_native_listener_describes_consumer_protocol_groups(zk, zk_connect):
+    """ConsumerGroupDescribe (69) on the native wire: an incremental group with its epochs and
+    assignments, and GROUP_ID_NOT_FOUND for any other group id."""
+    create_topic(zk, "t", partitions=3)
+    with CoordinatorNodes(zk_connect, count=1) as nodes:
+        node = next(iter(nodes.nodes.values()))
+        with node.client() as c:
+            beat = {
+                "group_id": "g69",
+                "member_id": "",
+                "member_epoch": 0,
+                "session_timeout_ms": 10_000,
+                "rebalance_timeout_ms": 10_000,
+                "subscribed_topic_names": ["t"],
+                "server_assignor": "range",
+                "topic_partitions": None,
+            }
+            answer = c.request(CONSUMER_GROUP_HEARTBEAT, beat)
+            beat.update(member_id=answer["member_id"], subscribed_topic_names=None, server_assignor=None)
+
+            def assigned() -> bool:
+                nonlocal answer
+                beat["member_epoch"] = answer["member_epoch"]
+                answer = c.request(CONSUMER_GROUP_HEARTBEAT, beat)
+                return answer["error_code"] == 0 and bool(answer["assignment"])
+
+            wait_for(assigned, 30, "the member to get t's partitions")
+            described = c.request(CONSUMER_GROUP_DESCRIBE, {"group_ids": ["g69", "nobody"]})["groups"]
+        g, nobody = described
+        assert (g["error_code"], g["group_state"], g["assignor_name"]) == (0, "Stable", "range")
+        assert g["group_epoch"] == g["assignment_epoch"] == answer["member_epoch"]
+        (m,) = g["members"]
+        assert (m["member_id"], m["member_epoch"], m["subscribed_topic_names"]) == (
+            answer["member_id"],
+            answer["member_epoch"],
+            ["t"],
+        )
+        assert m["assignment"] == m["target_assignment"] == [{"topic": "t", "partitions": [0, 1, 2]}]
+        assert (nobody["error_code"], nobody["group_state"], nobody["members"]) == (
+            E.GROUP_ID_NOT_FOUND,
+            "Dead",
+            [],
+        )
+        assert "background task failed" not in "\n".join(node.output)  # the node's topic watches

@@ -9,219 +9,42 @@ per partition, the commits in ZooKeeper order never move backwards, each epoch b
 member (never two owners), and the records between two consecutive commits were all polled by the
 member that made the second — so every record is committed exactly once, and none is skipped.
 
-Run as a script (`python tests/integ/migrate/test_live.py SPEC`) this module is the consumer process.
+The processes, the producer and the checks are `live_harness.py`'s.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
-import time
-from collections import defaultdict
-from pathlib import Path
-
-if __name__ == "__main__":  # the worker process: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 import pytest
 
-from core.errors import CommitFailed
 from core.types import TopicPartition as TP
-
-REPO = Path(__file__).resolve().parents[3]
-PARTITIONS = 6
-SESSION_MS = 3000
-
-
-# -- the consumer process ----------------------------------------------------------------------
-
-
-def worker_main(spec: dict) -> None:
-    """Poll, commit after every non-empty poll, log what was polled; close on SIGTERM."""
-    from pipeline.consumer import Consumer
-    from topics.log import Log
-
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if spec["rebalancer"] == "zk":
-        options = {
-            "fence_commits": True,
-            "rebalance_backoff_ms": 150,
-            "rebalance_max_retries": 50,
-            "event_log": spec["events"],
-        }
-    else:
-        options = {"retry_backoff_ms": 50, "bridge_event_log": spec["events"]}
-    c = Consumer(
-        spec["group"],
-        [spec["topic"]],
-        rebalancer=spec["rebalancer"],
-        zk=spec["zk"],
-        bootstrap=spec.get("bootstrap"),
-        log=Log(spec["root"]),
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=200,
-        max_poll_records=50,
-        membership_options=options,
-    )
-    with open(spec["out"], "a", buffering=1) as out:
-        out.write(json.dumps({"member": c.membership.consumer_id, "pid": os.getpid()}) + "\n")
-        while not stop.is_set():
-            got = c.poll(timeout_ms=100)
-            if not got:
-                continue
-            spans = {str(tp.partition): [rs[0].offset, rs[-1].offset + 1] for tp, rs in got.items() if rs}
-            out.write(
-                json.dumps({"polled": spans, "assigned": sorted(p.partition for p in c.assignment())}) + "\n"
-            )
-            try:
-                c.commit()
-                out.write(json.dumps({"committed": spans}) + "\n")
-            except CommitFailed as exc:
-                out.write(json.dumps({"commit_failed": str(exc)[:200]}) + "\n")
-        c.close()
-        out.write(json.dumps({"closed": True}) + "\n")
-
-
-# -- the test's side ------------------------------------------------------------------------------
-
-
-class Proc:
-    def __init__(self, tmp: Path, name: str, spec: dict):
-        self.name = name
-        self.out = tmp / f"{name}.jsonl"
-        self.events = tmp / f"{name}.events.jsonl"
-        spec = {**spec, "out": str(self.out), "events": str(self.events)}
-        self.popen = subprocess.Popen(
-            [sys.executable, __file__, json.dumps(spec)], cwd=REPO, stderr=open(tmp / f"{name}.err", "w")
-        )
-
-    def lines(self) -> list[dict]:
-        if not self.out.exists():
-            return []
-        return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip()]
-
-    def member(self) -> str | None:
-        return next((d["member"] for d in self.lines() if "member" in d), None)
-
-    def polled_partitions(self) -> set[int]:
-        return {int(p) for d in self.lines() if "committed" in d for p in d["committed"]}
-
-    def stop(self, timeout: float = 30) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-        try:
-            assert self.popen.wait(timeout) == 0, f"{self.name} exited with {self.popen.returncode}"
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            raise AssertionError(f"{self.name} did not stop within {timeout}s") from None
-        assert any(d.get("closed") for d in self.lines()), f"{self.name} did not close cleanly"
-
-
-def wait_for(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-
-
-class Producer(threading.Thread):
-    def __init__(self, log, topic: str):
-        super().__init__(daemon=True)
-        self.log, self.topic = log, topic
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop_event.wait(0.05):
-            for p in range(PARTITIONS):
-                self.log.produce(self.topic, [(b"k", b"v")] * 5, partition=p)
-
-
-def check_commits(procs: list[Proc], ends: dict[int, int]) -> dict:
-    """The exactly-once and single-owner checks over every member's commit events and poll log."""
-    polled: dict[str, dict[int, set[int]]] = defaultdict(lambda: defaultdict(set))
-    for proc in procs:
-        member = proc.member()
-        for d in proc.lines():
-            for p, (lo, hi) in d.get("polled", {}).items():
-                polled[member][int(p)].update(range(lo, hi))
-    commits: dict[int, list[tuple[int, int, str, int]]] = defaultdict(
-        list
-    )  # p -> (mzxid, offset, member, epoch)
-    for proc in procs:
-        for line in proc.events.read_text().splitlines():
-            ev = json.loads(line)
-            if ev.get("ev") == "commit":
-                tp = ev["partition"]
-                commits[int(tp.rsplit("-", 1)[1])].append(
-                    (ev["mzxid"], ev["offset"], ev["member"], ev["epoch"])
-                )
-    owners: dict[tuple[int, int], set[str]] = defaultdict(set)
-    for p in range(PARTITIONS):
-        seq = sorted(commits[p])
-        assert seq, f"partition {p} was never committed"
-        previous, last_epoch = 0, -1
-        for _mzxid, offset, member, epoch in seq:
-            assert offset >= previous, f"partition {p}: offset moved back {previous} -> {offset} ({member})"
-            assert epoch >= last_epoch, (
-                f"partition {p}: a commit under epoch {epoch} after epoch {last_epoch}"
-            )
-            missing = set(range(previous, offset)) - polled[member][p]
-            assert not missing, f"partition {p}: {member} committed {sorted(missing)[:5]}... it never polled"
-            owners[(p, epoch)].add(member)
-            previous, last_epoch = offset, epoch
-        assert previous == ends[p], f"partition {p}: last commit {previous}, log end {ends[p]}"
-    double = {k: v for k, v in owners.items() if len(v) > 1}
-    assert not double, f"two members committed under one owner epoch: {double}"
-    return {p: len(commits[p]) for p in range(PARTITIONS)}
-
-
-@pytest.fixture
-def node(zk_connect):
-    from coordinator.node.process import CoordinatorNodes
-
-    with CoordinatorNodes(zk_connect, count=1) as nodes:
-        yield nodes
+from tests.integ.migrate.live_harness import (
+    PARTITIONS,
+    REPO,
+    SESSION_MS,
+    Proc,
+    Producer,
+    check_run,
+    cli,
+    end_run,
+    finish,
+    legacy_world,
+    start_legacy,
+    wait_for,
+)
 
 
 def test_three_legacy_consumers_replaced_one_by_one_by_coordinator_consumers(zk, zk_connect, node, tmp_path):
     from migrate.migration import bridge
-    from migrate.migration import offline as O
-    from topics.log import Log
-    from topics.registry import create_topic
 
-    root = tmp_path / "log"
-    log = Log(root)
-    create_topic(zk, "events", partitions=PARTITIONS)
-    log.create("events", PARTITIONS)
-    for p in range(PARTITIONS):
-        log.produce("events", [(b"k", b"v")] * 100, partition=p)
-    spec = {"group": "billing", "topic": "events", "zk": zk_connect, "root": str(root)}
-    producer = Producer(log, "events")
+    log, spec, producer = legacy_world(zk, zk_connect, tmp_path)
     procs: list[Proc] = []
     try:
-        legacy = [Proc(tmp_path, f"legacy-{i}", {**spec, "rebalancer": "zk"}) for i in range(3)]
-        procs += legacy
-        producer.start()
-        wait_for(
-            lambda: set().union(*(p.polled_partitions() for p in legacy)) == set(range(PARTITIONS)),
-            60,
-            "the legacy consumers to consume every partition",
-        )
+        legacy = start_legacy(tmp_path, spec, producer, procs)
         plan = cli(
             "migrate",
             "plan",
@@ -273,71 +96,10 @@ def test_three_legacy_consumers_replaced_one_by_one_by_coordinator_consumers(zk,
         legacy_left, _ = bridge.registered(zk, "billing")
         assert legacy_left == [] and len(bridged) == 3
 
-        finished = cli(
-            "migrate",
-            "run",
-            "billing",
-            "--from",
-            "zk",
-            "--to",
-            "coordinator",
-            "--mode",
-            "live",
-            "--zk",
-            zk_connect,
-            "-o",
-            "json",
-        )
-        assert finished.returncode == 0, finished.stderr
-        assert json.loads(finished.stdout)["state"] == "done"
-        # The members leave bridge mode by themselves: no legacy registration is left.
-        wait_for(
-            lambda: not zk.get_children("/consumers/billing/ids"), 30, "the members to leave bridge mode"
-        )
-
-        producer.stop_event.set()
-        producer.join(5)
-        ends = {p: log.latest(TP("events", p)) for p in range(PARTITIONS)}
-        want = {TP("events", p): e for p, e in ends.items()}
-        wait_for(
-            lambda: O.offsets(zk, "coordinator", "billing") == want, 60, "the coordinator consumers to finish"
-        )
-        for c in coordinators:
-            c.stop()
+        want = finish(zk, zk_connect, "coordinator", log, producer, coordinators)
     finally:
-        producer.stop_event.set()
-        for p in procs:
-            if p.popen.poll() is None:
-                p.popen.kill()
-                p.popen.wait(10)
-
-    # The legacy offsets are the log of every commit made while bridged; after the switch the
-    # coordinator carries on. Check the bridged period from the members' commit logs.
-    legacy_offsets = O.offsets(zk, "zk", "billing")
-    counts = check_commits(procs, {p: legacy_offsets[TP("events", p)] for p in range(PARTITIONS)})
-    print("commits per partition while bridged:", counts)
-    # After the switch nothing moved backwards either, and everything was committed to the end.
-    assert all(want[tp] >= legacy_offsets[tp] for tp in want)
-    # Over the whole run (after the switch too): no record is in two successful commits.
-    seen: dict[tuple[int, int], str] = {}
-    for proc in procs:
-        for d in proc.lines():
-            for p, (lo, hi) in d.get("committed", {}).items():
-                for off in range(lo, hi):
-                    assert (int(p), off) not in seen, (
-                        f"{p}:{off} committed by {seen[(int(p), off)]} and {proc.name}"
-                    )
-                    seen[(int(p), off)] = proc.name
-    for c in coordinators:
-        events = [json.loads(line)["ev"] for line in c.events.read_text().splitlines()]
-        assert "bridge_exited" in events, c.name
-    assert (
-        json.loads(cli("migrate", "status", "billing", "--zk", zk_connect, "-o", "json").stdout)["state"]
-        == "done"
-    )
-
-
-# -- the leader's assignment is each legacy member's own decision ----------------------------------
+        end_run(producer, procs)
+    check_run(zk, zk_connect, procs, coordinators, want)
 
 
 @pytest.mark.parametrize("strategy", ["range", "roundrobin"])
@@ -677,7 +439,3 @@ def _delivered_up_to(delivered) -> dict:
     for tp, off, _ in list(delivered):
         top[tp] = max(top.get(tp, 0), off + 1)
     return top
-
-
-if __name__ == "__main__":
-    worker_main(json.loads(sys.argv[1]))
