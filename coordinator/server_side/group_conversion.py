@@ -10,7 +10,7 @@ conversions as data.
   epoch = the group's generation, and the group epoch is that generation; the target is what they
   hold, so the joiner's arrival moves only what the assignor must move.
 * **Downgrade** (`to_classic`): the last member of the consumer protocol leaves or is fenced and
-  only classic members remain. The classic group comes back at generation = the group epoch, with
+  only classic members remain. The classic group comes back at the members' newest epoch, with
   the members' protocols and current partitions, and rebalances (the classic core's own
   rules from then on).
 
@@ -114,14 +114,16 @@ def may_downgrade(policy: MigrationPolicy, group: Group) -> bool:
 
 
 def to_classic(group: Group, now: int) -> GroupRecord:
-    """The classic group record `group` (classic members only) becomes: generation = the group
-    epoch, the protocol the members vote for, their current partitions as their assignment."""
+    """The classic group record `group` (classic members only) becomes: the protocol the members
+    vote for, their current partitions as their assignment, and as generation the newest member
+    epoch — the group epoch before the last consumer-protocol member left (its leaving moved the
+    epoch on), so that members in step keep committing until they rejoin."""
     members = list(group.members.values())
     return GroupRecord(
         group_id=group.group_id,
         protocol_type=CONSUMER_PROTOCOL_TYPE,
         protocol_name=vote(members),
-        generation_id=group.epoch,
+        generation_id=max(m.epoch for m in members),
         leader_id=members[0].member_id,
         state_timestamp=now,
         members=[member_record(m, CONSUMER_PROTOCOL_TYPE, classic_protocols(m)) for m in members],
