@@ -25,7 +25,7 @@ KAFKA_PYTHON_POLL_MS = 1000
 
 @contextlib.contextmanager
 def kafka_node(zk: str, data: Path, log_path: Path, *extra: str) -> Iterator[NodeProcess]:
-    """Node 1 with `--kafka-listen 127.0.0.1:0` on the log root `data` (and the `extra` options);
+    """Node 1 with `--kafka-listen 127.0.0.1:0` on the log root `data` (and `extra` options);
     `.zk`, `.data`, `.store` set."""
     proc = NodeProcess.start(
         zk,
