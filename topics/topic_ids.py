@@ -10,7 +10,8 @@ versioned set, so two nodes minting at once agree on the first one written. The 
 Kafka 0.8's fields and bytes otherwise; 0.8 consumers watching the znode see one data change.
 A deleted and re-created topic has a new id.
 
-    u = ensure_topic_id(zk, "clicks")     # uuid.UUID, never the zero UUID
+    u = ensure_topic_id(zk, "clicks")     # uuid.UUID, never the zero UUID (written if need be)
+    known_topic_id(zk, "clicks")          # the same, or None; never writes
     kafka_string(u)                        # "xKz2...": Kafka's form (URL-safe base64, no padding)
     from_kafka_string(kafka_string(u)) == u
 """
@@ -70,6 +71,23 @@ def with_topic_id(data: bytes, u: uuid.UUID) -> bytes:
     body.pop("topic_id", None)
     out.update(body)
     return json.dumps(out, separators=(",", ":")).encode("utf-8")
+
+
+def known_topic_id(zk, name: str) -> uuid.UUID | None:
+    """The topic's id without writing anything: its registration's, else the one groupshift keeps
+    for a topic it created, else None (a topic another tool registered, not given one yet)."""
+    try:
+        data, _ = zk.get(topic_path(name))
+    except NoNodeError:
+        raise UnknownTopic(f"topic {name!r} is not registered in ZooKeeper") from None
+    found = kafka_topic_id(data)
+    if found is not None:
+        try:
+            return from_kafka_string(found)
+        except ValueError:
+            pass
+    mine = topic_id(zk, name)
+    return from_groupshift_id(mine) if mine else None
 
 
 def ensure_topic_id(zk, name: str) -> uuid.UUID:
