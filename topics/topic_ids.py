@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
@@ -73,38 +74,37 @@ def with_topic_id(data: bytes, u: uuid.UUID) -> bytes:
     return json.dumps(out, separators=(",", ":")).encode("utf-8")
 
 
-def known_topic_id(zk, name: str) -> uuid.UUID | None:
-    """The topic's id without writing anything: its registration's, else the one groupshift keeps
-    for a topic it created, else None (a topic another tool registered, not given one yet)."""
+def _registered(zk, name: str) -> tuple[bytes, Any, uuid.UUID | None]:
+    """The registration's payload and stat, and the id in it (None: none, or unreadable)."""
     try:
-        data, _ = zk.get(topic_path(name))
+        data, stat = zk.get(topic_path(name))
     except NoNodeError:
         raise UnknownTopic(f"topic {name!r} is not registered in ZooKeeper") from None
     found = kafka_topic_id(data)
-    if found is not None:
-        try:
-            return from_kafka_string(found)
-        except ValueError:
-            pass
+    try:
+        return data, stat, None if found is None else from_kafka_string(found)
+    except ValueError:
+        return data, stat, None  # unreadable: `ensure_topic_id` replaces it
+
+
+def _groupshift_id(zk, name: str) -> uuid.UUID | None:
     mine = topic_id(zk, name)
     return from_groupshift_id(mine) if mine else None
+
+
+def known_topic_id(zk, name: str) -> uuid.UUID | None:
+    """The topic's id without writing anything: its registration's, else the one groupshift keeps
+    for a topic it created, else None (a topic another tool registered, not given one yet)."""
+    return _registered(zk, name)[2] or _groupshift_id(zk, name)
 
 
 def ensure_topic_id(zk, name: str) -> uuid.UUID:
     """The topic's id, written into its registration first if it has none; raises `UnknownTopic`."""
     for _ in range(_ATTEMPTS):
-        try:
-            data, stat = zk.get(topic_path(name))
-        except NoNodeError:
-            raise UnknownTopic(f"topic {name!r} is not registered in ZooKeeper") from None
-        found = kafka_topic_id(data)
+        data, stat, found = _registered(zk, name)
         if found is not None:
-            try:
-                return from_kafka_string(found)
-            except ValueError:
-                pass  # unreadable: replaced below
-        mine = topic_id(zk, name)
-        u = from_groupshift_id(mine) if mine else _fresh()
+            return found
+        u = _groupshift_id(zk, name) or _fresh()
         try:
             zk.set(topic_path(name), with_topic_id(data, u), version=stat.version)
         except BadVersionError:
