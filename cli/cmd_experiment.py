@@ -103,9 +103,10 @@ _out = click.option(
 _scheme = click.option(
     "--scheme",
     "schemes",
-    default=",".join(Scheme.names()),
+    default=",".join(s.value for s in Scheme.defaults()),
     show_default=True,
-    help="Comma-separated schemes.",
+    help="Comma-separated schemes; kafka-classic and kafka-consumer (librdkafka members through the "
+    "nodes' Kafka listeners) only when named.",
 )
 
 
@@ -117,16 +118,17 @@ _scheme = click.option(
 )
 @_scheme
 def run(name: str, out: Path, quick: bool, schemes: str) -> None:
-    """Run scenario NAME (or `all`) for every scheme; writes results, plots and a report to --out."""
+    """Run scenario NAME (several: comma-separated; or `all`) for every scheme; writes results, plots
+    and a report to --out."""
     from experiments.scenarios import SCENARIOS
 
-    if name != "all" and name not in SCENARIOS:
-        raise GroupshiftError(f"no scenario {name!r}; `groupshift experiment list` shows them")
+    names = list(SCENARIOS) if name == "all" else list(dict.fromkeys(n.strip() for n in name.split(",")))
+    for bad in [n for n in names if n not in SCENARIOS]:
+        raise GroupshiftError(f"no scenario {bad!r}; `groupshift experiment list` shows them")
     chosen = _schemes(schemes)
     out = _out_dir(out)
     from experiments.runner import run_experiments
 
-    names = list(SCENARIOS) if name == "all" else [name]
     with _stop_on_signals():
         results = run_experiments(names, out, quick=quick, schemes=chosen)
     click.echo(f"{'scenario':<20} wall s")
@@ -176,12 +178,13 @@ def chaos(schemes: str, duration: str, seed: int, drain_timeout: str | None, out
     start = time.monotonic()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     show = stderr_progress(start)
-    with _stop_on_signals(), Lab(out) as lab:
+    settings = RunSettings(workers=3, partitions=6)
+    kafka = settings if any(Scheme(s).kafka for s in chosen) else None
+    with _stop_on_signals(), Lab(out, kafka=kafka) as lab:
         show(
             f"chaos: {', '.join(chosen)} for {seconds:g}s, seed {seed}, on a 3-node ensemble "
             f"(namespace {lab.namespace}, drain timeout {drain_s:g}s)"
         )
-        settings = RunSettings(workers=3, partitions=6)
         result = run_chaos(lab, chosen, seconds, seed, settings, progress=show, drain_timeout_s=drain_s)
         result["versions"] = versions(lab, "ensemble")
     result["wall_s"] = round(time.monotonic() - start, 1)

@@ -11,7 +11,10 @@ Two vocabularies, because users meet the schemes in two places:
   store (`store_of`) and checking that the group is one of that scheme's.
 * `Scheme` — one rebalance design as the experiments compare it, a rebalancer plus its options:
   `one`, `two`, `two-incremental`, `three-eager` (range) and `three-cooperative`
-  (cooperative-sticky).
+  (cooperative-sticky) — groupshift's own members — and two whose members are librdkafka
+  consumers (confluent-kafka) joined through a node's Kafka listener: `kafka-classic` (Kafka's
+  classic protocol, cooperative-sticky) and `kafka-consumer` (KIP-848's consumer protocol, the
+  coordinator's `uniform` assignor). Those two are compared only when asked for (`defaults()`).
 
 >>> Scheme("two-incremental").rebalancer, Scheme.TWO_INCREMENTAL.incremental
 (<Rebalancer.SERVER: 'server'>, True)
@@ -22,7 +25,11 @@ Two vocabularies, because users meet the schemes in two places:
 >>> store_of("server"), [r.value for r in MIGRATABLE]
 (<Rebalancer.COORDINATOR: 'coordinator'>, ['zk', 'server', 'coordinator'])
 >>> [s.value for s in Scheme.coordinated()]
-['two', 'two-incremental', 'three-eager', 'three-cooperative']
+['two', 'two-incremental', 'three-eager', 'three-cooperative', 'kafka-classic', 'kafka-consumer']
+>>> Scheme.KAFKA_CONSUMER.kafka_config()
+{'group.protocol': 'consumer', 'group.remote.assignor': 'uniform'}
+>>> Scheme.KAFKA_CLASSIC in Scheme.defaults(), Scheme.THREE_EAGER in Scheme.defaults()
+(False, True)
 """
 
 from __future__ import annotations
@@ -79,6 +86,8 @@ class Scheme(Enum):
     TWO_INCREMENTAL = "two-incremental"
     THREE_EAGER = "three-eager"
     THREE_COOPERATIVE = "three-cooperative"
+    KAFKA_CLASSIC = "kafka-classic"
+    KAFKA_CONSUMER = "kafka-consumer"
 
     @property
     def rebalancer(self) -> Rebalancer:
@@ -99,8 +108,21 @@ class Scheme(Enum):
         """How reports and plots name it."""
         return _LABELS[self]
 
+    @property
+    def kafka(self) -> bool:
+        """Its members are librdkafka consumers joined through a node's Kafka listener."""
+        return self in _KAFKA_CONFIG
+
+    def kafka_config(self) -> dict:
+        """The librdkafka settings that make a `confluent_kafka.Consumer` a member of this scheme."""
+        if not self.kafka:
+            raise GroupshiftError(f"scheme {self.value!r} has groupshift's own members, not librdkafka ones")
+        return dict(_KAFKA_CONFIG[self])
+
     def consumer_options(self) -> dict:
         """`pipeline.Consumer` keywords that make a consumer a member of this scheme."""
+        if self.kafka:
+            raise GroupshiftError(f"scheme {self.value!r} has librdkafka members: see kafka_config()")
         options: dict = {"rebalancer": self.rebalancer.value}
         if self.incremental:
             options["incremental"] = True
@@ -111,6 +133,12 @@ class Scheme(Enum):
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(s.value for s in cls)
+
+    @classmethod
+    def defaults(cls) -> tuple[Scheme, ...]:
+        """The schemes a run compares unless told otherwise: groupshift's own (the librdkafka ones
+        are asked for by name)."""
+        return tuple(s for s in cls if not s.kafka)
 
     @classmethod
     def coordinated(cls) -> tuple[Scheme, ...]:
@@ -124,6 +152,15 @@ _REBALANCER = {
     Scheme.TWO_INCREMENTAL: Rebalancer.SERVER,
     Scheme.THREE_EAGER: Rebalancer.COORDINATOR,
     Scheme.THREE_COOPERATIVE: Rebalancer.COORDINATOR,
+    Scheme.KAFKA_CLASSIC: Rebalancer.COORDINATOR,  # the group's leader assigns (client-side assignor)
+    Scheme.KAFKA_CONSUMER: Rebalancer.SERVER,  # the coordinator assigns (KIP-848's remote assignor)
+}
+_KAFKA_CONFIG = {
+    Scheme.KAFKA_CLASSIC: {
+        "group.protocol": "classic",
+        "partition.assignment.strategy": "cooperative-sticky",
+    },
+    Scheme.KAFKA_CONSUMER: {"group.protocol": "consumer", "group.remote.assignor": "uniform"},
 }
 _ASSIGNORS = {Scheme.THREE_EAGER: ["range"], Scheme.THREE_COOPERATIVE: ["cooperative-sticky"]}
 _LABELS = {
@@ -132,4 +169,6 @@ _LABELS = {
     Scheme.TWO_INCREMENTAL: "two, incremental",
     Scheme.THREE_EAGER: "three, eager",
     Scheme.THREE_COOPERATIVE: "three, cooperative",
+    Scheme.KAFKA_CLASSIC: "librdkafka, classic (cooperative-sticky)",
+    Scheme.KAFKA_CONSUMER: "librdkafka, consumer (KIP-848)",
 }

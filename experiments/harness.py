@@ -90,8 +90,11 @@ class Lab:
     exception) first marks the lab as stopping — from then on nothing new starts, in any thread
     (`LabClosed`) — then kills the workers, stops the nodes and removes the containers."""
 
-    def __init__(self, out: Path, zk: str | None = None):
+    def __init__(self, out: Path, zk: str | None = None, kafka: RunSettings | None = None):
         self.out = Path(out)
+        # librdkafka members: the nodes open a Kafka listener on the run's log root, and give
+        # KIP-848 groups the run's session and heartbeat interval (Kafka clients send neither)
+        self.kafka = kafka
         self.out.mkdir(parents=True, exist_ok=True)
         self.external_zk = zk
         self.tag = uuid.uuid4().hex[:6]
@@ -178,6 +181,11 @@ class Lab:
 
     def start_nodes(self, zk_connect: str, count: int, **options) -> CoordinatorNodes:
         """Coordinator node processes registered with the lab (stopped by `close`)."""
+        if self.kafka is not None:
+            kafka = {"kafka_listen": "127.0.0.1:0", "data": str(self.data)}
+            kafka["group_consumer_session_timeout_ms"] = self.kafka.session_ms
+            kafka["group_consumer_heartbeat_interval_ms"] = self.kafka.heartbeat_ms
+            options = {**kafka, **options}
         nodes = CoordinatorNodes(zk_connect, count=count, **options)
         with self._registry:
             self.check_open()
@@ -284,20 +292,24 @@ class GroupRun:
         zk: str | None = None,
         bootstrap: str | None = None,
         cut_victim: bool = False,
+        logdir: Path | None = None,
     ):
         self.lab, self.scenario, self.scheme, self.settings = lab, scenario, scheme, settings
         self.cluster = cluster
         self.zk_options = zk_options or {}
         name = f"{scenario}-{scheme}"
         self.topic, self.group = name, f"g-{name}"
-        self.logdir = lab.out / "logs" / scenario / scheme
+        self.logdir = logdir or lab.out / "logs" / scenario / scheme
         shutil.rmtree(self.logdir, ignore_errors=True)
         self.logdir.mkdir(parents=True)
         self.driver = ProcessingLog(str(self.logdir / "driver.jsonl"), "driver")
         self.zk_connect = zk or lab.chroot(cluster)  # the members' connect string
         self.cut_victim = cut_victim  # the first member runs under CUT_GID, to be cut off (iptables)
+        self.kafka = scheme_of(scheme).kafka  # librdkafka members, on the nodes' Kafka listeners
         if scheme_of(scheme) is Scheme.ONE:
             self.bootstrap = None
+        elif self.kafka:
+            self.bootstrap = bootstrap or lab.nodes(cluster).kafka_bootstrap
         else:
             self.bootstrap = bootstrap or lab.nodes(cluster).bootstrap
         self.admin = connect(self.zk_connect)
@@ -322,7 +334,13 @@ class GroupRun:
         for _ in range(count):
             self.spawn()
 
-    def spawn(self, member: str | None = None, zk: str | None = None, cut_gid: bool = False) -> str:
+    def spawn(
+        self,
+        member: str | None = None,
+        zk: str | None = None,
+        cut_gid: bool = False,
+        gate: Path | None = None,
+    ) -> str:
         if member is None:
             member, self._next = f"m{self._next}", self._next + 1
         log = self.logdir / f"{member}.jsonl"
@@ -339,6 +357,8 @@ class GroupRun:
         ]  # fmt: skip
         if self.bootstrap:
             cmd += ["--bootstrap", self.bootstrap]
+        if gate is not None:  # a librdkafka member subscribes once the driver creates the file
+            cmd += ["--gate", str(gate)]
         env = lifeline_env(dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1"))
         extra = {"group": CUT_GID} if cut_gid else {}
         with self.lab._registry:  # not once the lab is stopping: close() would miss it

@@ -31,7 +31,7 @@ SCHEMES = {
     ONE_SYNC: "one + sync before read",
     **{s.value: s.label for s in Scheme if s is not Scheme.ONE},
 }
-MAX_SCHEMES, MAX_PARTITIONS = 6, 16
+MAX_SCHEMES, MAX_PARTITIONS = 8, 16
 DASH = "–"
 
 GLOSSARY = f"""\

@@ -19,15 +19,16 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+from core.scheme import Scheme
 from experiments.harness import Lab
-from experiments.scenarios import SCENARIOS, Context, run_scenario
-from experiments.worker import SCHEMES
+from experiments.scenarios import SCENARIOS, Context, fault_settings, run_scenario
+from experiments.worker import DEFAULT_SCHEMES
 
 
 def versions(lab: Lab | None = None, cluster: str = "single") -> dict[str, str]:
     """Versions of Python, the libraries and the lab's ZooKeeper (`cluster`: one the run started)."""
     out = {"python": platform.python_version()}
-    for dist in ("groupshift", "kazoo", "pyarrow", "matplotlib", "testcontainers"):
+    for dist in ("groupshift", "kazoo", "pyarrow", "matplotlib", "testcontainers", "confluent-kafka"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -55,7 +56,7 @@ def run_experiments(
     names: Sequence[str],
     out: Path,
     quick: bool = False,
-    schemes: Sequence[str] = SCHEMES,
+    schemes: Sequence[str] = DEFAULT_SCHEMES,
     zk: str | None = None,
     progress: Callable[[str], None] | None = None,
     report: bool = True,
@@ -70,7 +71,8 @@ def run_experiments(
         "schemes": list(schemes),
         "scenarios": {},
     }
-    with Lab(out, zk=zk) as lab:
+    kafka = fault_settings(quick) if any(Scheme(s).kafka for s in schemes) else None
+    with Lab(out, zk=zk, kafka=kafka) as lab:
         ctx = Context(lab, quick=quick, schemes=tuple(schemes), progress=show)
         show("starting ZooKeeper and two coordinator nodes")
         lab.nodes()

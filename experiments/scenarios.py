@@ -24,7 +24,8 @@ from pathlib import Path
 from core.scheme import Scheme
 from experiments import analysis, zkstats
 from experiments.harness import CUT_GID, NODE_OPTIONS, GroupRun, Lab, RunSettings
-from experiments.worker import ONE_SYNC, SCHEMES, scheme_of
+from experiments.kafka_worker import unsupported
+from experiments.worker import DEFAULT_SCHEMES, ONE_SYNC, scheme_of
 from zk_rebalance import metrics as zk_metrics
 
 COORDINATOR_SCHEMES = tuple(s.value for s in Scheme.coordinated())
@@ -34,7 +35,7 @@ COORDINATOR_SCHEMES = tuple(s.value for s in Scheme.coordinated())
 class Context:
     lab: Lab
     quick: bool = False
-    schemes: tuple[str, ...] = SCHEMES
+    schemes: tuple[str, ...] = DEFAULT_SCHEMES
     progress: Callable[[str], None] = lambda line: None
     settings: RunSettings = field(default_factory=RunSettings)
     #: per scenario, ZooKeeper's server-side counters around its steps (all schemes together)
@@ -42,16 +43,24 @@ class Context:
 
     def __post_init__(self) -> None:
         if self.quick:
-            self.settings = replace(
-                self.settings,
-                workers=2,
-                partitions=4,
-                session_ms=2000,
-                heartbeat_ms=200,
-                warmup_s=0.5,
-                settle_quiet_s=0.5,
-                zk_backoff_ms=500,
-            )
+            self.settings = fault_settings(True, self.settings)
+
+
+def fault_settings(quick: bool, settings: RunSettings | None = None) -> RunSettings:
+    """The fault scenarios' group settings (`--quick`: smaller groups, shorter sessions)."""
+    settings = settings or RunSettings()
+    if not quick:
+        return settings
+    return replace(
+        settings,
+        workers=2,
+        partitions=4,
+        session_ms=2000,
+        heartbeat_ms=200,
+        warmup_s=0.5,
+        settle_quiet_s=0.5,
+        zk_backoff_ms=500,
+    )
 
 
 @dataclass(frozen=True)
@@ -142,7 +151,8 @@ def fault_scenario(
     """Form a group per scheme, apply the fault (`each` per group, or `shared` once), settle,
     drain, stop, measure. `each` returns the victim's member name, if any."""
     chosen = [s for s in (schemes or ctx.schemes) if s in ctx.schemes or s == ONE_SYNC]
-    results: dict[str, dict] = {s: {"skipped": why} for s, why in (skip or {}).items() if s in ctx.schemes}
+    skip = {**{s: why for s in chosen if (why := unsupported(s))}, **(skip or {})}
+    results: dict[str, dict] = {s: {"skipped": why} for s, why in skip.items() if s in ctx.schemes}
     chosen = [s for s in chosen if s not in results]
     runs: dict[str, GroupRun] = {}
     faults: dict[str, float] = {}
@@ -310,7 +320,8 @@ def follower_partition(ctx: Context) -> dict:
     try:
 
         def options(scheme: str) -> dict:
-            return {"cluster": "ensemble", "zk": leader.connect_string + chroot, "bootstrap": nodes.bootstrap}
+            bootstrap = nodes.kafka_bootstrap if scheme_of(scheme).kafka else nodes.bootstrap
+            return {"cluster": "ensemble", "zk": leader.connect_string + chroot, "bootstrap": bootstrap}
 
         def partition(runs: dict[str, GroupRun]) -> None:
             ens.partition(follower)
@@ -333,19 +344,40 @@ def follower_partition(ctx: Context) -> dict:
 
 def scale_up(ctx: Context) -> dict:
     from experiments.scale import ScaleSettings, run_scale
+    from experiments.scale_kafka import run_kafka_scale
 
     sizes = [4, 8] if ctx.quick else [4, 8, 16, 32, 64]
     nodes = ctx.lab.nodes()
-    out = run_scale(
-        ctx.lab.chroot(),
-        ctx.lab.host_port(),
-        nodes.bootstrap,
-        sizes,
-        schemes=ctx.schemes,
-        logdir=ctx.lab.out / "logs" / "scale-up",
-        progress=ctx.progress,
-        settings=ScaleSettings(),
-    )
+    own = [s for s in ctx.schemes if not Scheme(s).kafka]
+    skipped = {s: {"skipped": why} for s in ctx.schemes if (why := unsupported(s))}
+    kafka = [s for s in ctx.schemes if Scheme(s).kafka and s not in skipped]
+    settings, logdir = ScaleSettings(), ctx.lab.out / "logs" / "scale-up"
+    out: dict = {"settings": asdict(settings), "partitions": 2 * max(sizes), "schemes": {}}
+    if own:
+        out = run_scale(
+            ctx.lab.chroot(),
+            ctx.lab.host_port(),
+            nodes.bootstrap,
+            sizes,
+            schemes=own,
+            logdir=logdir,
+            progress=ctx.progress,
+            settings=settings,
+        )
+    if kafka:  # librdkafka members are processes, measured from their event logs
+        out["schemes"] |= run_kafka_scale(
+            ctx.lab,
+            ctx.lab.host_port(),
+            sizes,
+            kafka,
+            out["partitions"],
+            logdir=logdir,
+            progress=ctx.progress,
+            session_ms=settings.session_ms,
+            heartbeat_ms=settings.heartbeat_ms,
+            timeout_s=settings.timeout_s,
+        )
+    out["schemes"] |= skipped
     return out
 
 

@@ -1,5 +1,6 @@
 """One experiment member as its own process: a `pipeline.Consumer` of one scheme that processes
-and commits, writing a processing log the analysis reads.
+and commits, writing a processing log the analysis reads (for `kafka-classic` and `kafka-consumer`,
+a librdkafka consumer of the node's Kafka listener instead: `experiments/kafka_worker.py`).
 
     python -m experiments.worker --scheme three-eager --zk HOST:PORT/chroot --data DIR \
         --group g --topic t --member m3 --log DIR/m3.jsonl [--bootstrap HOST:PORT] [--session-ms 3000]
@@ -10,6 +11,7 @@ of `--log` is one JSON event with the system-wide monotonic time `t` (processes 
 the clock, so logs merge by `t`):
 
     {"ev": "start", "scheme": .., "pid": ..}
+    {"ev": "ready"}, {"ev": "join"}          # librdkafka members: imported; subscribing (after --gate)
     {"ev": "assigned" | "revoked" | "lost", "partitions": ["t-0", ..], "gen": g}
     {"ev": "process", "tp": "t-0", "first": a, "last": b, "gen": g}      # offsets a..b inclusive
     {"ev": "commit_begin", "gen": g, "batches": [["t-0", a, b], ..]}     # then one of:
@@ -37,6 +39,8 @@ from pathlib import Path
 from core.scheme import Scheme
 
 SCHEMES = Scheme.names()
+#: What a run compares unless told otherwise (the librdkafka schemes are asked for by name).
+DEFAULT_SCHEMES = tuple(s.value for s in Scheme.defaults())
 #: Scheme one with `sync_before_read` (the follower-partition scenario): a run and a report column of
 #: its own, but scheme one's members.
 ONE_SYNC = "one-sync"
@@ -103,20 +107,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--process-ms", type=float, default=5.0)
     p.add_argument("--max-poll-records", type=int, default=200)
     p.add_argument("--zk-options", default="{}", help="scheme one's ZkGroupMember options, as JSON")
+    p.add_argument("--gate", help="librdkafka members: subscribe once this file exists")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from core.errors import CommitFailed, GroupshiftError
     from core.lifeline import watch_parent
-    from pipeline.consumer import Consumer
 
     out = ProcessingLog(args.log, args.member)
     out.emit("start", scheme=args.scheme, pid=os.getpid())
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     watch_parent()  # the run's driver was killed: stop as on SIGTERM
+    if Scheme(args.scheme).kafka:
+        from experiments.kafka_worker import run
+
+        try:
+            return run(args, out, stop)
+        finally:
+            out.emit("stop")
+            out.close()
+    from core.errors import CommitFailed, GroupshiftError
+    from pipeline.consumer import Consumer
+
     listener = Listener(out)
     options = Scheme(args.scheme).consumer_options()
     membership = {}

@@ -24,8 +24,9 @@ KAFKA_PYTHON_POLL_MS = 1000
 
 
 @contextlib.contextmanager
-def kafka_node(zk: str, data: Path, log_path: Path) -> Iterator[NodeProcess]:
-    """Node 1 with `--kafka-listen 127.0.0.1:0` on the log root `data`; `.zk`, `.data`, `.store` set."""
+def kafka_node(zk: str, data: Path, log_path: Path, *extra: str) -> Iterator[NodeProcess]:
+    """Node 1 with `--kafka-listen 127.0.0.1:0` on the log root `data` (and `extra` options);
+    `.zk`, `.data`, `.store` set."""
     proc = NodeProcess.start(
         zk,
         1,
@@ -39,6 +40,7 @@ def kafka_node(zk: str, data: Path, log_path: Path) -> Iterator[NodeProcess]:
         "100",
         "--shards",  # as TEST_DEFAULTS: no Kafka-listener test depends on the count
         "4",
+        *extra,
         log_path=log_path,
     )
     proc.zk = zk

@@ -37,8 +37,7 @@ MAX_REQUEST_BYTES = 100 << 20
 _DATA_APIS = frozenset({M.METADATA, M.LIST_OFFSETS, M.FETCH, M.PRODUCE})
 # The group APIs whose wire form names topics by id (KIP-848's): answers are converted first.
 _BY_ID_APIS = frozenset({M.CONSUMER_GROUP_HEARTBEAT, M.CONSUMER_GROUP_DESCRIBE})
-# Kafka's group.consumer.session.timeout.ms: a KIP-848 client does not send one.
-DEFAULT_CONSUMER_SESSION_TIMEOUT_MS = 45_000
+
 
 
 class KafkaPending(Pending):
@@ -187,8 +186,11 @@ class KafkaListener:
 
     def _heartbeat(self, req: M.KafkaConsumerGroupHeartbeat):
         """A Kafka client's heartbeat as the core's (topic names; the node's session timeout)."""
-        timeout = getattr(
-            self.config, "group_consumer_session_timeout_ms", DEFAULT_CONSUMER_SESSION_TIMEOUT_MS
+        c = self.config
+        # Within the node's session bounds, which every member's timeout must respect.
+        timeout = min(
+            max(c.group_consumer_session_timeout_ms, c.group_min_session_timeout_ms),
+            c.group_max_session_timeout_ms,
         )
         return topic_map.heartbeat_request(req, self.topic_ids.ids, timeout)
 

@@ -262,6 +262,11 @@ class CoordinatorNodes:
         """`host:port,...` of the running nodes."""
         return ",".join(n.address for n in self.nodes.values() if n.alive and n.port)
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        """`host:port,...` of the running nodes' Kafka listeners (started with `kafka_listen`)."""
+        return ",".join(n.kafka_bootstrap for n in self.nodes.values() if n.alive and n.kafka_port)
+
     def kill(self, node_id: int) -> None:
         """SIGKILL: the node vanishes (its ZooKeeper session expires later)."""
         self.stop_node(node_id, sig=signal.SIGKILL)

@@ -9,15 +9,19 @@ served by scheme two's incremental groups (docs/kafka-listener.md, "KIP-848's co
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CKTopicPartition
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
@@ -40,11 +44,24 @@ KIP848 = {
 }
 
 
+REPO = Path(__file__).resolve().parents[3]
+
+# The server's settings for consumer-protocol members: sessions short enough for a test to wait
+# out a killed member, heartbeats often enough to move partitions quickly.
+SESSION_MS = 6000
+NODE_OPTIONS = (
+    "--group-consumer-session-timeout-ms",
+    str(SESSION_MS),
+    "--group-consumer-heartbeat-interval-ms",
+    "300",
+)
+
+
 @pytest.fixture
 def node(zk_connect, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    with kafka_node(zk_connect, data, tmp_path / "node-1.log") as proc:
+    with kafka_node(zk_connect, data, tmp_path / "node-1.log", *NODE_OPTIONS) as proc:
         yield proc
 
 
@@ -66,9 +83,11 @@ class Member(threading.Thread):
     before it lets a partition go (in the revoke callback) and after every batch, and records
     each assignment change."""
 
-    def __init__(self, node, group: str, topic: str, name: str, **conf):
+    def __init__(self, node, group: str, topic: str, name: str, topics: list[str] | None = None, **conf):
         super().__init__(daemon=True, name=name)
         self.node, self.group, self.topic, self.conf = node, group, topic, conf
+        self.topics = topics or [topic]
+        self.held: set[tuple[str, int]] = set()  # (topic, partition), for members of several topics
         self.got: list[bytes] = []
         self.positions: dict[int, int] = {}
         self.assigned: set[int] = set()
@@ -87,30 +106,34 @@ class Member(threading.Thread):
         c = Consumer(
             {"bootstrap.servers": self.node.kafka_bootstrap, "group.id": self.group, **KIP848, **self.conf}
         )
+        self.consumer = c
 
         def assign(consumer, tps):
-            self.assigned |= {tp.partition for tp in tps}
+            self.assigned |= {tp.partition for tp in tps if tp.topic == self.topic}
+            self.held |= {(tp.topic, tp.partition) for tp in tps}
             self.events.append(("assigned", frozenset(tp.partition for tp in tps)))
 
         def revoke(consumer, tps):
-            gone = {tp.partition for tp in tps}
+            gone = {tp.partition for tp in tps if tp.topic == self.topic}
             self._commit(consumer, gone)
             self.assigned -= gone
+            self.held -= {(tp.topic, tp.partition) for tp in tps}
             self.events.append(("revoked", frozenset(gone)))
 
         def lost(consumer, tps):
-            self.assigned -= {tp.partition for tp in tps}
+            self.assigned -= {tp.partition for tp in tps if tp.topic == self.topic}
+            self.held -= {(tp.topic, tp.partition) for tp in tps}
             self.events.append(("lost", frozenset(tp.partition for tp in tps)))
 
         try:
-            c.subscribe([self.topic], on_assign=assign, on_revoke=revoke, on_lost=lost)
+            c.subscribe(self.topics, on_assign=assign, on_revoke=revoke, on_lost=lost)
             while not self.stop.is_set():
                 msgs = c.consume(num_messages=200, timeout=0.1)
                 read = set()
                 for m in msgs:
                     if m.error():
                         raise KafkaException(m.error())
-                    if m.partition() not in self.assigned:
+                    if m.topic() != self.topic or m.partition() not in self.assigned:
                         continue  # fetched before a revocation the callback already committed
                     self.got.append(m.value())
                     self.positions[m.partition()] = m.offset() + 1
@@ -248,6 +271,120 @@ def test_groupshift_incremental_member_and_librdkafka_members_share_a_group(node
         mine.close()
     got = got_mine + theirs.got
     assert len(got) == len(values) and set(got) == values
+
+
+def test_a_killed_member_is_fenced_after_the_servers_session_and_only_its_partitions_move(node, tmp_path):
+    topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    values = produce(node, topic, 400, partitions=4)
+    survivor = Member(node, group, topic, "survivor")
+    survivor.start()
+    out = (tmp_path / "victim.out").open("w")
+    victim = subprocess.Popen(
+        [sys.executable, "-m", "tests.integ.coordinator.kip848_member", node.kafka_bootstrap, group, topic],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_for(
+            "the victim takes half", lambda: len(survivor.assigned) == 2 and "assigned" in _text(tmp_path)
+        )
+        kept = set(survivor.assigned)
+        events = len(survivor.events)
+        victim.kill()
+        victim.wait(10)
+        produce(node, topic, 400, start=400, partitions=4)
+        values |= {f"v-{i}".encode() for i in range(400, 800)}
+        _wait_for("the survivor gets the victim's partitions", lambda: survivor.assigned == {0, 1, 2, 3})
+        later = survivor.events[events:]
+        assert [kind for kind, _ in later] == ["assigned"] and later[0][1] == {
+            0,
+            1,
+            2,
+            3,
+        } - kept  # kept: untouched
+        # The victim committed what it read; the survivor reads on from there, to the end.
+        _wait_for("every record read", lambda: set(survivor.got) | _victim_read(node, group, topic) >= values)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        out.close()
+        survivor.finish()
+
+
+def _text(tmp_path) -> str:
+    return (tmp_path / "victim.out").read_text()
+
+
+def _victim_read(node, group: str, topic: str) -> set[bytes]:
+    """The records below the group's committed offsets of the partitions the survivor did not read."""
+    c = Consumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": group, **KIP848})
+    try:
+        committed = c.committed([CKTopicPartition(topic, p) for p in range(4)], timeout=20)
+    finally:
+        c.close()
+    return {f"v-{i}".encode() for tp in committed for i in range(tp.partition, 4 * max(tp.offset, 0), 4)}
+
+
+def test_a_static_member_restarts_without_a_rebalance_and_its_instance_id_is_held(node):
+    topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
+    other = Member(node, group, topic, "other")
+    static = Member(node, group, topic, "static", **{"group.instance.id": "static-1"})
+    other.start()
+    static.start()
+    try:
+        _wait_for("the two split the partitions", lambda: len(other.assigned) == len(static.assigned) == 2)
+        held, events = set(static.assigned), len(other.events)
+        # A second member with the same instance id while the first holds it: refused, fatally.
+        dup = Consumer(
+            {
+                "bootstrap.servers": node.kafka_bootstrap,
+                "group.id": group,
+                "group.instance.id": "static-1",
+                **KIP848,
+            }
+        )
+        dup.subscribe([topic])
+        try:
+            errors = []
+            _wait_for("the duplicate is refused", lambda: errors.extend(_errors(dup)) or errors)
+            # librdkafka raises UNRELEASED_INSTANCE_ID (111) as its fatal error.
+            assert errors[0].code() == KafkaError._FATAL and "instance ID is still used" in errors[0].str()
+        finally:
+            dup.close()
+        static.finish()  # leaves with epoch -2: its partitions wait for it until its session ends
+        again = Member(node, group, topic, "static-again", **{"group.instance.id": "static-1"})
+        again.start()
+        try:
+            _wait_for("the restarted member holds its partitions again", lambda: again.assigned == held)
+            assert other.events[events:] == [] and other.assigned == {0, 1, 2, 3} - held  # no rebalance
+        finally:
+            again.finish()
+    finally:
+        if static.is_alive():
+            static.stop.set()
+            static.join(30)
+        other.finish()
+
+
+def _errors(c: Consumer) -> list:
+    return [m.error() for m in c.consume(num_messages=10, timeout=0.2) if m.error()]
+
+
+def test_a_regex_subscription_is_resolved_by_the_server_and_follows_new_topics(node):
+    prefix, group = f"rx{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:8]}"
+    for name in (f"{prefix}-a", f"{prefix}-b", f"other{prefix}"):
+        node.store.create_topic(name, 2)
+    m = Member(node, group, f"{prefix}-a", "regex", topics=[f"^{prefix}-.*"])
+    m.start()
+    try:
+        want = {(f"{prefix}-{x}", p) for x in "ab" for p in (0, 1)}
+        _wait_for("the regex's topics are assigned", lambda: m.held == want)
+        node.store.create_topic(f"{prefix}-c", 1)
+        _wait_for("a new matching topic is assigned too", lambda: m.held == want | {(f"{prefix}-c", 0)})
+    finally:
+        m.finish()
 
 
 # ------------------------------------------------------------------------------ the wire, raw

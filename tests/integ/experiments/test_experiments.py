@@ -260,6 +260,7 @@ def test_a_signal_mid_run_stops_every_process_and_container_it_started(tmp_path,
     "args, message",
     [
         (["run", "nosuch"], "no scenario 'nosuch'"),
+        (["run", "hard-kill,nosuch"], "no scenario 'nosuch'"),
         (["run", "zombie", "--scheme", "four"], "schemes are"),
         (["chaos", "--scheme", "two", "--duration", "0s"], "between 1s and 1h"),
         (["chaos", "--scheme", "two", "--duration", "soon"], "is not a number"),
