@@ -122,6 +122,14 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
 # The incremental form (KIP-848): Kafka clients' session timeout, every member's heartbeat interval.
 @click.option("--group-consumer-session-timeout-ms", type=_ms(1), default=45_000, show_default=True)
 @click.option("--group-consumer-heartbeat-interval-ms", type=_ms(1), default=5_000, show_default=True)
+@click.option(
+    "--group-consumer-migration-policy",
+    type=click.Choice(["bidirectional", "upgrade", "downgrade", "disabled"]),
+    default="bidirectional",
+    show_default=True,
+    help="Which online conversions between classic and consumer-protocol groups the node makes "
+    "(Kafka's group.consumer.migration.policy; docs/scheme-two.md).",
+)
 @click.option("--shards", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option("--max-frame-bytes", type=click.IntRange(64, 100 << 20), default=1 << 20, show_default=True)
 @click.option(

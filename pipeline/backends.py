@@ -97,7 +97,11 @@ def server_member(consumer: Any, topics: list[str], listener: object | None, off
     if not offsets_only and (not o["bootstrap"] or consumer._zk_explicit):
         from migrate.migration import bridge
 
+        had_session = consumer._zk_given is not None or consumer._zk_owned is not None
         rec = bridge.read_record(consumer.zk, consumer.group_id)
+        if not bridge.bridging(rec, Rebalancer.SERVER.value) and not had_session:
+            # Scheme two's members keep no ZooKeeper session: the one opened to look is closed.
+            consumer._release_zk()
         if bridge.bridging(rec, Rebalancer.SERVER.value):
             # A live migration from scheme one into scheme two is under way: join through the bridge.
             from migrate.migration.bridge_server import ServerBridgedMember

@@ -552,6 +552,13 @@ class Consumer:
             self._zk_owned = connect(self._zk_connect, session_timeout=10.0)
         return self._zk_owned
 
+    def _release_zk(self) -> None:
+        """Close the session `zk` opened (the next use opens another)."""
+        owned, self._zk_owned = self._zk_owned, None
+        if owned is not None:
+            owned.stop()
+            owned.close()
+
     def _make_membership(self, topics: list[str], listener: object | None, offsets_only: bool = False) -> Any:
         """The membership of this consumer's rebalancer (`pipeline.backends`)."""
         return BACKENDS[self._rebalancer](self, topics, listener, offsets_only)

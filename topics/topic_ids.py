@@ -10,7 +10,8 @@ versioned set, so two nodes minting at once agree on the first one written. The 
 Kafka 0.8's fields and bytes otherwise; 0.8 consumers watching the znode see one data change.
 A deleted and re-created topic has a new id.
 
-    u = ensure_topic_id(zk, "clicks")     # uuid.UUID, never the zero UUID
+    u = ensure_topic_id(zk, "clicks")     # uuid.UUID, never the zero UUID (written if need be)
+    known_topic_id(zk, "clicks")          # the same, or None; never writes
     kafka_string(u)                        # "xKz2...": Kafka's form (URL-safe base64, no padding)
     from_kafka_string(kafka_string(u)) == u
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
@@ -72,21 +74,37 @@ def with_topic_id(data: bytes, u: uuid.UUID) -> bytes:
     return json.dumps(out, separators=(",", ":")).encode("utf-8")
 
 
+def _registered(zk, name: str) -> tuple[bytes, Any, uuid.UUID | None]:
+    """The registration's payload and stat, and the id in it (None: none, or unreadable)."""
+    try:
+        data, stat = zk.get(topic_path(name))
+    except NoNodeError:
+        raise UnknownTopic(f"topic {name!r} is not registered in ZooKeeper") from None
+    found = kafka_topic_id(data)
+    try:
+        return data, stat, None if found is None else from_kafka_string(found)
+    except ValueError:
+        return data, stat, None  # unreadable: `ensure_topic_id` replaces it
+
+
+def _groupshift_id(zk, name: str) -> uuid.UUID | None:
+    mine = topic_id(zk, name)
+    return from_groupshift_id(mine) if mine else None
+
+
+def known_topic_id(zk, name: str) -> uuid.UUID | None:
+    """The topic's id without writing anything: its registration's, else the one groupshift keeps
+    for a topic it created, else None (a topic another tool registered, not given one yet)."""
+    return _registered(zk, name)[2] or _groupshift_id(zk, name)
+
+
 def ensure_topic_id(zk, name: str) -> uuid.UUID:
     """The topic's id, written into its registration first if it has none; raises `UnknownTopic`."""
     for _ in range(_ATTEMPTS):
-        try:
-            data, stat = zk.get(topic_path(name))
-        except NoNodeError:
-            raise UnknownTopic(f"topic {name!r} is not registered in ZooKeeper") from None
-        found = kafka_topic_id(data)
+        data, stat, found = _registered(zk, name)
         if found is not None:
-            try:
-                return from_kafka_string(found)
-            except ValueError:
-                pass  # unreadable: replaced below
-        mine = topic_id(zk, name)
-        u = from_groupshift_id(mine) if mine else _fresh()
+            return found
+        u = _groupshift_id(zk, name) or _fresh()
         try:
             zk.set(topic_path(name), with_topic_id(data, u), version=stat.version)
         except BadVersionError:

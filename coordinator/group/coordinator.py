@@ -53,6 +53,7 @@ from coordinator.group.group_manager import GroupManager
 from coordinator.group.membership_manager import AssignmentWrite, MembershipManager, StaticReplacementWrite
 from coordinator.group.messages import (
     Discarded,
+    GroupRecord,
     GroupSnapshot,
     Output,
     Respond,
@@ -231,6 +232,24 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is not None:
             self.group_manager.maybe_prepare_rebalance(group)
+        return out
+
+    def release_members(self, group_id: str, now_ms: int) -> list[Output]:
+        """The group turns into a consumer-protocol group (KIP-848's online upgrade, done by
+        `server_side/group_conversion.py`): parked JoinGroup/SyncGroup get REBALANCE_IN_PROGRESS,
+        the members leave this core without a rebalance, the offsets stay here."""
+        out = self._begin(now_ms)
+        group = self._groups.get(group_id)
+        if group is not None:
+            self.group_manager.release_members(group)
+        return out
+
+    def adopt_members(self, record: GroupRecord, now_ms: int) -> list[Output]:
+        """A consumer-protocol group of classic members only turns back into a classic group
+        (KIP-848's online downgrade): `record`'s members and generation, this core's offsets, and a
+        rebalance at once."""
+        out = self._begin(now_ms)
+        self.group_manager.adopt_members(record)
         return out
 
     def group_ids(self) -> list[str]:

@@ -19,7 +19,14 @@ from typing import Any
 from msgspec import UNSET
 
 from coordinator.group.context import CoreContext
-from coordinator.group.messages import DeleteGroup, Discarded, GroupSnapshot, StateChanged, WriteGroupMetadata
+from coordinator.group.messages import (
+    DeleteGroup,
+    Discarded,
+    GroupRecord,
+    GroupSnapshot,
+    StateChanged,
+    WriteGroupMetadata,
+)
 from coordinator.group.metadata import Group, Member, build_group
 from coordinator.group.state import COMPLETING_REBALANCE, DEAD, EMPTY, PREPARING_REBALANCE, STABLE, GroupState
 from coordinator.wire import errors as E
@@ -83,6 +90,31 @@ class GroupManager:
                 if m.session_deadline is not None:
                     self.schedule_session(group, m, m.session_timeout_ms)
 
+    def release_members(self, group: Group) -> None:
+        """The group becomes a consumer-protocol group (KIP-848's online upgrade): its parked
+        JoinGroups and SyncGroups get REBALANCE_IN_PROGRESS, its members leave the classic core
+        without a rebalance, and an Empty group without protocol type keeps its offsets."""
+        self.answer_parked(group, E.REBALANCE_IN_PROGRESS)
+        del self.groups[group.group_id]
+        self.transition(group, DEAD)
+        self.create_group(group.group_id).offsets = group.offsets
+
+    def adopt_members(self, record: GroupRecord) -> Group:
+        """A consumer-protocol group of classic members only comes back (KIP-848's online
+        downgrade): the group of `record` replaces the offsets-only one, keeping its offsets, and
+        rebalances; its members learn it from their next heartbeat."""
+        old = self.groups.pop(record.group_id, None)
+        group = build_group(GroupSnapshot(record.group_id, record, []), self._ctx.now)
+        if old is not None:
+            group.offsets = old.offsets
+            self.transition(old, DEAD)
+        self.groups[group.group_id] = group
+        self._ctx.out.append(StateChanged(group.group_id, None, group.state))
+        for m in group.members.values():
+            self.schedule_session(group, m, m.session_timeout_ms)
+        self.prepare_rebalance(group)
+        return group
+
     def transition(self, group: Group, target: GroupState) -> None:
         old = group.transition_to(target, self._ctx.now)
         self._ctx.out.append(StateChanged(group.group_id, old, target))
@@ -107,14 +139,17 @@ class GroupManager:
         # Kafka answers parked JoinGroups (PreparingRebalance) and SyncGroups (Stable,
         # CompletingRebalance); any other parked request — only a static replacement awaiting its
         # write — is answered the same way rather than left hanging.
+        self.answer_parked(group, E.NOT_COORDINATOR)
+
+    def answer_parked(self, group: Group, code: int) -> None:
+        """Answer every parked JoinGroup and SyncGroup of the group with the error `code`."""
         for m in group.members.values():
             if m.awaiting_join:
                 self._ctx.respond(
-                    group.unpark_join(m),
-                    JoinGroupResponse(error_code=E.NOT_COORDINATOR, member_id=m.member_id),
+                    group.unpark_join(m), JoinGroupResponse(error_code=code, member_id=m.member_id)
                 )
             if m.awaiting_sync:
-                self._ctx.respond(group.unpark_sync(m), SyncGroupResponse(error_code=E.NOT_COORDINATOR))
+                self._ctx.respond(group.unpark_sync(m), SyncGroupResponse(error_code=code))
 
     def next_deadline(self) -> int | None:
         """Earliest deadline of a live timer (None if there is none); stale entries are dropped."""

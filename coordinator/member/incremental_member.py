@@ -40,7 +40,14 @@ from coordinator.wire.schema import ConsumerGroupHeartbeatRequest, ConsumerGroup
 from core.errors import CommitFailed, GroupshiftError, RebalanceFailed
 from core.types import OffsetAndMetadata, TopicPartition
 
-FATAL = (E.UNSUPPORTED_ASSIGNOR, E.INCONSISTENT_GROUP_PROTOCOL, E.INVALID_SESSION_TIMEOUT, E.INVALID_REQUEST)
+# GROUP_ID_NOT_FOUND: the group is a classic one the node may not upgrade (its migration policy).
+FATAL = (
+    E.UNSUPPORTED_ASSIGNOR,
+    E.INCONSISTENT_GROUP_PROTOCOL,
+    E.GROUP_ID_NOT_FOUND,
+    E.INVALID_SESSION_TIMEOUT,
+    E.INVALID_REQUEST,
+)
 LEAVE_EPOCH = -1
 
 

@@ -32,6 +32,9 @@ class NodeConfig:
     # interval are the node's (Kafka's group.consumer.session.timeout.ms, .heartbeat.interval.ms).
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
+    # Kafka's group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled
+    # (docs/scheme-two.md, "Online upgrade and downgrade").
+    group_consumer_migration_policy: str = "bidirectional"
     zk_session_timeout_ms: int = 10_000
     connections_max_idle_ms: int = 600_000  # Kafka's connections.max.idle.ms
     frame_timeout_ms: int = 30_000  # a started frame must complete within this

@@ -39,7 +39,6 @@ _DATA_APIS = frozenset({M.METADATA, M.LIST_OFFSETS, M.FETCH, M.PRODUCE})
 _BY_ID_APIS = frozenset({M.CONSUMER_GROUP_HEARTBEAT, M.CONSUMER_GROUP_DESCRIBE})
 
 
-
 class KafkaPending(Pending):
     """A request token that also knows how to encode its answer."""
 

@@ -1,9 +1,10 @@
 """The Kafka listener's topic ids: `kafka_wire.topic_map.TopicIds` filled from ZooKeeper, off the event loop.
 
-A topic's id is read (or minted, for a topic registered by another tool) by
-`topics.topic_ids.ensure_topic_id`. Metadata answers learn the ids of the topics they list; a
-heartbeat that owns a topic id the node has not seen, or an answer that assigns a topic it has
-no id for yet, waits for one read here first.
+A topic's id is read by `topics.topic_ids.known_topic_id`, and minted (for a topic registered by
+another tool) by `ensure_topic_id` only when an answer assigns or describes a topic that has
+none. Metadata answers learn the ids of the topics they list; a heartbeat that owns a topic id
+the node has not seen, or an answer that names a topic it has no id for yet, waits for one read
+here first.
 
     resolver = TopicIdResolver(node)
     await resolver.learn_names({"clicks"})       # then resolver.ids.id_of("clicks")
@@ -22,7 +23,7 @@ from typing import Any
 from coordinator.kafka_wire.topic_map import TopicIds
 from core.errors import GroupshiftError
 from topics.registry import list_topics
-from topics.topic_ids import ensure_topic_id
+from topics.topic_ids import ensure_topic_id, known_topic_id
 
 log = logging.getLogger("coordinator.node.server")
 
@@ -37,14 +38,18 @@ class TopicIdResolver:
         self.ids = TopicIds()
         self._scanned = float("-inf")
 
-    def read(self, names: Iterable[str]) -> dict[str, uuid.UUID]:
-        """The ids of `names` that are registered (blocking: call it in a thread)."""
+    def read(self, names: Iterable[str], mint: bool = False) -> dict[str, uuid.UUID]:
+        """The ids of `names` that are registered (blocking: call it in a thread). Only `mint`
+        gives an id to a topic that has none: reading metadata changes nothing in ZooKeeper, and
+        a topic gets its id when a consumer-protocol member is assigned it."""
         out = {}
         for name in names:
             try:
-                out[name] = ensure_topic_id(self.node.zk, name)
+                found = (ensure_topic_id if mint else known_topic_id)(self.node.zk, name)
             except GroupshiftError:
                 continue  # not registered (any more), or unreadable: no id
+            if found is not None:
+                out[name] = found
         return out
 
     def learn(self, found: dict[str, uuid.UUID]) -> None:
@@ -54,7 +59,7 @@ class TopicIdResolver:
     async def learn_names(self, names: Iterable[str]) -> None:
         missing = self.ids.unknown_names(names)
         if missing:
-            self.learn(await asyncio.to_thread(self.read, sorted(missing)))
+            self.learn(await asyncio.to_thread(self.read, sorted(missing), True))
 
     async def learn_ids(self, ids: Iterable[uuid.UUID | None]) -> None:
         """Learn every registered topic's id when one of `ids` is unknown (a topic another node

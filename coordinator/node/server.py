@@ -56,6 +56,7 @@ from coordinator.node.shards import ShardLeadership, ShardStatus
 from coordinator.node.state import LOST, NEW, SERVING, STOPPED, SUSPENDED, NodeState
 from coordinator.node.store import CoordinatorStore
 from coordinator.server_side.assigned import ServerAssignedCoordinator
+from coordinator.server_side.group_conversion import MigrationPolicy
 from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from core.errors import GroupshiftError
 from core.zk import connect
@@ -84,6 +85,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
             min_session_timeout_ms=core_config.group_min_session_timeout_ms,
             max_session_timeout_ms=core_config.group_max_session_timeout_ms,
             heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            migration_policy=MigrationPolicy(config.group_consumer_migration_policy),
         )
         self._topic_watches: set[str] = set()
         self._listed_topics: frozenset[str] | None = None  # /brokers/topics' children, last seen

@@ -57,7 +57,8 @@ class IncrementalAdmin:
             if req.member_id or req.generation_id >= 0 or group.members:
                 code = E.UNKNOWN_MEMBER_ID  # only an empty group takes commits from outside it
         elif req.generation_id != member.reported_epoch:
-            code = E.STALE_MEMBER_EPOCH
+            # A classic member's generation is its member epoch: Kafka's classic error for it.
+            code = E.STALE_MEMBER_EPOCH if member.classic is None else E.ILLEGAL_GENERATION
         if code:
             return [Respond(token, OffsetCommitResponse.with_error(req, code))]
         # Fenced here: the classic core stores it as a commit from outside any generation.

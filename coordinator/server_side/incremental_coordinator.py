@@ -36,13 +36,20 @@ from __future__ import annotations
 import heapq
 import re
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from coordinator.assignors.consumer_protocol import by_topic, partitions_of
 from coordinator.group.messages import GroupSnapshot, Output, Respond, WriteGroupMetadata
+from coordinator.server_side.classic_members import ClassicMembers
+from coordinator.server_side.group_conversion import (
+    MigrationPolicy,
+    from_classic,
+    may_downgrade,
+    to_classic,
+    upgrade_refusal,
+)
 from coordinator.server_side.incremental_admin import IncrementalAdmin
 from coordinator.server_side.incremental_groups import (
     INCREMENTAL_ASSIGNORS,
@@ -53,6 +60,7 @@ from coordinator.server_side.incremental_groups import (
     members_of,
     resolve,
 )
+from coordinator.server_side.incremental_groups import AnswerWrite as _Write
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
@@ -79,18 +87,11 @@ _SESSION, _REVOKE = 0, 1
 WAITING_HEARTBEAT_MS = 10
 
 
-@dataclass(frozen=True, eq=False)
-class _Write:
-    """A group write whose success releases a heartbeat's answer."""
-
-    respond: Respond | None
-
-
 def _member_id(group_id: str) -> str:
     return f"{group_id}-{uuid.uuid4()}"
 
 
-class IncrementalCoordinator(IncrementalAdmin):
+class IncrementalCoordinator(IncrementalAdmin, ClassicMembers):
     """Incremental scheme-two groups in front of `inner` (a `ServerAssignedCoordinator`)."""
 
     def __init__(
@@ -100,8 +101,10 @@ class IncrementalCoordinator(IncrementalAdmin):
         min_session_timeout_ms: int = 6000,
         max_session_timeout_ms: int = 1_800_000,
         heartbeat_interval_ms: int = 5000,
+        migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL,
     ) -> None:
         self.inner = inner
+        self.migration_policy = migration_policy
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -131,11 +134,17 @@ class IncrementalCoordinator(IncrementalAdmin):
         gid = getattr(req, "group_id", None)
         if api_key == CONSUMER_GROUP_HEARTBEAT:
             out.extend(self._heartbeat(req, now_ms, request_token, **kw))
-        elif gid in self.groups and api_key in (JOIN_GROUP, SYNC_GROUP, SERVER_JOIN_GROUP):
-            # An incremental group's members heartbeat; the classic and draft joins cannot enter it.
+        elif gid in self.groups and api_key == JOIN_GROUP and not self.groups[gid].members:
+            # An empty consumer-protocol group (offsets only) becomes a classic group: Kafka's rule.
+            del self.groups[gid]
+            out.extend(self.inner.handle(api_key, req, now_ms, request_token=request_token, **kw))
+        elif gid in self.groups and api_key in (JOIN_GROUP, SYNC_GROUP, HEARTBEAT, LEAVE_GROUP):
+            out.extend(self._classic(api_key, req, now_ms, request_token, **kw))  # classic members
+        elif gid in self.groups and api_key == SERVER_JOIN_GROUP:
+            # The draft's members cannot enter an incremental group.
             body = P.precheck_error_body(api_key, req, E.INCONSISTENT_GROUP_PROTOCOL)
             out.append(Respond(request_token, body))
-        elif gid in self.groups and api_key in (HEARTBEAT, SERVER_HEARTBEAT, LEAVE_GROUP):
+        elif gid in self.groups and api_key == SERVER_HEARTBEAT:
             out.append(Respond(request_token, P.precheck_error_body(api_key, req, E.UNKNOWN_MEMBER_ID)))
         elif gid in self.groups and api_key == OFFSET_COMMIT:
             out.extend(self._offset_commit(req, now_ms, request_token, **kw))
@@ -167,13 +176,16 @@ class IncrementalCoordinator(IncrementalAdmin):
                 return []
             if ok:
                 return [token.respond]
-            body = token.respond.body
-            failed = msgspec.structs.replace(
-                body,
-                error_code=E.map_group_write_error(error_code),
-                error_message="the group's state could not be written to ZooKeeper; heartbeat again",
-                assignment=None,
-            )
+            body, code = token.respond.body, E.map_group_write_error(error_code)
+            if isinstance(body, ConsumerGroupHeartbeatResponse):
+                failed = msgspec.structs.replace(
+                    body,
+                    error_code=code,
+                    error_message="the group's state could not be written to ZooKeeper; heartbeat again",
+                    assignment=None,
+                )
+            else:  # a classic member's JoinGroup
+                failed = msgspec.structs.replace(body, error_code=code)
             return [Respond(token.respond.request_token, failed)]
         return self.inner.persisted(token, ok, now_ms, error_code)
 
@@ -282,8 +294,10 @@ class IncrementalCoordinator(IncrementalAdmin):
         if group is None:
             if epoch != 0:
                 return error(E.UNKNOWN_MEMBER_ID, f"group {gid!r} has no member {mid!r}; join with epoch 0")
-            if self.inner.core.stats().get(gid, (None, 0))[1]:
-                return error(E.INCONSISTENT_GROUP_PROTOCOL, f"{gid!r} is a group of another protocol")
+            if self.inner.core.stats().get(gid, (None, 0))[1] and (
+                refusal := upgrade_refusal(self.migration_policy, self.inner.snapshot(gid).group)
+            ):
+                return error(E.GROUP_ID_NOT_FOUND, refusal)  # Kafka 4.0: "not a consumer group"
         if epoch == 0:
             return self._join(group, req, now, token, **kw)
         if req.instance_id is not None:  # a static member: its instance id says who it is
@@ -296,6 +310,8 @@ class IncrementalCoordinator(IncrementalAdmin):
                 )
         if mid not in group.members:
             return error(E.UNKNOWN_MEMBER_ID, f"{mid!r} is not a member of {gid!r}; join with epoch 0")
+        if group.members[mid].classic is not None:
+            return error(E.UNKNOWN_MEMBER_ID, f"{mid!r} is a classic member of {gid!r}: it uses JoinGroup")
         member = group.members[mid]
         if epoch < 0:  # leaving: -1, or -2 for a static member that will be replaced
             if epoch == LEFT_STATIC_EPOCH and req.instance_id is not None:
@@ -305,7 +321,7 @@ class IncrementalCoordinator(IncrementalAdmin):
             else:
                 self._remove(group, member, now)
             resp = ConsumerGroupHeartbeatResponse(E.NONE, member_id=mid, member_epoch=epoch)
-            return [WriteGroupMetadata(gid, group.record(), _Write(Respond(token, resp)))]
+            return self._written(group, now, Respond(token, resp))
         if member.left:
             return error(E.FENCED_MEMBER_EPOCH, f"{mid!r} left the group: rejoin with epoch 0")
         owned = None if req.topic_partitions is None else partitions_of(req.topic_partitions)
@@ -370,8 +386,11 @@ class IncrementalCoordinator(IncrementalAdmin):
             return error(
                 E.UNRELEASED_INSTANCE_ID, f"instance id {req.instance_id!r} is held by another member"
             )
+        upgraded: list[Output] = []
         if group is None:
-            group = self.groups[req.group_id] = Group(req.group_id, assignor, state_timestamp=now)
+            group, upgraded = self._upgraded(req.group_id, now)
+            group = group or Group(req.group_id, assignor, state_timestamp=now)
+            self.groups[req.group_id] = group
         group.assignor = assignor
         old = group.members.get(mid) if mid else None
         if old is not None and old is not held:
@@ -404,7 +423,9 @@ class IncrementalCoordinator(IncrementalAdmin):
             self._remove(group, held, now, retarget=False)
         group.members[mid] = member
         self._schedule_session(group, member, now)
-        return self._answer(group, member, frozenset(), now, token, bump, dirty=True, had=frozenset())
+        return upgraded + self._answer(
+            group, member, frozenset(), now, token, bump, dirty=True, had=frozenset()
+        )
 
     def _answer(
         self,
@@ -504,8 +525,33 @@ class IncrementalCoordinator(IncrementalAdmin):
             if kind == _REVOKE and (member.revoke_deadline != deadline or not member.revoking):
                 continue
             self._remove(group, member, now)
-            out.append(WriteGroupMetadata(gid, group.record(), _Write(None)))
+            out.extend(self._written(group, now))
         return out
+
+    # ------------------------------------------------------------------ online upgrade, downgrade
+
+    def _upgraded(self, gid: str, now: int) -> tuple[Group | None, list[Output]]:
+        """The classic group `gid` (with members, of protocol type `consumer`: `upgrade_refusal`
+        said yes) as a consumer-protocol group, its members out of the classic core; (None, [])
+        when the classic core has no members in `gid`."""
+        snapshot = self.inner.snapshot(gid)
+        if snapshot is None or snapshot.group is None or not snapshot.group.members:
+            return None, []
+        group = from_classic(snapshot.group, now)
+        out = self.inner._translate(self.inner.core.release_members(gid, now), now)
+        for member in group.members.values():
+            self._schedule_session(group, member, now)
+        return group, out
+
+    def _written(self, group: Group, now: int, respond: Respond | None = None) -> list[Output]:
+        """After members were removed: the group's record written, `respond` once it is. A group
+        left with classic members only turns back into a classic group first, if the policy says so."""
+        if not may_downgrade(self.migration_policy, group):
+            return [WriteGroupMetadata(group.group_id, group.record(), _Write(respond))]
+        record = to_classic(group, now)
+        del self.groups[group.group_id]
+        adopted = self.inner._translate(self.inner.core.adopt_members(record, now), now)
+        return [WriteGroupMetadata(group.group_id, record, _Write(respond)), *adopted]
 
     # ------------------------------------------------------------------ records
 

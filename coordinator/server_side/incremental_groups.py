@@ -10,7 +10,10 @@ when a node takes the group over.
 A member subscribes by names, by a regular expression (`resolve`: full-match over the topics the
 node knows, Kafka's internal topics left out), or both; a static member has an instance id, and
 one that left with epoch -2 (`left`) keeps its partitions for a replacement until its session
-times out.
+times out. A member may also be a *classic* one (`Member.classic`: its JoinGroup protocols), a
+member of the group from before its online upgrade or one that joined with JoinGroup since
+(`classic_members`); it is stored as a member record of protocol type `consumer` whose protocols,
+after the first (the subscription every member has), are its own.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from coordinator.assignors.payloads import (
     encode_assignment,
     encode_subscription,
 )
-from coordinator.group.messages import GroupRecord, MemberRecord, ProtocolRecord
+from coordinator.group.messages import GroupRecord, MemberRecord, ProtocolRecord, Respond
+from coordinator.group.metadata import CONSUMER_PROTOCOL_TYPE
 from core.types import TopicPartition
 
 INCREMENTAL_PROTOCOL_TYPE = "consumer-incremental"
@@ -40,6 +44,13 @@ EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling
 LEFT_STATIC_EPOCH = -2
 #: Topics a regular expression never matches (Kafka's internal topics; a name may still list them).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@dataclass(frozen=True, eq=False)
+class AnswerWrite:
+    """The token of a group write whose success releases an answer (`respond`; None: none waits)."""
+
+    respond: Respond | None
 
 
 def resolve(names: Iterable[str], regex: str | None, known: Iterable[str]) -> tuple[str, ...]:
@@ -81,6 +92,9 @@ class Member:
     names: tuple[str, ...] = ()  # the topics it named (`topics`: these and what `regex` matches)
     regex: str | None = None
     left: bool = False  # a static member that left with epoch -2: its partitions wait for a replacement
+    #: A classic member's JoinGroup protocols, (name, metadata) in its order of preference; None for
+    #: a member of KIP-848's consumer protocol.
+    classic: tuple[tuple[str, bytes], ...] | None = None
 
     @property
     def reported_epoch(self) -> int:
@@ -166,18 +180,13 @@ class Group:
             leader_id=None,
             state_timestamp=self.state_timestamp,
             members=[
-                MemberRecord(
-                    member_id=m.member_id,
-                    group_instance_id=m.instance_id,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    session_timeout_ms=m.session_timeout_ms,
-                    rebalance_timeout_ms=m.rebalance_timeout_ms,
-                    protocol_type=INCREMENTAL_PROTOCOL_TYPE,
+                member_record(
+                    m,
+                    INCREMENTAL_PROTOCOL_TYPE if m.classic is None else CONSUMER_PROTOCOL_TYPE,
                     # The subscription's generation is the member epoch; its owned partitions are
                     # the ones it still has to let go of; its topics are what it is subscribed to
                     # now (its names and its regex's matches); user data: `_Extra`.
-                    protocols=[
+                    [
                         ProtocolRecord(
                             name=self.assignor,
                             metadata=encode_subscription(
@@ -190,12 +199,33 @@ class Group:
                                 )
                             ),
                         )
-                    ],
-                    assignment=encode_assignment(sorted(m.assigned)),
+                    ]
+                    # a classic member's own protocols follow
+                    + classic_protocols(m),
                 )
                 for m in self.members.values()
             ],
         )
+
+
+def classic_protocols(m: Member) -> list[ProtocolRecord]:
+    """A classic member's JoinGroup protocols as stored (none for a consumer-protocol member)."""
+    return [ProtocolRecord(name=name, metadata=metadata) for name, metadata in m.classic or ()]
+
+
+def member_record(m: Member, protocol_type: str, protocols: list[ProtocolRecord]) -> MemberRecord:
+    """`m` as a stored member entry: of `protocol_type`, with `protocols`, its partitions assigned."""
+    return MemberRecord(
+        member_id=m.member_id,
+        group_instance_id=m.instance_id,
+        client_id=m.client_id,
+        client_host=m.client_host,
+        session_timeout_ms=m.session_timeout_ms,
+        rebalance_timeout_ms=m.rebalance_timeout_ms,
+        protocol_type=protocol_type,
+        protocols=protocols,
+        assignment=encode_assignment(sorted(m.assigned)),
+    )
 
 
 def members_of(record: GroupRecord) -> list[Member]:
@@ -222,6 +252,9 @@ def members_of(record: GroupRecord) -> list[Member]:
                 names=tuple(sub.topics if extra.names is None else extra.names),
                 regex=extra.regex,
                 left=extra.left,
+                classic=tuple((p.name, p.metadata) for p in m.protocols[1:])
+                if m.protocol_type == CONSUMER_PROTOCOL_TYPE
+                else None,
             )
         )
     return members

@@ -32,7 +32,7 @@ from coordinator.kafka_wire.consumer_group_api import (
 )
 from pipeline.consumer import Consumer as GroupshiftConsumer
 from tests.kafka_helpers import ck_consume, kafka_node, new_topic, produce, recv_exactly
-from topics.topic_ids import ensure_topic_id, kafka_string
+from topics.topic_ids import ZERO, ensure_topic_id, kafka_string
 
 # The consumer protocol: the server sets the session timeout and the heartbeat interval.
 KIP848 = {
@@ -409,12 +409,38 @@ def _metadata(s: socket.socket, names=(), ids=()):
 
 def test_metadata_v12_names_each_topic_by_one_id_asked_by_name_or_by_id(node):
     topic = new_topic(node, 3)
-    node.zk_client.create("/brokers/topics/elsewhere", b'{"version":1,"partitions":{"0":[0]}}')
+    registration = b'{"version":1,"partitions":{"0":[0]}}'
+    node.zk_client.create("/brokers/topics/elsewhere", registration)  # as another tool registers one
     unknown = uuid.uuid4()
     with socket.create_connection(("127.0.0.1", node.kafka_port), timeout=10) as s:
         by_name = {t.name: t for t in _metadata(s, [topic, "elsewhere"]).topics}
-        assert all(t.error_code == 0 and t.topic_id not in (None, uuid.UUID(int=0)) for t in by_name.values())
-        ids = {n: t.topic_id for n, t in by_name.items()}
+        assert by_name[topic].error_code == 0 and by_name[topic].topic_id not in (None, ZERO)
+        # Reading metadata writes nothing: the other tool's topic has no id until a member needs one.
+        assert by_name["elsewhere"].topic_id is None
+        assert node.zk_client.get("/brokers/topics/elsewhere")[0] == registration
+        epoch, deadline = 0, time.monotonic() + 30
+        while True:  # heartbeat until the node, having read the topic's size, assigns its partition
+            s.sendall(
+                _heartbeat_frame(
+                    group_id="ids",
+                    member_id="m-ids",
+                    member_epoch=epoch,
+                    subscribed_topic_names=["elsewhere"],
+                )
+            )
+            answer = ConsumerGroupHeartbeatResponse.decode(
+                recv_exactly(s, struct.unpack(">i", recv_exactly(s, 4))[0]), version=1, header=True
+            )
+            assert answer.error_code == 0
+            epoch = answer.member_epoch
+            if answer.assignment is not None and answer.assignment.topic_partitions:
+                break
+            assert time.monotonic() < deadline, "no assignment"
+            time.sleep(answer.heartbeat_interval_ms / 1000)  # the interval the server asks for
+        [assigned] = answer.assignment.topic_partitions
+        assert assigned.topic_id not in (None, ZERO) and assigned.partitions == [0]
+        ids = {topic: by_name[topic].topic_id, "elsewhere": assigned.topic_id}
+        assert _metadata(s, ["elsewhere"]).topics[0].topic_id == ids["elsewhere"]
         answer = _metadata(s, ids=[ids[topic], ids["elsewhere"], unknown]).topics
         assert [(t.name, t.topic_id, t.error_code) for t in answer] == [
             (topic, ids[topic], 0),

@@ -391,7 +391,8 @@ def test_incremental_errors_and_a_member_that_stops_heartbeating():
     a = c.hb("a")
     assert c.hb("z", a.member_id, a.member_epoch + 5).error_code == E.FENCED_MEMBER_EPOCH
     assert c.hb("u", "g-nobody", 3).error_code == E.UNKNOWN_MEMBER_ID
-    # A classic member cannot join it, and its members cannot use the draft's join either.
+    # A classic JoinGroup without a consumer subscription cannot join it (classic members with one
+    # can: test_incremental_upgrade.py), and its members cannot use the draft's join either.
     classic = JoinGroupRequest(
         group_id="g",
         session_timeout_ms=10_000,

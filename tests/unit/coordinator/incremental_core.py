@@ -3,19 +3,40 @@ the time in, answers and written records kept, every write succeeding at once.""
 
 from __future__ import annotations
 
+from coordinator.assignors.base import Subscription
 from coordinator.assignors.consumer_protocol import by_topic
+from coordinator.assignors.payloads import encode_assignment, encode_subscription
 from coordinator.group.context import CoordinatorConfig
 from coordinator.group.coordinator import GroupCoordinator
-from coordinator.group.messages import GroupSnapshot, Respond, Write, WriteGroupMetadata
+from coordinator.group.messages import (
+    GroupRecord,
+    GroupSnapshot,
+    MemberRecord,
+    ProtocolRecord,
+    Respond,
+    Write,
+    WriteGroupMetadata,
+)
 from coordinator.server_side.assigned import ServerAssignedCoordinator, WatchTopics
 from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from coordinator.wire.schema import (
     CONSUMER_GROUP_HEARTBEAT,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
     OFFSET_COMMIT,
+    SYNC_GROUP,
     ConsumerGroupHeartbeatRequest,
+    HeartbeatRequest,
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    LeaveGroupMember,
+    LeaveGroupRequest,
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitTopic,
+    SyncGroupAssignment,
+    SyncGroupRequest,
 )
 from core.types import TopicPartition as TP
 
@@ -122,6 +143,81 @@ class Core:
             ],
         )
         return self.send(OFFSET_COMMIT, body, "commit").topics[0].partitions[0].error_code
+
+    # ------------------------------------------------------------ classic members (JoinGroup & co)
+
+    def classic_join(
+        self,
+        member_id: str = "",
+        topics=("t",),
+        owned=(),
+        *,
+        protocols=("range",),
+        protocol_type: str = "consumer",
+        group: str = "g",
+        token: str = "join",
+    ):
+        """A classic member's JoinGroup (its subscription lists `owned`); the answer (None: parked)."""
+        metadata = encode_subscription(Subscription(tuple(topics), owned_partitions=tuple(sorted(owned))))
+        body = JoinGroupRequest(
+            group_id=group,
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=2000,
+            member_id=member_id,
+            protocol_type=protocol_type,
+            protocols=[JoinGroupProtocol(name=name, metadata=metadata) for name in protocols],
+        )
+        return self.send(JOIN_GROUP, body, token)
+
+    def classic_sync(self, member_id: str, generation: int, assignments=None, *, group="g", token="sync"):
+        """SyncGroup (the leader passes `assignments`: member id -> partitions); the answer."""
+        body = SyncGroupRequest(
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            assignments=[
+                SyncGroupAssignment(member_id=m, assignment=encode_assignment(sorted(tps)))
+                for m, tps in (assignments or {}).items()
+            ],
+        )
+        return self.send(SYNC_GROUP, body, token)
+
+    def classic_beat(self, member_id: str, generation: int, *, group: str = "g") -> int:
+        body = HeartbeatRequest(group_id=group, generation_id=generation, member_id=member_id)
+        return self.send(HEARTBEAT, body, "beat").error_code
+
+    def classic_leave(self, member_id: str, *, group: str = "g") -> int:
+        body = LeaveGroupRequest(group_id=group, members=[LeaveGroupMember(member_id=member_id)])
+        return self.send(LEAVE_GROUP, body, "leave").members[0].error_code
+
+    def load_classic(self, generation: int, members: dict[str, set], *, protocols=("range",), offsets=()):
+        """Take over a Stable classic group "g" of protocol type `consumer`: `members` (member id ->
+        the partitions of "t" it was assigned) at `generation`, with `offsets` (OffsetRecords)."""
+        record = GroupRecord(
+            group_id="g",
+            protocol_type="consumer",
+            protocol_name=protocols[0],
+            generation_id=generation,
+            leader_id=next(iter(members), None),
+            state_timestamp=self.now,
+            members=[
+                MemberRecord(
+                    member_id=mid,
+                    group_instance_id=None,
+                    client_id="c",
+                    client_host="/h",
+                    session_timeout_ms=SESSION_MS,
+                    rebalance_timeout_ms=2000,
+                    protocol_type="consumer",
+                    protocols=[
+                        ProtocolRecord(name, encode_subscription(Subscription(("t",)))) for name in protocols
+                    ],
+                    assignment=encode_assignment(sorted(tps)),
+                )
+                for mid, tps in members.items()
+            ],
+        )
+        self.run(self.core.load_group(GroupSnapshot("g", record, list(offsets)), self.now))
 
     def taken_over(self) -> Core:
         """Another node's core, loaded from the records written here."""
