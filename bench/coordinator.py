@@ -135,14 +135,21 @@ class HeartbeatLoad(asyncio.Protocol):
         self.credit -= n
         self._send(n, now)
 
+    @staticmethod
+    def error_of(payload: bytes) -> int:
+        """An answer's error code (subclasses read other answers and wire formats)."""
+        if payload.endswith(OK_BODY):
+            return 0
+        return msgspec.msgpack.decode(payload)["body"]["error_code"]
+
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter()
         answered = 0
         for payload in self.decoder.feed(data):
             self.latencies.append(now - self.sent.popleft())
             answered += 1
-            if not payload.endswith(OK_BODY):
-                code = msgspec.msgpack.decode(payload)["body"]["error_code"]
+            code = self.error_of(payload)
+            if code:
                 self.errors[code] = self.errors.get(code, 0) + 1
         if self.running and not self.rate:  # one write per batch of answers: fewer syscalls
             self._send(answered, now)

@@ -131,19 +131,9 @@ async def form_kafka_group(host: str, port: int, group: str, n: int) -> list[tup
 class KafkaHeartbeatLoad(HeartbeatLoad):
     """`HeartbeatLoad` for Kafka frames: a Heartbeat v3 answer ends with its int16 error code."""
 
-    def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
-        answered = 0
-        for payload in self.decoder.feed(data):
-            self.latencies.append(now - self.sent.popleft())
-            answered += 1
-            code = int.from_bytes(payload[-2:], "big", signed=True)
-            if code:
-                self.errors[code] = self.errors.get(code, 0) + 1
-        if self.running and not self.rate:
-            self._send(answered, now)
-        if not self.running and not self.sent:
-            self.done.set()
+    @staticmethod
+    def error_of(payload: bytes) -> int:
+        return int.from_bytes(payload[-2:], "big", signed=True)
 
 
 async def heartbeats(host: str, port: int, kafka: bool, args) -> dict:
