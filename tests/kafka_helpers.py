@@ -56,6 +56,15 @@ def kafka_node(zk: str, data: Path, log_path: Path, *extra: str) -> Iterator[Nod
         client.close()
 
 
+@contextlib.contextmanager
+def kafka_node_in(zk: str, tmp_path: Path, *extra: str, data: Path | None = None) -> Iterator[NodeProcess]:
+    """`kafka_node` on the log root `data` (default `tmp_path/data`), created; its output in `tmp_path`."""
+    data = data or tmp_path / "data"
+    data.mkdir()
+    with kafka_node(zk, data, tmp_path / "node-1.log", *extra) as proc:
+        yield proc
+
+
 def new_topic(node: NodeProcess, partitions: int) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     node.store.create_topic(name, partitions)

@@ -132,6 +132,10 @@ _RESPONSE_HEAD = struct.Struct(">ii")  # frame size, response header v0 (correla
 _NO_TAGS = b"\x00"  # an empty tagged-field section: response header v1 is v0 plus one
 # The most tagged fields a request header may carry (Kafka's clients send none or one).
 MAX_HEADER_TAGS = 64
+# Protocol types the Kafka listener reports as `consumer` in ListGroups: scheme two's incremental
+# form (`server_side.incremental_groups.INCREMENTAL_PROTOCOL_TYPE`) is KIP-848's consumer group,
+# and Kafka's clients list only groups of type `consumer` (or none). The native wire keeps it.
+LISTED_AS_CONSUMER = frozenset({"consumer-incremental"})
 # Heartbeat answers, the listener's hottest, differ only by version and error code: their bodies
 # are encoded once (by kafka-python) and reused.
 _HEARTBEATS: dict[tuple, bytes] = {}
@@ -385,6 +389,10 @@ def _fix_response(api: int, version: int, d: dict[str, Any], request: Any) -> No
     if api == S.JOIN_GROUP:
         if d.get("protocol_name") is None:
             d["protocol_name"] = ""
+    elif api == S.LIST_GROUPS:
+        for g in d.get("groups", []):
+            if g["protocol_type"] in LISTED_AS_CONSUMER:
+                g["protocol_type"] = "consumer"
     elif api == S.LEAVE_GROUP and version < 3:
         for m in d.get("members", []):
             if not d["error_code"] and m["error_code"]:

@@ -176,7 +176,7 @@ def _with_targets(view: GroupView, notes: list[str]) -> list[Member]:
     """An incremental group's members with their target assignment, as a node taking the group over
     computes it from what they hold now (`incremental_groups.Group.retarget`: sticky from the current
     partitions). The leading node's own target can differ while the group reconciles; ConsumerGroupDescribe
-    (api 69) is where it can be read exactly, once served."""
+    (api 69, on its Kafka listener) answers it exactly."""
     import msgspec.structs
 
     from coordinator.server_side.incremental_groups import Group

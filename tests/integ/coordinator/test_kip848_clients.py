@@ -31,7 +31,7 @@ from coordinator.kafka_wire.consumer_group_api import (
     ConsumerGroupHeartbeatResponse,
 )
 from pipeline.consumer import Consumer as GroupshiftConsumer
-from tests.kafka_helpers import ck_consume, kafka_node, new_topic, produce, recv_exactly
+from tests.kafka_helpers import ck_consume, kafka_node_in, new_topic, produce, recv_exactly
 from topics.topic_ids import ZERO, ensure_topic_id, kafka_string
 
 # The consumer protocol: the server sets the session timeout and the heartbeat interval.
@@ -59,9 +59,7 @@ NODE_OPTIONS = (
 
 @pytest.fixture
 def node(zk_connect, tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    with kafka_node(zk_connect, data, tmp_path / "node-1.log", *NODE_OPTIONS) as proc:
+    with kafka_node_in(zk_connect, tmp_path, *NODE_OPTIONS) as proc:
         yield proc
 
 
@@ -81,7 +79,7 @@ def _wait_for(what: str, condition, timeout: float = 60.0) -> None:
 class Member(threading.Thread):
     """A librdkafka consumer-protocol member polling in its own thread: it commits what it read
     before it lets a partition go (in the revoke callback) and after every batch, and records
-    each assignment change."""
+    each assignment change and each commit's span of offsets (`commits`: partition, first, next)."""
 
     def __init__(self, node, group: str, topic: str, name: str, topics: list[str] | None = None, **conf):
         super().__init__(daemon=True, name=name)
@@ -92,15 +90,32 @@ class Member(threading.Thread):
         self.positions: dict[int, int] = {}
         self.assigned: set[int] = set()
         self.events: list[tuple[str, frozenset[int]]] = []
+        self.commits: list[tuple[int, int, int]] = []
+        self.stale_commits = 0  # commits sent again after STALE_MEMBER_EPOCH
+        self._since: dict[int, int] = {}  # partition -> the first offset read and not committed yet
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
     def _commit(self, c: Consumer, partitions) -> None:
-        offsets = [
-            CKTopicPartition(self.topic, p, self.positions[p]) for p in partitions if p in self.positions
-        ]
-        if offsets:
-            c.commit(offsets=offsets, asynchronous=False)
+        todo = sorted(p for p in partitions if p in self._since)  # only what was read since
+        if not todo:
+            return
+        offsets = [CKTopicPartition(self.topic, p, self.positions[p]) for p in todo]
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                c.commit(offsets=offsets, asynchronous=False)
+                break
+            except KafkaException as exc:
+                # The coordinator checks a commit's member epoch exactly (as Kafka does) and bumps the
+                # epoch as it hands the member partitions: a commit sent meanwhile is STALE. The
+                # partitions stay ours (a revocation waits for this thread), so commit again once
+                # librdkafka holds the new epoch.
+                if exc.args[0].code() != KafkaError.STALE_MEMBER_EPOCH or time.monotonic() > deadline:
+                    raise
+                self.stale_commits += 1
+                self.stop.wait(0.05)
+        self.commits += [(p, self._since.pop(p), self.positions[p]) for p in todo]
 
     def run(self) -> None:
         c = Consumer(
@@ -123,6 +138,8 @@ class Member(threading.Thread):
         def lost(consumer, tps):
             self.assigned -= {tp.partition for tp in tps if tp.topic == self.topic}
             self.held -= {(tp.topic, tp.partition) for tp in tps}
+            for tp in tps:  # read, never committed: the next owner reads it again
+                self._since.pop(tp.partition, None)
             self.events.append(("lost", frozenset(tp.partition for tp in tps)))
 
         try:
@@ -136,6 +153,7 @@ class Member(threading.Thread):
                     if m.topic() != self.topic or m.partition() not in self.assigned:
                         continue  # fetched before a revocation the callback already committed
                     self.got.append(m.value())
+                    self._since.setdefault(m.partition(), m.offset())
                     self.positions[m.partition()] = m.offset() + 1
                     read.add(m.partition())
                 self._commit(c, read)

@@ -209,17 +209,56 @@ def start_legacy(tmp_path: Path, spec: dict, producer: Producer, procs: list[Pro
     return legacy
 
 
-def finish(zk, zk_connect: str, dest: str, log, producer: Producer, members: list[Proc]) -> dict:
-    """`migrate run` again once no legacy consumer is left: done; the members leave bridge mode and
-    consume to the end once the producer stops. Returns the log end offsets (what they reach)."""
-    from migrate.migration import offline as O
+def owned(zk) -> set[int]:
+    """The partitions of `events` with a legacy owner znode."""
+    path = "/consumers/billing/owners/events"
+    return {int(p) for p in zk.get_children(path)} if zk.exists(path) else set()
 
+
+def replace_legacy(
+    zk, tmp_path: Path, spec: dict, legacy: list[Proc], procs: list[Proc], **dest
+) -> list[Proc]:
+    """Each legacy consumer replaced, one at a time, by a bridged consumer process of `dest`'s spec
+    (`rebalancer`, `bootstrap`, ...), added to `procs`; returns the new consumers once they consume
+    every partition and no legacy consumer is registered."""
+    from migrate.migration import bridge
+
+    members = []
+    for i, old in enumerate(legacy):
+        new = Proc(tmp_path, f"{dest['rebalancer']}-{i}", {**spec, **dest})
+        procs.append(new)
+        members.append(new)
+        # A new member may get nothing until a legacy consumer leaves (scheme two: its grant within
+        # the bridged share): wait until it is registered and every partition has an owner again.
+        wait_for(lambda i=i: len(bridge.registered(zk, "billing")[1]) == i + 1, 60, f"{new.name} to register")
+        wait_for(lambda: owned(zk) == set(range(PARTITIONS)), 60, "every partition to be owned")
+        old.stop()
+    wait_for(
+        lambda: set().union(*(m.polled_partitions() for m in members)) == set(range(PARTITIONS)),
+        60,
+        "the new consumers to consume every partition",
+    )
+    legacy_left, bridged = bridge.registered(zk, "billing")
+    assert legacy_left == [] and len(bridged) == len(legacy)
+    return members
+
+
+def switch(zk, zk_connect: str, dest: str) -> None:
+    """`migrate run` again once no legacy consumer is left: done; the members leave bridge mode."""
     args = ("migrate", "run", "billing", "--from", "zk", "--to", dest, "--mode", "live", "--zk", zk_connect)
     finished = cli(*args, "-o", "json")
     assert finished.returncode == 0, finished.stderr
     assert json.loads(finished.stdout)["state"] == "done"
     # The members leave bridge mode by themselves: no legacy registration is left.
     wait_for(lambda: not zk.get_children("/consumers/billing/ids"), 30, "the members to leave bridge mode")
+
+
+def finish(zk, zk_connect: str, dest: str, log, producer: Producer, members: list[Proc]) -> dict:
+    """`switch`; then the members consume to the end once the producer stops. Returns the log end
+    offsets (what they reach)."""
+    from migrate.migration import offline as O
+
+    switch(zk, zk_connect, dest)
     producer.stop_event.set()
     producer.join(5)
     want = {TP("events", p): log.latest(TP("events", p)) for p in range(PARTITIONS)}
@@ -237,9 +276,32 @@ def end_run(producer: Producer, procs: list[Proc]) -> None:
             p.popen.wait(10)
 
 
-def check_run(zk, zk_connect: str, procs: list[Proc], members: list[Proc], want: dict) -> None:
+def committed_spans(procs: list[Proc]) -> list[tuple[str, int, int, int]]:
+    """(process, partition, first offset, next offset) of every successful commit a process logged."""
+    return [
+        (proc.name, int(p), lo, hi)
+        for proc in procs
+        for d in proc.lines()
+        for p, (lo, hi) in d.get("committed", {}).items()
+    ]
+
+
+def check_tiling(spans: list[tuple[str, int, int, int]], ends: dict[int, int]) -> None:
+    """Each partition's committed spans follow each other from 0 to its end: every record committed
+    exactly once, none skipped."""
+    for p, end in ends.items():
+        at = 0
+        for name, _, lo, hi in sorted((s for s in spans if s[1] == p), key=lambda s: s[2]):
+            assert lo == at, f"partition {p}: {name} committed {lo}..{hi} after {at} was reached"
+            at = hi
+        assert at == end, f"partition {p}: committed up to {at}, the log ends at {end}"
+
+
+def check_run(
+    zk, zk_connect: str, procs: list[Proc], members: list[Proc], want: dict, extra_spans: list = ()
+) -> None:
     """The whole run's checks, once every process ended: `members` are the destination's consumers,
-    `want` its final offsets."""
+    `want` its final offsets; `extra_spans` are commits of other consumers (as `committed_spans`)."""
     from migrate.migration import offline as O
 
     # The legacy offsets are the log of every commit made while bridged; after the switch the
@@ -251,14 +313,10 @@ def check_run(zk, zk_connect: str, procs: list[Proc], members: list[Proc], want:
     assert all(want[tp] >= legacy_offsets[tp] for tp in want)
     # Over the whole run (after the switch too): no record is in two successful commits.
     seen: dict[tuple[int, int], str] = {}
-    for proc in procs:
-        for d in proc.lines():
-            for p, (lo, hi) in d.get("committed", {}).items():
-                for off in range(lo, hi):
-                    assert (int(p), off) not in seen, (
-                        f"{p}:{off} committed by {seen[(int(p), off)]} and {proc.name}"
-                    )
-                    seen[(int(p), off)] = proc.name
+    for name, p, lo, hi in [*committed_spans(procs), *extra_spans]:
+        for off in range(lo, hi):
+            assert (p, off) not in seen, f"{p}:{off} committed by {seen[(p, off)]} and {name}"
+            seen[(p, off)] = name
     for c in members:
         events = [json.loads(line)["ev"] for line in c.events.read_text().splitlines()]
         assert "bridge_exited" in events, c.name

@@ -20,17 +20,10 @@ from tests.integ.migrate import live_harness as H
 LIVE = ["--from", "zk", "--to", "server", "--mode", "live"]
 
 
-def owned(zk) -> set[int]:
-    path = "/consumers/billing/owners/events"
-    return {int(p) for p in zk.get_children(path)} if zk.exists(path) else set()
-
-
 @pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "draft"])
 def test_legacy_consumers_replaced_one_by_one_by_scheme_two_consumers(
     zk, zk_connect, node, tmp_path, incremental
 ):
-    from migrate.migration import bridge
-
     log, spec, producer = H.legacy_world(zk, zk_connect, tmp_path)
     procs: list[H.Proc] = []
     try:
@@ -43,31 +36,8 @@ def test_legacy_consumers_replaced_one_by_one_by_scheme_two_consumers(
         assert json.loads(started.stdout)["state"] == "bridged"
         assert "3 legacy consumer(s) remain" in started.stderr and "server consumers" in started.stderr
 
-        members = []
-        for i, old in enumerate(legacy):
-            new = H.Proc(
-                tmp_path,
-                f"server-{i}",
-                {**spec, "rebalancer": "server", "bootstrap": node.bootstrap, "incremental": incremental},
-            )
-            procs.append(new)
-            members.append(new)
-            # A scheme-two member fetches what the coordinator granted it within the bridged members'
-            # legacy share, so a new one may get nothing yet: wait until it is registered and every
-            # partition has an owner again, then stop a legacy consumer.
-            H.wait_for(
-                lambda i=i: len(bridge.registered(zk, "billing")[1]) == i + 1, 60, f"{new.name} to register"
-            )
-            H.wait_for(lambda: owned(zk) == set(range(H.PARTITIONS)), 60, "every partition to be owned")
-            old.stop()
-        H.wait_for(
-            lambda: set().union(*(m.polled_partitions() for m in members)) == set(range(H.PARTITIONS)),
-            60,
-            "the scheme-two consumers to consume every partition",
-        )
-        legacy_left, bridged = bridge.registered(zk, "billing")
-        assert legacy_left == [] and len(bridged) == 3
-
+        spec = {**spec, "bootstrap": node.bootstrap, "incremental": incremental}
+        members = H.replace_legacy(zk, tmp_path, spec, legacy, procs, rebalancer="server")
         want = H.finish(zk, zk_connect, "server", log, producer, members)
     finally:
         H.end_run(producer, procs)
