@@ -509,8 +509,13 @@ class IncrementalCoordinator(IncrementalAdmin, ClassicMembers):
         heapq.heappush(self._timers, (deadline, kind, group.group_id, member.member_id, id(member)))
 
     def _schedule_session(self, group: Group, member: Member, now: int) -> None:
+        """Move the member's session deadline. One timer entry per member: a heartbeat pushes none
+        while an entry at or before the new deadline is pending (it re-arms when it fires), so
+        the heap holds one entry per member, not one per heartbeat."""
         member.session_deadline = now + member.session_timeout_ms
-        self._push(member.session_deadline, _SESSION, group, member)  # earlier entries go stale
+        if member.session_armed is None or member.session_armed > member.session_deadline:
+            member.session_armed = member.session_deadline
+            self._push(member.session_deadline, _SESSION, group, member)
 
     def _fire(self, now: int) -> list[Output]:
         out: list[Output] = []
@@ -520,8 +525,14 @@ class IncrementalCoordinator(IncrementalAdmin, ClassicMembers):
             member = group.members.get(mid) if group else None
             if member is None or id(member) != ident:
                 continue
-            if kind == _SESSION and member.session_deadline != deadline:
-                continue  # a later heartbeat moved it
+            if kind == _SESSION:
+                if member.session_armed != deadline:
+                    continue  # an entry replaced by an earlier one
+                if member.session_deadline > deadline:  # heartbeats moved it: wait for the new one
+                    member.session_armed = member.session_deadline
+                    self._push(member.session_deadline, _SESSION, group, member)
+                    continue
+                member.session_armed = None
             if kind == _REVOKE and (member.revoke_deadline != deadline or not member.revoking):
                 continue
             self._remove(group, member, now)

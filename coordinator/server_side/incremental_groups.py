@@ -95,6 +95,9 @@ class Member:
     #: A classic member's JoinGroup protocols, (name, metadata) in its order of preference; None for
     #: a member of KIP-848's consumer protocol.
     classic: tuple[tuple[str, bytes], ...] | None = None
+    #: The deadline of the session timer entry pending for this member (None: none): a heartbeat
+    #: only moves `session_deadline`, and the entry re-arms itself when it fires early.
+    session_armed: int | None = None
 
     @property
     def reported_epoch(self) -> int:
