@@ -152,7 +152,6 @@ _FIXED = frozenset(
         S.FIND_COORDINATOR,
         M.LIST_OFFSETS,
         M.PRODUCE,
-        M.CONSUMER_GROUP_HEARTBEAT,
     }
 )
 
@@ -263,8 +262,6 @@ def _fix_request(api: int, version: int, d: dict[str, Any]) -> None:  # for the 
         d["topics"] = g.get("topics")
         d["member_id"] = g.get("member_id")
         d["member_epoch"] = g.get("member_epoch", -1)
-    elif api == M.CONSUMER_GROUP_HEARTBEAT:
-        pass  # same names; decoded through a dict so that the topic ids stay UUIDs
     elif api == S.OFFSET_COMMIT:
         d["generation_id"] = d.pop("generation_id_or_member_epoch", -1)
     elif api == S.LEAVE_GROUP and version < 3:
