@@ -450,6 +450,12 @@ class IncrementalCoordinator(IncrementalAdmin, ClassicMembers):
             member.revoking = frozenset()  # the member let them go (after committing)
             member.revoke_deadline = None
         self._reconcile(group, member, now)
+        if owned is not None and member.revoking and not (owned & member.revoking):
+            # This very heartbeat says the member does not hold what it now has to give up (it
+            # had not taken it yet): nothing to wait for, as in Kafka's CurrentAssignmentBuilder.
+            # Waiting would stall: the member sends its owned partitions only when they change.
+            member.revoking, member.revoke_deadline = frozenset(), None
+            self._reconcile(group, member, now)
         waiting = member.epoch == group.assignment_epoch and bool(
             group.target.get(member.member_id, frozenset()) - member.assigned
         )
