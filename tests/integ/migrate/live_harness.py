@@ -201,10 +201,15 @@ def start_legacy(tmp_path: Path, spec: dict, producer: Producer, procs: list[Pro
     legacy = [Proc(tmp_path, f"legacy-{i}", {**spec, "rebalancer": "zk"}) for i in range(3)]
     procs += legacy
     producer.start()
+    # Each of them has read (so registered and taken its share), and together they read everything:
+    # two early ones may cover every partition before the third has registered.
     wait_for(
-        lambda: set().union(*(p.polled_partitions() for p in legacy)) == set(range(PARTITIONS)),
+        lambda: (
+            all(p.polled_partitions() for p in legacy)
+            and set().union(*(p.polled_partitions() for p in legacy)) == set(range(PARTITIONS))
+        ),
         60,
-        "the legacy consumers to consume every partition",
+        "each legacy consumer to consume, and all of them every partition",
     )
     return legacy
 
