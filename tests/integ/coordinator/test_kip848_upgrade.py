@@ -20,6 +20,8 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KPTopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.structs import OffsetAndMetadata
 
 from coordinator.layout import decode_group, group_path
@@ -72,10 +74,10 @@ class Member(threading.Thread):
 
 
 class Librdkafka(Member):
-    """confluent-kafka: classic (eager `range,roundrobin`, as librdkafka's default) or, with
-    `consumer=True`, KIP-848's consumer protocol."""
+    """confluent-kafka: classic (eager `range,roundrobin`, as librdkafka's default, or
+    `cooperative=True`: cooperative-sticky) or, with `consumer=True`, KIP-848's consumer protocol."""
 
-    def __init__(self, *args, consumer: bool = False):
+    def __init__(self, *args, consumer: bool = False, cooperative: bool = False):
         super().__init__(*args)
         self.conf = {
             "bootstrap.servers": self.node.kafka_bootstrap,
@@ -89,6 +91,8 @@ class Librdkafka(Member):
             self.conf["group.protocol"] = "consumer"
         else:
             self.conf.update({"session.timeout.ms": 6000, "heartbeat.interval.ms": 200})
+            if cooperative:
+                self.conf["partition.assignment.strategy"] = "cooperative-sticky"
 
     def _commit(self, c: Consumer, partitions) -> None:
         offsets = [
@@ -128,11 +132,17 @@ class Librdkafka(Member):
 
 
 class KafkaPython(Member):
-    """kafka-python 3.0.12, classic only (eager range: it revokes everything before rejoining); it
-    commits each batch once read, so nothing it read is uncommitted when it gives partitions up."""
+    """kafka-python 3.0.12, classic only (eager range, which revokes everything before rejoining,
+    or `cooperative=True`: cooperative-sticky); it commits each batch once read, so nothing it
+    read is uncommitted when it gives partitions up."""
+
+    def __init__(self, *args, cooperative: bool = False):
+        super().__init__(*args)
+        self.assignors = [CooperativeStickyAssignor] if cooperative else [RangePartitionAssignor]
 
     def consume(self) -> None:
         c = KafkaConsumer(
+            partition_assignment_strategy=self.assignors,
             bootstrap_servers=self.node.kafka_bootstrap,
             group_id=self.group,
             client_id=self.name,
@@ -207,7 +217,8 @@ def _protocol_type(node, group: str) -> str | None:
     return record.protocol_type if record is not None else None
 
 
-def test_a_classic_group_upgrades_while_consuming_and_downgrades_back(node):
+@pytest.mark.parametrize("cooperative", [False, True], ids=["eager", "cooperative-sticky"])
+def test_a_classic_group_upgrades_while_consuming_and_downgrades_back(node, cooperative):
     topic, group = new_topic(node, 4), f"g-{uuid.uuid4().hex[:8]}"
     values = produce(node, topic, 400, partitions=4)
     owners = Owners()
@@ -239,8 +250,8 @@ def test_a_classic_group_upgrades_while_consuming_and_downgrades_back(node):
 
     try:
         # A classic group: kafka-python and librdkafka (classic) share the topic.
-        kp1 = start(KafkaPython(node, group, topic, "kp1"))
-        ck1 = start(Librdkafka(node, group, topic, "ck1"))
+        kp1 = start(KafkaPython(node, group, topic, "kp1", cooperative=cooperative))
+        ck1 = start(Librdkafka(node, group, topic, "ck1", cooperative=cooperative))
         _wait_for("the classic group splits the partitions", lambda: spread(kp1, ck1), check=healthy)
         assert _protocol_type(node, group) == "consumer"
         # ck1 restarts with group.protocol=consumer: the group upgrades, kp1 stays a classic member.
@@ -254,7 +265,7 @@ def test_a_classic_group_upgrades_while_consuming_and_downgrades_back(node):
         ck3 = start(Librdkafka(node, group, topic, "ck3", consumer=True))
         _wait_for("consumer-protocol members only", lambda: spread(ck2, ck3), check=healthy)
         # A classic member joins the consumer group; then the consumer-protocol members leave.
-        kp2 = start(KafkaPython(node, group, topic, "kp2"))
+        kp2 = start(KafkaPython(node, group, topic, "kp2", cooperative=cooperative))
         _wait_for("kp2 joins the consumer group", lambda: spread(ck2, ck3, kp2), check=healthy)
         stop(ck2)
         stop(ck3)
