@@ -83,7 +83,7 @@ VERSIONS: dict[int, tuple[int, int]] = {
     S.LEAVE_GROUP: (0, 3),
     S.SYNC_GROUP: (0, 3),
     S.DESCRIBE_GROUPS: (0, 4),
-    S.LIST_GROUPS: (0, 2),
+    S.LIST_GROUPS: (0, 5),
     S.API_VERSIONS: (0, 2),
     S.DELETE_GROUPS: (0, 1),
     M.CONSUMER_GROUP_HEARTBEAT: (0, 1),
@@ -330,7 +330,9 @@ def _fix_response(api: int, version: int, d: dict[str, Any], request: Any) -> No
             d["protocol_name"] = ""
     elif api == S.LIST_GROUPS:
         for g in d.get("groups", []):
-            if g["protocol_type"] in LISTED_AS_CONSUMER:
+            consumer = g["protocol_type"] in LISTED_AS_CONSUMER
+            g["group_type"] = "consumer" if consumer else "classic"  # v5
+            if consumer:
                 g["protocol_type"] = "consumer"
     elif api == S.LEAVE_GROUP and version < 3:
         for m in d.get("members", []):

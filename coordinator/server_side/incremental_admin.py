@@ -36,6 +36,7 @@ from coordinator.wire.schema import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ListedGroup,
+    ListGroupsRequest,
     ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -130,7 +131,16 @@ class IncrementalAdmin:
                 return [Respond(token, P.precheck_error_body(OFFSET_FETCH, req, E.STALE_MEMBER_EPOCH))]
         return self.inner.handle(OFFSET_FETCH, req, now, request_token=token, **kw)
 
-    def _list(self, outputs: list[Output]) -> list[Output]:
+    def _list(self, req: ListGroupsRequest, outputs: list[Output]) -> list[Output]:
+        """The classic core's listing, with the consumer-protocol groups the request's filters take
+        (Kafka's group type `consumer`; states compared case-insensitively, as Kafka does)."""
+        types = {t.lower() for t in req.types_filter or ()}
+        states = {s.lower() for s in req.states_filter or ()}
+        mine = [
+            g
+            for g in self.groups.values()
+            if (not types or "consumer" in types) and (not states or g.state.lower() in states)
+        ]
         out = []
         for o in outputs:
             if isinstance(o, Respond) and isinstance(o.body, ListGroupsResponse) and not o.body.error_code:
@@ -139,7 +149,7 @@ class IncrementalAdmin:
                     ListedGroup(
                         group_id=g.group_id, protocol_type=INCREMENTAL_PROTOCOL_TYPE, group_state=g.state
                     )
-                    for g in self.groups.values()
+                    for g in mine
                 ]
                 o = Respond(o.request_token, msgspec.structs.replace(o.body, groups=listed))
             out.append(o)

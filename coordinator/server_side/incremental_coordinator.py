@@ -155,7 +155,9 @@ class IncrementalCoordinator(IncrementalAdmin, ClassicMembers):
         elif api_key == DESCRIBE_GROUPS and any(g in self.groups for g in req.groups):
             out.extend(self._describe(req, now_ms, request_token, **kw))
         elif api_key == LIST_GROUPS:
-            out.extend(self._list(self.inner.handle(api_key, req, now_ms, request_token=request_token, **kw)))
+            out.extend(
+                self._list(req, self.inner.handle(api_key, req, now_ms, request_token=request_token, **kw))
+            )
         elif api_key == DELETE_GROUPS and any(g in self.groups for g in req.groups_names):
             out.extend(self._delete(req, now_ms, request_token, **kw))
         else:

@@ -17,7 +17,7 @@ import subprocess
 import uuid
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 
@@ -172,6 +172,17 @@ def test_admin_lists_consumer_protocol_groups_as_consumer_groups(node):
         assert not listed.errors
         [mine] = [g for g in listed.valid if g.group_id == group]
         assert not mine.is_simple_consumer_group
+        # ListGroups v5: its state and its type, and the filters on both.
+        assert (mine.state, mine.type) == (ConsumerGroupState.STABLE, ConsumerGroupType.CONSUMER)
+
+        def listed_ids(**filters) -> set[str]:
+            answer = admin.list_consumer_groups(request_timeout=20, **filters).result()
+            assert not answer.errors
+            return {g.group_id for g in answer.valid}
+
+        assert group in listed_ids(types={ConsumerGroupType.CONSUMER}, states={ConsumerGroupState.STABLE})
+        assert group not in listed_ids(types={ConsumerGroupType.CLASSIC})
+        assert group not in listed_ids(states={ConsumerGroupState.EMPTY})
         # kafka-python's admin shows the raw ListGroups answer: Kafka's type.
         kp = KafkaAdminClient(bootstrap_servers=node.kafka_bootstrap, request_timeout_ms=20000)
         try:
