@@ -126,3 +126,19 @@ def ck_consume(c, count: int, timeout: float = 40.0) -> list[bytes]:
     while len(got) < count and time.monotonic() < deadline:
         got.extend(ck_poll(c, 0.2))
     return got
+
+
+def send_and_drain(port: int, frame: bytes) -> None:
+    """Send `frame` on a fresh connection to the local `port` and read until the node answers and
+    closes, or closes at once (a refused frame): never raises for either."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(frame)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(10)
+        try:
+            while s.recv(65536):
+                pass
+        except (ConnectionResetError, TimeoutError):
+            pass

@@ -25,7 +25,15 @@ from coordinator.kafka_wire import codec as K
 from coordinator.layout import BROKERS
 from core.types import TopicPartition as TP
 from core.zk import connect
-from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, Polling, kafka_node, new_topic, produce, recv_exactly
+from tests.kafka_helpers import (
+    KAFKA_PYTHON_POLL_MS,
+    Polling,
+    kafka_node,
+    new_topic,
+    produce,
+    recv_exactly,
+    send_and_drain,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 CONSUMER = dict(
@@ -233,15 +241,7 @@ def test_malformed_frames_never_crash_the_node(node):
         payload = struct.pack(">hhi", api, rng.randint(lo, hi), 1) + rng.randbytes(rng.randint(0, 200))
         frames.append(struct.pack(">i", len(payload)) + payload)
     for frame in frames:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(frame)
-            s.shutdown(socket.SHUT_WR)
-            s.settimeout(10)
-            try:
-                while s.recv(65536):
-                    pass
-            except (ConnectionResetError, TimeoutError):
-                pass
+        send_and_drain(port, frame)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # a size beyond any limit
         s.sendall(struct.pack(">i", 0x7FFFFFF0) + b"xx")
         assert _closed_by_peer(s)

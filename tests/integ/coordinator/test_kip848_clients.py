@@ -31,7 +31,7 @@ from coordinator.kafka_wire.consumer_group_api import (
     ConsumerGroupHeartbeatResponse,
 )
 from pipeline.consumer import Consumer as GroupshiftConsumer
-from tests.kafka_helpers import ck_consume, kafka_node_in, new_topic, produce, recv_exactly
+from tests.kafka_helpers import ck_consume, kafka_node_in, new_topic, produce, recv_exactly, send_and_drain
 from topics.topic_ids import ZERO, ensure_topic_id, kafka_string
 
 # The consumer protocol: the server sets the session timeout and the heartbeat interval.
@@ -490,18 +490,6 @@ def _heartbeat_frame(**fields) -> bytes:
     return bytes(req.encode(version=1, header=True, framed=True))
 
 
-def _answered_or_closed(port: int, frame: bytes) -> None:
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(frame)
-        s.shutdown(socket.SHUT_WR)
-        s.settimeout(10)
-        try:
-            while s.recv(65536):
-                pass
-        except (ConnectionResetError, TimeoutError):
-            pass
-
-
 def test_malformed_flexible_frames_get_an_error_or_a_close_never_a_crash(node):
     rng = random.Random(11)
     good = _heartbeat_frame()
@@ -532,7 +520,7 @@ def test_malformed_flexible_frames_get_an_error_or_a_close_never_a_crash(node):
         frame[:4] = struct.pack(">i", len(frame) - 4)
         frames.append(bytes(frame))
     for frame in frames:
-        _answered_or_closed(node.kafka_port, frame)
+        send_and_drain(node.kafka_port, frame)
     assert node.alive
     with socket.create_connection(("127.0.0.1", node.kafka_port), timeout=10) as s:
         # An owned topic id nobody has is dropped; the heartbeat itself is answered (the topic is unknown).
