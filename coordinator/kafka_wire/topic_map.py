@@ -16,6 +16,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
+import msgspec
+
 from coordinator.kafka_wire import messages as M
 from coordinator.wire import schema as S
 
@@ -142,32 +144,23 @@ def _assignment(topics: list[S.ServerAssignedTopic], ids: TopicIds) -> M.KafkaDe
 def describe_response(
     resp: S.ConsumerGroupDescribeResponse, ids: TopicIds
 ) -> M.KafkaConsumerGroupDescribeResponse:
+    """The Kafka form differs only in the assignments: topics named by id and by name."""
     return M.KafkaConsumerGroupDescribeResponse(
         groups=[
             M.KafkaDescribedConsumerGroup(
-                error_code=g.error_code,
-                error_message=g.error_message,
-                group_id=g.group_id,
-                group_state=g.group_state,
-                group_epoch=g.group_epoch,
-                assignment_epoch=g.assignment_epoch,
-                assignor_name=g.assignor_name,
-                members=[
-                    M.KafkaConsumerGroupMember(
-                        member_id=m.member_id,
-                        instance_id=m.instance_id,
-                        rack_id=m.rack_id,
-                        member_epoch=m.member_epoch,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        subscribed_topic_names=list(m.subscribed_topic_names),
-                        subscribed_topic_regex=m.subscribed_topic_regex,
-                        assignment=_assignment(m.assignment, ids),
-                        target_assignment=_assignment(m.target_assignment, ids),
-                    )
-                    for m in g.members
-                ],
-                authorized_operations=g.authorized_operations,
+                **{
+                    **msgspec.structs.asdict(g),
+                    "members": [
+                        M.KafkaConsumerGroupMember(
+                            **{
+                                **msgspec.structs.asdict(m),
+                                "assignment": _assignment(m.assignment, ids),
+                                "target_assignment": _assignment(m.target_assignment, ids),
+                            }
+                        )
+                        for m in g.members
+                    ],
+                }
             )
             for g in resp.groups
         ]
