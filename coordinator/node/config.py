@@ -50,6 +50,17 @@ class NodeConfig:
     kafka_host: str = "127.0.0.1"
     kafka_port: int | None = None
     data: str | None = None  # the log root it serves topics from (None: topics.log.default_root())
+    # Security (docs/security.md). Each listener's protocol: the native one PLAINTEXT, TLS,
+    # SASL_PLAINTEXT or SASL_TLS; the Kafka one Kafka's PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    listen_protocol: str = "PLAINTEXT"
+    kafka_protocol: str = "PLAINTEXT"
+    tls_cert: str | None = None  # PEM files: the node's certificate (chain) and key,
+    tls_key: str | None = None
+    tls_ca: str | None = None  # and the CA its clients' certificates are checked against
+    tls_client_auth: str = "none"  # Kafka's ssl.client.auth: none, requested or required
+    sasl_mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # sasl.enabled.mechanisms
+    authorizer: str | None = None  # None: everything open; "acl": Kafka's ACLs, kept in ZooKeeper
+    super_users: tuple[str, ...] = ()  # principals the authorizer lets do anything (User:admin)
 
     def core_config(self) -> CoordinatorConfig:
         names = {f.name for f in fields(CoordinatorConfig)} & {f.name for f in fields(self)}

@@ -22,6 +22,8 @@ from coordinator.wire.schema import Message, OffsetCommitResponse
 
 log = logging.getLogger("coordinator.node.server")
 
+ANONYMOUS = "User:ANONYMOUS"  # Kafka's principal for a connection that did not authenticate
+
 
 class ConnectionOwner(Protocol):
     """What a connection needs from its node."""
@@ -76,6 +78,9 @@ class Connection(asyncio.Protocol):
         self.processing = False
         self.closed = False
         self._out: list[bytes] = []
+        # Who the client is (docs/security.md): Kafka's principal, set by TLS client
+        # authentication or SASL; ANONYMOUS until then.
+        self.principal = ANONYMOUS
 
     def connection_made(self, transport) -> None:
         self.transport = transport

@@ -24,6 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 PACKAGES = (
     "core",
+    "security",
     "topics",
     "zk_rebalance",
     "coordinator",
@@ -40,19 +41,21 @@ PACKAGES = (
 # points down towards `core`, and a package imports only what its job needs.
 PACKAGES_MAY_IMPORT: dict[str, set[str]] = {
     "core": set(),
+    # TLS, SASL, ACLs and client security settings, shared by the node, its clients and the CLI
+    "security": {"core"},
     "topics": {"core"},
     # scheme one reads the topics' partition counts and assignments from the 0.8 layout
     "zk_rebalance": {"core", "topics"},
-    "coordinator": {"core", "topics"},
+    "coordinator": {"core", "topics", "security"},
     # ZooKeeper servers and ensembles in containers, for tests, benchmarks and experiments
     "testing": {"core"},
-    "migrate": {"core", "topics", "zk_rebalance", "coordinator"},
+    "migrate": {"core", "security", "topics", "zk_rebalance", "coordinator"},
     # a consumer joins through a live migration's bridge while one runs (migrate.migration.bridge)
-    "pipeline": {"core", "topics", "zk_rebalance", "coordinator", "migrate"},
-    "fuzz": {"core", "topics", "coordinator", "testing"},
-    "experiments": {"core", "topics", "zk_rebalance", "coordinator", "testing", "pipeline"},
-    "demo": {"core", "topics", "coordinator", "migrate", "pipeline"},
-    "cli": {"core", "topics", "coordinator", "migrate", "pipeline", "experiments", "demo"},
+    "pipeline": {"core", "security", "topics", "zk_rebalance", "coordinator", "migrate"},
+    "fuzz": {"core", "security", "topics", "coordinator", "testing"},
+    "experiments": {"core", "security", "topics", "zk_rebalance", "coordinator", "testing", "pipeline"},
+    "demo": {"core", "security", "topics", "coordinator", "migrate", "pipeline"},
+    "cli": {"core", "security", "topics", "coordinator", "migrate", "pipeline", "experiments", "demo"},
 }
 
 

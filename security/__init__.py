@@ -1,0 +1,9 @@
+"""Who may reach what: the listeners' TLS and SASL, Kafka's ACLs, a client's security settings.
+
+The modules (docs/security.md is the user's page):
+
+* `listeners.py` — a listener's address with its security protocol, in Kafka's form
+  (`SASL_SSL://HOST:PORT`; the native listener says `TLS` where Kafka says `SSL`);
+* `client_config.py` — a client's security settings, read from a Kafka client properties file
+  (`--command-config`), as TLS contexts and as kafka-python's and librdkafka's settings.
+"""
