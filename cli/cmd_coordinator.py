@@ -87,6 +87,18 @@ class _JsonFormatter(logging.Formatter):
 
 
 _INT32 = 2**31 - 1
+OPEN_NOTICE = "no --authorizer: every client may join, commit, describe and delete every group"
+
+
+def _super_users(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    from security.acls import AclError, parse_super_users
+
+    try:
+        return parse_super_users(value)
+    except AclError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
@@ -183,6 +195,21 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
     "(default: $GROUPSHIFT_DATA, else $GROUPSHIFT_HOME/data).",
 )
 @click.option(
+    "--authorizer",
+    type=click.Choice(["acl"]),
+    default=None,
+    help="acl: enforce Kafka's ACLs, kept in ZooKeeper (`groupshift acls`; docs/security.md). "
+    "Without it every client may do everything.",
+)
+@click.option(
+    "--super-users",
+    "super_users",
+    default=None,
+    callback=_super_users,
+    metavar="User:NAME[;User:NAME...]",
+    help="Principals the authorizer lets do anything (Kafka's super.users; ';' or ',' between them).",
+)
+@click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
 )
 def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **settings) -> None:
@@ -207,6 +234,8 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
             f"--group-min-session-timeout-ms {settings['group_min_session_timeout_ms']} is above "
             f"--group-max-session-timeout-ms {settings['group_max_session_timeout_ms']}"
         )
+    if settings["super_users"] and settings["authorizer"] is None:
+        raise click.UsageError("--super-users takes effect with --authorizer acl only; add it")
     metrics_port = settings.get("metrics_port")
     _check_free(host, port, "--listen")
     if kafka_listen is not None:
@@ -222,6 +251,8 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
         if (settings["metrics_host"], metrics_port) == (host, port):
             raise click.UsageError(f"--metrics-port {metrics_port} is the --listen port; pick another")
         _check_free(settings["metrics_host"], metrics_port, "--metrics-port")
+    if settings["authorizer"] is None:
+        click.echo(OPEN_NOTICE, err=True)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter())
     logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)

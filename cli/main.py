@@ -17,6 +17,7 @@ _VERBOSE_HELP = "Log to stderr: -v warnings (kazoo's too), -vv debug. Accepted b
 # Each command's module, imported when the command runs (or `--help` lists it): a command pays for
 # its own imports only. Importing the module registers the command on `main`.
 COMMANDS = {
+    "acls": "cli.cmd_acls",
     "consume": "cli.cmd_consume",
     "coordinator": "cli.cmd_coordinator",
     "demo": "cli.cmd_demo",

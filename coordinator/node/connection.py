@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from coordinator.node.metrics import Metrics
@@ -39,13 +40,16 @@ class ConnectionOwner(Protocol):
 class Pending:
     """The request token handed to the core: which connection and correlation id to answer."""
 
-    __slots__ = ("conn", "id", "api", "t0")
+    __slots__ = ("conn", "id", "api", "t0", "amend")
 
     def __init__(self, conn: Connection, id: int, api: int, t0: float):
         self.conn = conn
         self.id = id
         self.api = api
         self.t0 = t0
+        # Set when the principal may do only part of the request (coordinator/node/authorization.py):
+        # completes the core's answer with the denied part, once.
+        self.amend: Callable[[Message], Message] | None = None
 
 
 def error_of(body: Message) -> int:
@@ -157,6 +161,8 @@ class Connection(asyncio.Protocol):
         """The core answered `pending` (now or after parking)."""
         if pending is not self.busy:
             return
+        if pending.amend is not None:
+            body, pending.amend = pending.amend(body), None
         self.busy = None
         self.send(pending.id, body)
         self.node.metrics.observe(

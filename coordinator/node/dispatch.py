@@ -83,7 +83,27 @@ class RequestDispatch:
     ) -> Message | None:
         """Serve one decoded request of `pending.conn` (either listener): the answer when it is
         immediate, or None when the core took it (it answers through `pending`, now or later).
-        `kafka`: the request came from the Kafka listener, so FindCoordinator names Kafka endpoints."""
+        `kafka`: the request came from the Kafka listener, so FindCoordinator names Kafka endpoints.
+
+        With `--authorizer acl` the request passes the node's ACLs first (`self.gate`,
+        coordinator/node/authorization.py): refused whole, it is answered here and nothing else
+        happens; refused in part, the allowed part is served and the answer completed."""
+        gate = self.gate
+        if gate is None or api == P.API_VERSIONS:
+            return self._serve(pending, api, body, client_id, kafka)
+        conn = pending.conn
+        ruling = gate.rule(conn.principal, conn.peer_host, api, body)
+        if ruling is None:
+            return self._serve(pending, api, body, client_id, kafka)
+        if ruling.request is None:
+            return ruling.answer
+        pending.amend = ruling.amend
+        answer = self._serve(pending, api, ruling.request, client_id, kafka)
+        if answer is not None and pending.amend is not None:
+            answer, pending.amend = pending.amend(answer), None
+        return answer
+
+    def _serve(self, pending: Pending, api: int, body: Any, client_id: str, kafka: bool) -> Message | None:
         conn = pending.conn
         if api == P.API_VERSIONS:
             return P.api_versions_body()

@@ -83,6 +83,8 @@ class KafkaConnection(Connection):
         """Answer `pending` (None: no answer, as for Produce with acks=0)."""
         if pending is not self.busy:
             return
+        if pending.amend is not None:  # the denied part of the request (authorization.py)
+            body, pending.amend = pending.amend(body), None
         member_id = _member_id_round_trip(pending, body)
         if member_id is not None and not self.closed:
             assert isinstance(pending, KafkaPending)
@@ -222,8 +224,17 @@ class KafkaListener:
             conn.answer(pending, body)
 
     async def _serve_data(self, pending: KafkaPending, req: K.KafkaRequest) -> None:
+        request, gate = req.body, self.node.gate
+        if gate is not None:  # --authorizer: the topics the principal may not use are refused
+            conn = pending.conn
+            ruling = gate.rule_data(conn.principal, conn.peer_host, req.api_key, request)
+            if ruling is not None:
+                if ruling.request is None:
+                    conn.answer(pending, ruling.answer)
+                    return
+                request, pending.amend = ruling.request, ruling.amend
         try:
-            body = await self.data.serve(req.api_key, req.api_version, req.body)
+            body = await self.data.serve(req.api_key, req.api_version, request)
         except Exception:
             log.exception("the data plane failed on %s from %s", req.name, pending.conn.peer_host)
             pending.conn.close()

@@ -55,6 +55,7 @@ from coordinator.node.outputs import CoreOutputs
 from coordinator.node.shards import ShardLeadership, ShardStatus
 from coordinator.node.state import LOST, NEW, SERVING, STOPPED, SUSPENDED, NodeState
 from coordinator.node.store import CoordinatorStore
+from coordinator.node.zk_async import _retrying
 from coordinator.server_side.assigned import ServerAssignedCoordinator
 from coordinator.server_side.group_conversion import MigrationPolicy
 from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
@@ -62,6 +63,8 @@ from core.errors import GroupshiftError
 from core.zk import connect
 
 if TYPE_CHECKING:
+    from coordinator.node.acl_cache import AclCache
+    from coordinator.node.authorization import RequestAuthorization
     from coordinator.node.offsets_mirror import OffsetsMirror
 
 log = logging.getLogger(__name__)
@@ -104,6 +107,9 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self.metrics_port: int | None = None
         self.kafka_endpoint: tuple[str, int] | None = None  # the Kafka listener's advertised host, port
         self.offsets_mirror: OffsetsMirror | None = None  # commits into __consumer_offsets (Kafka tooling)
+        # --authorizer acl: the ACLs every request passes (None: everything open, as Kafka without one)
+        self.gate: RequestAuthorization | None = None
+        self.acl_cache: AclCache | None = None
         self._kafka_server: asyncio.AbstractServer | None = None
         self._server: asyncio.AbstractServer | None = None
         self._metrics_server: asyncio.AbstractServer | None = None
@@ -135,6 +141,14 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self.zk = await asyncio.to_thread(connect, cfg.zk, session_timeout=cfg.zk_session_timeout_ms / 1000)
         self.store = CoordinatorStore(self.zk, cfg.node_id, cfg.shards)
         await self.store.start(self._loop)
+        if cfg.authorizer == "acl":  # loaded before any listener accepts a client
+            from coordinator.node.acl_cache import AclCache
+            from coordinator.node.authorization import RequestAuthorization
+
+            self.acl_cache = AclCache(self.zk, cfg.super_users)
+            await _retrying("loading the ACLs", self.acl_cache.start)
+            self.gate = RequestAuthorization(self.acl_cache.authorizer)
+            self._spawn(self.acl_cache.run())
         try:
             self._server = await self._loop.create_server(
                 lambda: Connection(self), cfg.host, cfg.port, backlog=1024
