@@ -48,3 +48,8 @@ class CommitFailed(GroupshiftError):
 
 class RebalanceFailed(GroupshiftError):
     """A rebalance could not complete."""
+
+
+class GroupAuthorizationFailed(RebalanceFailed):
+    """The coordinator's ACLs refuse this client the group (Kafka's GROUP_AUTHORIZATION_FAILED):
+    an operator grants it (`groupshift acls add`, docs/security.md)."""

@@ -99,6 +99,8 @@ class ClassicProtocol(GroupMember):
             self._reset_generation(f"heartbeat answered {error_name(code)}")
         elif E.coordinator_moved(code):
             self.mark_coordinator_unknown(f"heartbeat answered {error_name(code)}")
+        elif code == E.GROUP_AUTHORIZATION_FAILED:  # an ACL was removed while the member was in
+            self.refused("Heartbeat")
         elif code == E.FENCED_INSTANCE_ID:
             self._fail(
                 RebalanceFailed(

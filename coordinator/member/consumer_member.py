@@ -76,6 +76,15 @@ log = logging.getLogger(__name__)
 COMMIT_FENCED = (E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID, E.REBALANCE_IN_PROGRESS, E.FENCED_INSTANCE_ID)
 
 
+def _acl_hint(errors: set[int]) -> str:
+    if errors & {E.GROUP_AUTHORIZATION_FAILED, E.TOPIC_AUTHORIZATION_FAILED}:
+        return (
+            " (the coordinator's ACLs refuse this client; an operator grants Read on the group and "
+            "its topics with `groupshift acls add`)"
+        )
+    return ""
+
+
 class CoordinatorMember(ClassicProtocol):
     """One consumer-group member under scheme three (see the module docstring)."""
 
@@ -341,7 +350,9 @@ class CoordinatorMember(ClassicProtocol):
                 "longer current; the records will be delivered to the partitions' new owner — keep "
                 "polling (the member rejoins) and process the new assignment"
             )
-        raise GroupshiftError(f"offset commit failed: {', '.join(sorted(map(error_name, errors)))}")
+        raise GroupshiftError(
+            f"offset commit failed: {', '.join(sorted(map(error_name, errors)))}{_acl_hint(errors)}"
+        )
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offsets (OffsetFetch); None where nothing was committed."""
@@ -357,7 +368,9 @@ class CoordinatorMember(ClassicProtocol):
         )
         resp = self._control_request(wire.OFFSET_FETCH, body, retry_coordinator=True, top_level=True)
         if resp.error_code:
-            raise GroupshiftError(f"offset fetch failed: {error_name(resp.error_code)}")
+            raise GroupshiftError(
+                f"offset fetch failed: {error_name(resp.error_code)}{_acl_hint({resp.error_code})}"
+            )
         out: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
         for t in resp.topics:
             for p in t.partitions:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.member.connection import (
@@ -56,6 +56,8 @@ class CoordinatorDiscovery:
     _last_heartbeat_ok: float
     state: MemberState
     stats: dict[str, int]
+    fatal_error: BaseException | None
+    refused: Callable[[str], None]  # the coordinator's ACLs refused the group: fatal
 
     def _init_discovery(self, zk, bootstrap: Sequence[str] | str | None, metadata_max_age_ms: int) -> None:
         """The discovery's own state; `GroupMember.__init__` calls it once, after the lock exists."""
@@ -145,6 +147,8 @@ class CoordinatorDiscovery:
                     return True
             if self._discover_once():
                 return True
+            if self.fatal_error is not None:  # refused by the coordinator's ACLs
+                return False
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             self._sleep(self.retry_backoff, interruptible=stop_on_close)
@@ -178,6 +182,9 @@ class CoordinatorDiscovery:
             except ConnectionLost as exc:
                 log.debug("FindCoordinator via %s:%s failed: %s", host, port, exc)
                 continue
+            if resp.error_code == E.GROUP_AUTHORIZATION_FAILED:  # no other node answers otherwise
+                self.refused("FindCoordinator")
+                return False
             if resp.error_code:
                 log.debug("FindCoordinator via %s:%s: %s", host, port, error_name(resp.error_code))
                 continue
@@ -235,6 +242,8 @@ class CoordinatorDiscovery:
         deadline = time.monotonic() + self.request_timeout
         while True:
             if not self._ensure_coordinator(deadline, stop_on_close=False):
+                if self.fatal_error is not None:
+                    raise self.fatal_error
                 raise CoordinatorUnavailable(
                     f"{wire.API_NAMES[api]} failed: " + self._unavailable_message(self.request_timeout)
                 )

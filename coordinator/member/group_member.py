@@ -81,7 +81,7 @@ from coordinator.wire.schema import (
     LeaveGroupRequest,
     Message,
 )
-from core.errors import GroupshiftError, RebalanceFailed
+from core.errors import GroupAuthorizationFailed, GroupshiftError, RebalanceFailed
 from core.membership import NoopListener, call_listener
 from core.types import TopicPartition
 
@@ -538,6 +538,9 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
         if code == E.COORDINATOR_LOAD_IN_PROGRESS:
             self._retry_at = time.monotonic() + self.retry_backoff
             return True
+        if code == E.GROUP_AUTHORIZATION_FAILED:
+            self.refused(api)
+            return False
         if code in FATAL_JOIN_ERRORS:
             what = self.explain_join_error(code)
             self._fail(
@@ -556,6 +559,16 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
             log.exception("group %s: rebalance listener %s failed", self.group_id, method)
             with self._cv:
                 self._listener_error = exc
+
+    def refused(self, api: str) -> None:
+        """The coordinator's ACLs refused this client the group: fatal, as Kafka's consumer makes it."""
+        self._fail(
+            GroupAuthorizationFailed(
+                f"{api} for group {self.group_id!r} failed: GROUP_AUTHORIZATION_FAILED: the coordinator's "
+                "ACLs do not let this client use the group; an operator grants it with `groupshift acls add "
+                f"--allow-principal User:NAME --operation Read --group {self.group_id}`"
+            )
+        )
 
     def _fail(self, exc: BaseException) -> None:
         with self._cv:

@@ -122,6 +122,8 @@ class IncrementalMember(CoordinatorMember):
             self._reset_generation(f"heartbeat answered {error_name(code)}")
         elif E.coordinator_moved(code):
             self.mark_coordinator_unknown(f"heartbeat answered {error_name(code)}")
+        elif code == E.GROUP_AUTHORIZATION_FAILED:
+            self.refused("ConsumerGroupHeartbeat")
         elif code in FATAL:
             self._fail(
                 RebalanceFailed(
