@@ -95,6 +95,21 @@ def _denied(what: str, name: str, principal: str) -> str:
     return f"{principal} is not authorized: {what} {name!r}"
 
 
+def _some_topics(body: Any, allowed: list, refused: Any) -> Ruling:
+    """A group request some of whose topics are refused (`refused`: their answer): with none
+    allowed, that answer at once; else the allowed topics go to the core and the refused ones are
+    added to its answer (unless that answer failed as a whole)."""
+    if not allowed:
+        return Ruling(answer=refused)
+
+    def amend(resp: Any) -> Any:
+        if type(resp) is not type(refused) or getattr(resp, "error_code", 0):
+            return resp
+        return replace(resp, topics=[*resp.topics, *refused.topics])
+
+    return Ruling(request=replace(body, topics=allowed), amend=amend)
+
+
 class RequestAuthorization:
     """The rulings of one node (see the module docstring), over its ACLs' `Authorizer`."""
 
@@ -174,15 +189,7 @@ class RequestAuthorization:
         if not denied:
             return None
         refused = S.OffsetCommitResponse.with_error(replace(body, topics=denied), TOPIC_AUTHORIZATION_FAILED)
-        if not allowed:
-            return Ruling(answer=refused)
-
-        def amend(resp: Any) -> Any:
-            if type(resp) is not S.OffsetCommitResponse:
-                return resp
-            return S.OffsetCommitResponse(topics=[*resp.topics, *refused.topics])
-
-        return Ruling(request=replace(body, topics=allowed), amend=amend)
+        return _some_topics(body, allowed, refused)
 
     def _offset_fetch(self, principal: str, host: str, body: S.OffsetFetchRequest) -> Ruling | None:
         if not self._may(principal, host, DESCRIBE, GROUP, body.group_id):
@@ -214,15 +221,7 @@ class RequestAuthorization:
             )
             for t in denied
         ]
-        if not allowed:
-            return Ruling(answer=S.OffsetFetchResponse(error_code=0, topics=refused))
-
-        def amend(resp: Any) -> Any:
-            if type(resp) is not S.OffsetFetchResponse or resp.error_code:
-                return resp
-            return replace(resp, topics=[*resp.topics, *refused])
-
-        return Ruling(request=replace(body, topics=allowed), amend=amend)
+        return _some_topics(body, allowed, S.OffsetFetchResponse(error_code=0, topics=refused))
 
     def _offset_delete(self, principal: str, host: str, body: S.OffsetDeleteRequest) -> Ruling | None:
         if not self._may(principal, host, DELETE, GROUP, body.group_id):
@@ -242,15 +241,7 @@ class RequestAuthorization:
             )
             for t in denied
         ]
-        if not allowed:
-            return Ruling(answer=S.OffsetDeleteResponse(error_code=0, topics=refused))
-
-        def amend(resp: Any) -> Any:
-            if type(resp) is not S.OffsetDeleteResponse or resp.error_code:
-                return resp
-            return replace(resp, topics=[*resp.topics, *refused])
-
-        return Ruling(request=replace(body, topics=allowed), amend=amend)
+        return _some_topics(body, allowed, S.OffsetDeleteResponse(error_code=0, topics=refused))
 
     def _per_group(
         self,
