@@ -300,6 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--connect", default=None, help="HOST:PORT of a running node to load instead of starting one"
     )
+    ap.add_argument(
+        "--authorizer",
+        choices=["acl"],
+        default=None,
+        help="start the node with --authorizer acl, the bench's groups allowed by a prefixed ACL: "
+        "every request pays the ACL check (docs/security.md)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
 
@@ -315,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         zk = server.connect_string
     zk = f"{zk}/bench-coordinator-{uuid.uuid4().hex[:8]}"
     log = Path("/tmp") / f"bench-coordinator-{uuid.uuid4().hex[:6]}.log"
+    secured = ["--authorizer", "acl"] if args.authorizer else []
+    if args.authorizer:
+        _allow_bench_groups(zk)
     node = NodeProcess.start(
         zk,
         1,
@@ -324,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "warning",
         "--max-connections",
         "20000",
+        *secured,
         log_path=log,
     )
     try:
@@ -333,6 +344,25 @@ def main(argv: list[str] | None = None) -> int:
         if server is not None:
             server.remove()
     return 0
+
+
+def _allow_bench_groups(zk: str) -> None:
+    """Group Read for the bench's clients (User:ANONYMOUS) on its groups (`hb-`, `rb-` prefixes)."""
+    from core.zk import connect
+    from security.acl_store import AclStore
+    from security.acls import ALLOW, GROUP, PREFIXED, READ, AccessControlEntry, ResourcePattern
+
+    client = connect(zk)
+    try:
+        store = AclStore(client)
+        for prefix in ("hb-", "rb-"):
+            store.add(
+                ResourcePattern(GROUP, prefix, PREFIXED),
+                [AccessControlEntry("User:ANONYMOUS", "*", READ, ALLOW)],
+            )
+    finally:
+        client.stop()
+        client.close()
 
 
 def _run(args, host: str, port: int) -> int:
