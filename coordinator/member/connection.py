@@ -81,7 +81,7 @@ class Connection:
         if security is not None and security.tls:
             self._sock = _tls(self._sock, host, port, security)
         if security is not None and security.sasl:
-            from coordinator.member.sasl_client import authenticate
+            from coordinator.member.authenticate import authenticate
 
             try:
                 authenticate(self, security, connect_timeout)
