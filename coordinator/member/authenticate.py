@@ -34,7 +34,7 @@ def authenticate(conn: Any, security: ClientSecurity, timeout: float) -> None:
     if resp.error_code:
         offered = ", ".join(resp.mechanisms) or "none"
         raise AuthenticationFailed(
-            f"{where} does not accept SASL mechanism {security.mechanism} ({wire.ERROR_NAMES.get(resp.error_code, resp.error_code)}; "
+            f"{where} does not accept SASL mechanism {security.mechanism} ({_name(resp.error_code)}; "
             f"it offers {offered}); set sasl.mechanism in the client config"
         )
     tokens = client_tokens(security.mechanism, security.username, security.password)
@@ -48,9 +48,13 @@ def authenticate(conn: Any, security: ClientSecurity, timeout: float) -> None:
                 why = f": {resp.error_message}" if resp.error_message else ""
                 raise AuthenticationFailed(
                     f"{where} refused the credentials of {security.username!r} "
-                    f"({wire.ERROR_NAMES.get(resp.error_code, resp.error_code)}{why}); check sasl.username and sasl.password"
+                    f"({_name(resp.error_code)}{why}); check sasl.username and sasl.password"
                 )
             token = tokens.send(resp.auth_bytes)
     except ScramError as exc:
         raise AuthenticationFailed(f"SASL with {where} failed: {exc}") from None
     raise AuthenticationFailed(f"SASL with {where} did not finish in {MAX_ROUNDS} rounds")
+
+
+def _name(code: int) -> str:
+    return wire.ERROR_NAMES.get(code, str(code))
