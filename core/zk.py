@@ -401,7 +401,8 @@ def _tls_probe(hosts: str, tls: zk_auth.ZkTls, timeout: float) -> None:
     raise ZooKeeperUnavailable(
         f"the TLS handshake with ZooKeeper failed ({'; '.join(failures)}); "
         "check --zk-tls-ca (the CA that signed the server's certificate, which must name the host "
-        "you connect to) and that --zk points at the server's secureClientPort"
+        "you connect to), --zk-tls-cert/--zk-tls-key (when the server requires a client certificate) "
+        "and that --zk points at the server's secureClientPort"
     )
 
 

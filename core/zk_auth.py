@@ -140,8 +140,8 @@ def read_secret_file(path: str, what: str, form: str) -> str:
     size and encoding are checked; `what` names it and `form` says what it must hold."""
     source = f"the {what} {path}"
     try:
+        check_file_mode(os.stat(path).st_mode, source)  # before open: a FIFO would block it
         with open(path, "rb") as f:
-            check_file_mode(os.fstat(f.fileno()).st_mode, source)
             raw = f.read(MAX_AUTH_FILE_BYTES + 1)
     except OSError as exc:
         raise GroupshiftError(
