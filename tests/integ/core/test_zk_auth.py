@@ -35,7 +35,7 @@ from core.zk import ZooKeeperNoAuth
 from core.zk_auth import ENV_AUTH_FILE, ENV_READ_PRINCIPAL, digest_id
 from pipeline.consumer import Consumer
 from testing.zookeeper import SUPER_AUTH
-from tests.inspect_helpers import REPO, coordinator_consumer
+from tests.inspect_helpers import REPO, coordinator_consumer, legacy_consumer
 from tests.snapshots import changes, dir_tree, zk_tree
 from topics.log import Log
 
@@ -71,19 +71,6 @@ def _one_no_auth_line(done: subprocess.CompletedProcess) -> None:
     assert done.returncode == 1 and len(lines) == 1, (done.returncode, done.stderr)
     assert lines[0].startswith("error: ZooKeeper refused the request: NoAuth"), lines[0]
     assert "--zk-auth-file" in lines[0], lines[0]
-
-
-def legacy_consumer(group: str, zk: str, log: Log) -> Consumer:
-    return Consumer(
-        group,
-        ["clicks"],
-        rebalancer="zk",
-        zk=zk,
-        log=log,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        membership_options={"rebalance_backoff_ms": 100},
-    )
 
 
 def _drain(consumer: Consumer, want: int, timeout: float = 30.0) -> None:
@@ -149,7 +136,7 @@ def secured(module_zk_connect, tmp_path_factory):
             _drain(three, 2 * RECORDS)
         finally:
             three.close()
-        one = legacy_consumer("g1", s.zk, log)
+        one = legacy_consumer("g1", ["clicks"], s.zk, log)
         try:
             _drain(one, 2 * RECORDS)
         finally:
@@ -259,7 +246,7 @@ def test_a_consumer_without_the_credential_raises_one_noauth_error(secured, reba
     t0 = time.monotonic()
     with pytest.raises(ZooKeeperNoAuth, match="NoAuth.*--zk-auth-file"):
         if rebalancer == "zk":
-            c = legacy_consumer("g1", secured.zk, log)
+            c = legacy_consumer("g1", ["clicks"], secured.zk, log)
         else:
             c = coordinator_consumer("g3", ["clicks"], secured.zk, log, secured.node.address)
         try:

@@ -22,10 +22,9 @@ from coordinator.node.process import NodeProcess
 from core.errors import ZooKeeperUnavailable
 from core.zk import connect
 from core.zk_auth import ENV_AUTH_FILE, ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ZK_SECURITY_ENV, digest_id
-from pipeline.consumer import Consumer
 from testing.certs import CertificateAuthority
 from testing.zookeeper import SUPER_AUTH, ServerTls, ZkServer
-from tests.inspect_helpers import REPO
+from tests.inspect_helpers import REPO, legacy_consumer
 from tests.namespaces import chroot_for, remove_namespace
 from tests.snapshots import zk_tree
 from topics.log import Log
@@ -100,16 +99,7 @@ def test_cli_node_and_consumer_over_tls_with_a_credential(secure, tmp_path, monk
         monkeypatch.setenv(var, str(value))
     node = NodeProcess.start(zk, 1, "--data", str(data), log_path=tmp_path / "node.log")
     try:
-        consumer = Consumer(
-            "g1",
-            ["clicks"],
-            rebalancer="zk",
-            zk=zk,
-            log=Log(data),
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            membership_options={"rebalance_backoff_ms": 100},
-        )
+        consumer = legacy_consumer("g1", ["clicks"], zk, Log(data))
         try:
             got, deadline = 0, time.monotonic() + 30
             while got < 20:
