@@ -251,3 +251,27 @@ def zk_option(f):
         help="ZooKeeper connect string (default: $GROUPSHIFT_ZK, else the embedded `groupshift zk start`). "
         "The chroot must be canonical (/a/b: no //, trailing /, . or .., whitespace).",
     )(f)
+
+
+def command_config_option(f):
+    """`--command-config FILE`: TLS and SASL settings for the nodes or brokers a command talks to,
+    as a Kafka client properties file (docs/security.md); checked before the command does anything."""
+
+    def load(ctx: click.Context, param: click.Parameter, value: str | None):
+        if value is None:
+            return None
+        from security.client_config import load as load_config
+
+        try:
+            return load_config(value)
+        except GroupshiftError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return click.option(
+        "--command-config",
+        "security",
+        default=None,
+        callback=load,
+        metavar="FILE",
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*) for secured listeners.",
+    )(f)
