@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from security.scram import ScramError
+
 from coordinator.wire import codec as wire
 from coordinator.wire.schema import (
     SASL_AUTHENTICATE,
@@ -17,9 +19,16 @@ from coordinator.wire.schema import (
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
 )
+from core.errors import GroupshiftError
 from security.client_config import ClientSecurity
 from security.sasl_client import client_tokens
-from security.scram import ScramError
+
+
+class AuthenticationFailed(GroupshiftError):
+    """The node refused this client's TLS handshake or SASL credentials: retrying cannot help.
+
+    Not a `ConnectionLost`, so a member stops and says why instead of looking for another node."""
+
 
 MAX_ROUNDS = 4  # PLAIN takes one SaslAuthenticate, SCRAM two
 
@@ -27,8 +36,6 @@ MAX_ROUNDS = 4  # PLAIN takes one SaslAuthenticate, SCRAM two
 def authenticate(conn: Any, security: ClientSecurity, timeout: float) -> None:
     """Authenticate `conn` (a `connection.Connection`) as `security.username`; raises
     `AuthenticationFailed` (refused) or `ConnectionLost` (the connection broke)."""
-    from coordinator.member.connection import AuthenticationFailed
-
     where = f"coordinator node {conn.address[0]}:{conn.address[1]}"
     resp = conn.request(SASL_HANDSHAKE, SaslHandshakeRequest(mechanism=security.mechanism), timeout)
     if resp.error_code:

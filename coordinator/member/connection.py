@@ -20,6 +20,7 @@ import msgspec
 
 from coordinator.layout import COORDINATORS as COORDINATORS_PATH
 from coordinator.layout import MAX_NODES, CoordinatorRecord, coordinator_path, decode_coordinator
+from coordinator.member.authenticate import AuthenticationFailed, authenticate
 from coordinator.wire import codec as wire
 from coordinator.wire.schema import Message
 from core.errors import GroupshiftError
@@ -35,12 +36,6 @@ class CoordinatorUnavailable(GroupshiftError):
 
 class ConnectionLost(GroupshiftError):
     """The connection to a coordinator node broke (or timed out) before the response arrived."""
-
-
-class AuthenticationFailed(GroupshiftError):
-    """The node refused this client's TLS handshake or SASL credentials: retrying cannot help.
-
-    Not a `ConnectionLost`, so a member stops and says why instead of looking for another node."""
 
 
 def error_name(code: int) -> str:
@@ -81,8 +76,6 @@ class Connection:
         if security is not None and security.tls:
             self._sock = _tls(self._sock, host, port, security)
         if security is not None and security.sasl:
-            from coordinator.member.authenticate import authenticate
-
             try:
                 authenticate(self, security, connect_timeout)
             except BaseException:
