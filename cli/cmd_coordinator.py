@@ -251,8 +251,6 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
         if (settings["metrics_host"], metrics_port) == (host, port):
             raise click.UsageError(f"--metrics-port {metrics_port} is the --listen port; pick another")
         _check_free(settings["metrics_host"], metrics_port, "--metrics-port")
-    if settings["authorizer"] is None:
-        click.echo(OPEN_NOTICE, err=True)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter())
     logging.basicConfig(level=log_level.upper(), handlers=[handler], force=True)
@@ -274,6 +272,8 @@ async def _run(node, metrics_port) -> None:
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     host, port = await node.start()
+    if node.config.authorizer is None:  # once it runs (bad input stays one line)
+        click.echo(OPEN_NOTICE, err=True)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.request_stop)
     click.echo(f"listening on {host}:{port}")
