@@ -123,6 +123,6 @@ def remove(user, mechanism, zk) -> None:
     with _zk(zk, create=False) as client:
         removed = CredentialStore(client).remove(user, wanted)
     if not removed:
-        what = f"a {wanted[0]} credential" if mechanism else "SASL credentials"
+        what = f"{wanted[0]} credential" if mechanism else "SASL credentials"
         raise GroupshiftError(f"user {user} has no {what}; `groupshift users list` shows who has")
     click.echo(f"user {user}: removed {', '.join(removed)}")

@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import Consumer
 from kafka import KafkaConsumer
+from kafka.errors import KafkaTimeoutError
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -45,6 +46,7 @@ from topics.store import TopicStore
 REPO = Path(__file__).resolve().parents[3]
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 RECORDS = 40  # 20 a partition
+BOOTSTRAP = "Unable to bootstrap"  # kafka-python's error when no connection could complete its set-up
 
 
 def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -245,7 +247,7 @@ def _wait_for_error(c: Consumer, errors: list, seconds: float = 15) -> None:
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
 def test_a_wrong_password_is_refused_and_changes_nothing(world, mechanism, caplog):
     group, before = _group(), _groups(world)
-    with caplog.at_level(logging.ERROR, logger="kafka"), pytest.raises(Exception):  # noqa: B017,PT011
+    with caplog.at_level(logging.ERROR, logger="kafka"), pytest.raises(KafkaTimeoutError, match=BOOTSTRAP):
         c = _kafka_python(world, group, bootstrap_timeout_ms=1000, **_sasl_kp(mechanism, "wrong"))
         c.poll(500)  # not reached: the consumer cannot bootstrap
     assert "[Error 58] SaslAuthenticationFailedError" in caplog.text
@@ -274,7 +276,7 @@ def test_an_unknown_mechanism_is_refused(world):
         _wait_for_error(c, errors)
     finally:
         c.close()
-    assert "Unsupported SASL mechanism" in errors[0].str() or "OAUTHBEARER" in errors[0].str(), errors
+    assert "Broker: Unsupported SASL mechanism" in errors[0].str(), errors
     _no_trace_of(world, group, before)
     with _kafka_socket(world) as s:  # the codes themselves
         handshake = _kafka_call(s, SaslHandshakeRequest(mechanism="GSSAPI", version=1), SaslHandshakeResponse)
@@ -283,15 +285,16 @@ def test_an_unknown_mechanism_is_refused(world):
         assert _closed(s)
 
 
-def test_a_client_without_sasl_is_refused(world, caplog):
+def test_a_client_without_sasl_is_refused(world):
     group, before = _group(), _groups(world)
-    with pytest.raises(Exception):  # noqa: B017,PT011 - kafka-python cannot bootstrap: its metadata is refused
+    with pytest.raises(KafkaTimeoutError, match=BOOTSTRAP):  # its Metadata request closes the connection
         c = _kafka_python(world, group, bootstrap_timeout_ms=1000)
         c.poll(500)
     errors: list = []
     c = _confluent(world, group, {}, errors)
     try:
-        _wait_for_error(c, errors)
+        _wait_for_error(c, errors)  # the node closed its connection at its first request past ApiVersions
+        assert any("brokers are down" in e.str() or "Disconnected" in e.str() for e in errors), errors
         assert not c.assignment()
     finally:
         c.close()

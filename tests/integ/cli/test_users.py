@@ -1,0 +1,206 @@
+"""`groupshift users add|list|remove` against real ZooKeeper: Kafka's znodes, the listing, bad input.
+
+Each command runs as a real process. The credentials land where and as Kafka's brokers read them
+(`/config/users/<user>`, `{"version":1,"config":{MECHANISM: "salt=...,..."}}`, plus a change
+notification); bad input is one line on stderr, a non-zero exit, and the namespace unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from security.credentials import CHANGES, USERS, CredentialStore
+from security.scram import ScramCredential, make_credential, plain_matches
+from tests.snapshots import changes, zk_tree
+
+REPO = Path(__file__).resolve().parents[3]
+ENV = dict(os.environ, PYTHONPATH=str(REPO))
+
+
+def _spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli", *args],
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    p = _spawn(*args)
+    out, err = p.communicate(timeout=60)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def _ok(*args: str) -> str:
+    done = _cli(*args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def pw(tmp_path) -> Path:
+    p = tmp_path / "pw"
+    p.write_text("pencil\n")
+    p.chmod(0o600)
+    return p
+
+
+def test_add_list_remove_in_kafkas_layout(zk_connect, zk, pw):
+    adds = [  # at once: two of them write alice's znode, each conditional on the version it read
+        ("alice", "--mechanism", "PLAIN"),
+        ("alice", "--mechanism", "SCRAM-SHA-256", "--iterations", "8192"),
+        ("bob=1,x", "--mechanism", "SCRAM-SHA-512"),
+    ]
+    running = [_spawn("users", "add", *a, "--password-file", str(pw), "--zk", zk_connect) for a in adds]
+    said = [p.communicate(timeout=60) for p in running]
+    assert [p.returncode for p in running] == [0, 0, 0], said
+    assert said[0][0] == "user alice: PLAIN credential set (4096 iterations)\n"
+    doc = json.loads(zk.get(f"{USERS}/alice")[0])
+    assert doc["version"] == 1 and sorted(doc["config"]) == ["PLAIN", "SCRAM-SHA-256"]
+    scram = ScramCredential.from_kafka(doc["config"]["SCRAM-SHA-256"])
+    assert scram.iterations == 8192
+    assert scram == make_credential("SCRAM-SHA-256", "pencil", 8192, salt=scram.salt)  # the password's
+    assert plain_matches(ScramCredential.from_kafka(doc["config"]["PLAIN"]), "pencil")
+    assert b"pencil" not in zk.get(f"{USERS}/alice")[0]
+    assert zk.exists(f"{USERS}/bob%3D1%2Cx")  # Kafka's Sanitizer names the znode
+    notices = sorted(zk.get_children(CHANGES))
+    assert len(notices) == 3 and all(n.startswith("config_change_") for n in notices)
+    assert sorted(json.loads(zk.get(f"{CHANGES}/{n}")[0])["entity_path"] for n in notices) == [
+        "users/alice",
+        "users/alice",
+        "users/bob%3D1%2Cx",
+    ]
+
+    assert _ok("users", "list", "--zk", zk_connect).splitlines() == [
+        "USER     MECHANISM      ITERATIONS",
+        "alice    PLAIN          4096",
+        "alice    SCRAM-SHA-256  8192",
+        "bob=1,x  SCRAM-SHA-512  4096",
+    ]
+    assert json.loads(_ok("users", "list", "-o", "json", "--zk", zk_connect)) == {
+        "alice": {"PLAIN": {"iterations": 4096}, "SCRAM-SHA-256": {"iterations": 8192}},
+        "bob=1,x": {"SCRAM-SHA-512": {"iterations": 4096}},
+    }
+
+    assert (
+        _ok("users", "remove", "alice", "--mechanism", "PLAIN", "--zk", zk_connect)
+        == "user alice: removed PLAIN\n"
+    )
+    assert _ok("users", "remove", "alice", "--zk", zk_connect) == "user alice: removed SCRAM-SHA-256\n"
+    assert json.loads(zk.get(f"{USERS}/alice")[0]) == {"version": 1, "config": {}}  # Kafka keeps the znode
+    assert _ok("users", "list", "--zk", zk_connect).splitlines() == [
+        "USER     MECHANISM      ITERATIONS",
+        "bob=1,x  SCRAM-SHA-512  4096",
+    ]
+    assert len(zk.get_children(CHANGES)) == 5
+    # A writer deletes notifications older than Kafka's 15 minutes (the newest always stays).
+    assert CredentialStore(zk).purge_notifications(now=time.time() + 3600) == 4
+    assert len(zk.get_children(CHANGES)) == 1
+
+
+def test_bad_input_is_one_line_and_changes_nothing(zk_connect, zk, tmp_path, pw):
+    _ok("users", "add", "alice", "--mechanism", "PLAIN", "--password-file", str(pw), "--zk", zk_connect)
+    shared = tmp_path / "shared"
+    shared.write_text("pencil\n")
+    shared.chmod(0o644)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    empty.chmod(0o600)
+    add = ("users", "add", "carol", "--password-file", str(pw), "--zk", zk_connect)
+    cases = {
+        "unknown mechanism": (*add, "--mechanism", "GSSAPI"),
+        "mechanism in lower case": (*add, "--mechanism", "plain"),
+        "readable by others": (
+            "users",
+            "add",
+            "carol",
+            "--mechanism",
+            "PLAIN",
+            "--password-file",
+            str(shared),
+        )
+        + ("--zk", zk_connect),
+        "missing file": (
+            "users",
+            "add",
+            "carol",
+            "--mechanism",
+            "PLAIN",
+            "--password-file",
+            str(tmp_path / "nope"),
+        )
+        + ("--zk", zk_connect),
+        "empty file": ("users", "add", "carol", "--mechanism", "PLAIN", "--password-file", str(empty))
+        + ("--zk", zk_connect),
+        "a name with a space": ("users", "add", "ca rol", "--mechanism", "PLAIN", "--password-file", str(pw))
+        + ("--zk", zk_connect),
+        "an empty name": (
+            "users",
+            "add",
+            "",
+            "--mechanism",
+            "PLAIN",
+            "--password-file",
+            str(pw),
+            "--zk",
+            zk_connect,
+        ),
+        "a principal, not a name": (
+            "users",
+            "add",
+            "User:carol",
+            "--mechanism",
+            "PLAIN",
+            "--password-file",
+            str(pw),
+        )
+        + ("--zk", zk_connect),
+        "a name too long": ("users", "add", "c" * 256, "--mechanism", "PLAIN", "--password-file", str(pw))
+        + ("--zk", zk_connect),
+        "too few iterations": (*add, "--mechanism", "SCRAM-SHA-256", "--iterations", "4095"),
+        "too many iterations": (*add, "--mechanism", "SCRAM-SHA-512", "--iterations", "16385"),
+        "no mechanism": add,
+        "remove an unknown user": ("users", "remove", "nobody", "--zk", zk_connect),
+        "remove a mechanism she lacks": (
+            "users",
+            "remove",
+            "alice",
+            "--mechanism",
+            "SCRAM-SHA-512",
+            "--zk",
+            zk_connect,
+        ),
+        "list a missing chroot": ("users", "list", "--zk", zk_connect + "/missing"),
+        "remove in a missing chroot": ("users", "remove", "alice", "--zk", zk_connect + "/missing"),
+    }
+    before = zk_tree(zk_connect)
+    running = {name: _spawn(*args) for name, args in cases.items()}  # in parallel: a second, not ten
+    said = {}
+    for name, p in running.items():
+        out, err = p.communicate(timeout=60)
+        lines = err.strip().splitlines()
+        assert p.returncode != 0 and out == "", (name, p.returncode, out, err)
+        assert len(lines) == 1 and lines[0].startswith("error: "), (name, err)
+        said[name] = lines[0]
+    assert zk_tree(zk_connect) == before, changes(before, zk_tree(zk_connect))
+    for name, words in {
+        "unknown mechanism": "'GSSAPI' is not one of 'PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512'",
+        "readable by others": "readable by others; chmod o-r",
+        "missing file": "cannot read the password file",
+        "a principal, not a name": "without Kafka's principal prefix",
+        "too few iterations": "4095 is not in the range 4096<=x<=16384",
+        "remove an unknown user": "user nobody has no SASL credentials",
+        "remove a mechanism she lacks": "user alice has no SCRAM-SHA-512 credential",
+        "list a missing chroot": "missing",
+    }.items():
+        assert words in said[name], (name, said[name])
