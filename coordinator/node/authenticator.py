@@ -44,6 +44,10 @@ REQUESTS: dict[int, Request] = {
     SASL_HANDSHAKE: Request.SASL_HANDSHAKE,
     SASL_AUTHENTICATE: Request.SASL_AUTHENTICATE,
 }
+# A refused connection is closed this long after its answer (Kafka's
+# connection.failed.authentication.delay.ms): the client reads the answer before it sees the
+# close, and a client retrying wrong credentials in a loop is slowed down.
+FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
 # Each refusal's Kafka error code (the refusals are named after them).
 CODES: dict[Refusal, int] = {
     Refusal.UNSUPPORTED_SASL_MECHANISM: E.UNSUPPORTED_SASL_MECHANISM,
@@ -91,10 +95,15 @@ class Authenticator:
 
     # -- the frames of a connection that has not authenticated --------------------------------
 
-    def _refuse(self, conn: Connection, why: str) -> None:
+    def _refuse(self, conn: Connection, why: str, delay: float = 0.0) -> None:
         self.node.metrics.inc("sasl_refused")
         log.info("closing connection from %s before authentication: %s", conn.peer_host, why)
-        conn.close()
+        if not delay:
+            conn.close()
+            return
+        # Answered: the client reads the answer before it sees the close (Kafka delays it the same
+        # way); a frame it sends meanwhile finds the session failed and closes at once.
+        asyncio.get_running_loop().call_later(delay, conn.close)
 
     def native(self, conn: Connection, payload: bytes, t0: float) -> None:
         """One frame of a native connection that has not authenticated."""
@@ -177,4 +186,4 @@ class Authenticator:
     def _answer(self, conn: Connection, pending: Pending, body: Message, refusal: Refusal | None) -> None:
         conn.answer(pending, body)
         if refusal is not None:
-            self._refuse(conn, refusal.value)
+            self._refuse(conn, refusal.value, FAILED_AUTHENTICATION_CLOSE_DELAY_S)

@@ -18,6 +18,7 @@ import pytest
 
 from security.credentials import CHANGES, USERS, CredentialStore
 from security.scram import ScramCredential, make_credential, plain_matches
+from tests.inspect_helpers import ok
 from tests.snapshots import changes, zk_tree
 
 REPO = Path(__file__).resolve().parents[3]
@@ -33,18 +34,6 @@ def _spawn(*args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    p = _spawn(*args)
-    out, err = p.communicate(timeout=60)
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
-
-
-def _ok(*args: str) -> str:
-    done = _cli(*args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 @pytest.fixture
@@ -81,24 +70,24 @@ def test_add_list_remove_in_kafkas_layout(zk_connect, zk, pw):
         "users/bob%3D1%2Cx",
     ]
 
-    assert _ok("users", "list", "--zk", zk_connect).splitlines() == [
+    assert ok("users", "list", "--zk", zk_connect).splitlines() == [
         "USER     MECHANISM      ITERATIONS",
         "alice    PLAIN          4096",
         "alice    SCRAM-SHA-256  8192",
         "bob=1,x  SCRAM-SHA-512  4096",
     ]
-    assert json.loads(_ok("users", "list", "-o", "json", "--zk", zk_connect)) == {
+    assert json.loads(ok("users", "list", "-o", "json", "--zk", zk_connect)) == {
         "alice": {"PLAIN": {"iterations": 4096}, "SCRAM-SHA-256": {"iterations": 8192}},
         "bob=1,x": {"SCRAM-SHA-512": {"iterations": 4096}},
     }
 
     assert (
-        _ok("users", "remove", "alice", "--mechanism", "PLAIN", "--zk", zk_connect)
+        ok("users", "remove", "alice", "--mechanism", "PLAIN", "--zk", zk_connect)
         == "user alice: removed PLAIN\n"
     )
-    assert _ok("users", "remove", "alice", "--zk", zk_connect) == "user alice: removed SCRAM-SHA-256\n"
+    assert ok("users", "remove", "alice", "--zk", zk_connect) == "user alice: removed SCRAM-SHA-256\n"
     assert json.loads(zk.get(f"{USERS}/alice")[0]) == {"version": 1, "config": {}}  # Kafka keeps the znode
-    assert _ok("users", "list", "--zk", zk_connect).splitlines() == [
+    assert ok("users", "list", "--zk", zk_connect).splitlines() == [
         "USER     MECHANISM      ITERATIONS",
         "bob=1,x  SCRAM-SHA-512  4096",
     ]
@@ -109,67 +98,31 @@ def test_add_list_remove_in_kafkas_layout(zk_connect, zk, pw):
 
 
 def test_bad_input_is_one_line_and_changes_nothing(zk_connect, zk, tmp_path, pw):
-    _ok("users", "add", "alice", "--mechanism", "PLAIN", "--password-file", str(pw), "--zk", zk_connect)
+    ok("users", "add", "alice", "--mechanism", "PLAIN", "--password-file", str(pw), "--zk", zk_connect)
     shared = tmp_path / "shared"
     shared.write_text("pencil\n")
     shared.chmod(0o644)
     empty = tmp_path / "empty"
     empty.write_text("")
     empty.chmod(0o600)
-    add = ("users", "add", "carol", "--password-file", str(pw), "--zk", zk_connect)
+
+    def add(user: str = "carol", password_file: Path = pw, *more: str) -> tuple[str, ...]:
+        return ("users", "add", user, "--password-file", str(password_file), "--zk", zk_connect, *more)
+
+    plain = ("--mechanism", "PLAIN")
     cases = {
-        "unknown mechanism": (*add, "--mechanism", "GSSAPI"),
-        "mechanism in lower case": (*add, "--mechanism", "plain"),
-        "readable by others": (
-            "users",
-            "add",
-            "carol",
-            "--mechanism",
-            "PLAIN",
-            "--password-file",
-            str(shared),
-        )
-        + ("--zk", zk_connect),
-        "missing file": (
-            "users",
-            "add",
-            "carol",
-            "--mechanism",
-            "PLAIN",
-            "--password-file",
-            str(tmp_path / "nope"),
-        )
-        + ("--zk", zk_connect),
-        "empty file": ("users", "add", "carol", "--mechanism", "PLAIN", "--password-file", str(empty))
-        + ("--zk", zk_connect),
-        "a name with a space": ("users", "add", "ca rol", "--mechanism", "PLAIN", "--password-file", str(pw))
-        + ("--zk", zk_connect),
-        "an empty name": (
-            "users",
-            "add",
-            "",
-            "--mechanism",
-            "PLAIN",
-            "--password-file",
-            str(pw),
-            "--zk",
-            zk_connect,
-        ),
-        "a principal, not a name": (
-            "users",
-            "add",
-            "User:carol",
-            "--mechanism",
-            "PLAIN",
-            "--password-file",
-            str(pw),
-        )
-        + ("--zk", zk_connect),
-        "a name too long": ("users", "add", "c" * 256, "--mechanism", "PLAIN", "--password-file", str(pw))
-        + ("--zk", zk_connect),
-        "too few iterations": (*add, "--mechanism", "SCRAM-SHA-256", "--iterations", "4095"),
-        "too many iterations": (*add, "--mechanism", "SCRAM-SHA-512", "--iterations", "16385"),
-        "no mechanism": add,
+        "unknown mechanism": add("carol", pw, "--mechanism", "GSSAPI"),
+        "mechanism in lower case": add("carol", pw, "--mechanism", "plain"),
+        "readable by others": add("carol", shared, *plain),
+        "missing file": add("carol", tmp_path / "nope", *plain),
+        "empty file": add("carol", empty, *plain),
+        "a name with a space": add("ca rol", pw, *plain),
+        "an empty name": add("", pw, *plain),
+        "a principal, not a name": add("User:carol", pw, *plain),
+        "a name too long": add("c" * 256, pw, *plain),
+        "too few iterations": add("carol", pw, "--mechanism", "SCRAM-SHA-256", "--iterations", "4095"),
+        "too many iterations": add("carol", pw, "--mechanism", "SCRAM-SHA-512", "--iterations", "16385"),
+        "no mechanism": add(),
         "remove an unknown user": ("users", "remove", "nobody", "--zk", zk_connect),
         "remove a mechanism she lacks": (
             "users",

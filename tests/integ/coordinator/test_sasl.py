@@ -35,13 +35,18 @@ from kafka.protocol.sasl import (
 
 from coordinator.layout import GROUPS, decode_offset, group_path, offset_path
 from coordinator.member.wire_client import WireClient, join_body
-from coordinator.node.process import NodeProcess
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
-from core.zk import connect
 from security.scram import ScramClient
-from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, ck_consume, recv_exactly
-from topics.store import TopicStore
+from tests.inspect_helpers import ok
+from tests.kafka_helpers import (
+    KAFKA_PYTHON_POLL_MS,
+    ck_consume,
+    closed_by_peer,
+    kafka_node,
+    new_topic,
+    recv_exactly,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -49,18 +54,14 @@ RECORDS = 40  # 20 a partition
 BOOTSTRAP = "Unable to bootstrap"  # kafka-python's error when no connection could complete its set-up
 
 
-def _cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(
+def _spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
         [sys.executable, "-m", "cli", *args],
         cwd=REPO,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
     )
-    if check:
-        assert out.returncode == 0, out.stderr
-    return out
 
 
 def _password_file(directory: Path, password: str) -> Path:
@@ -76,59 +77,21 @@ def world(module_zk_connect, tmp_path_factory):
     zk = module_zk_connect
     pw = _password_file(tmp, "pencil")
     adds = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cli",
-                "users",
-                "add",
-                "alice",
-                "--mechanism",
-                m,
-                "--password-file",
-                str(pw),
-            ]
-            + ["--zk", zk],
-            cwd=REPO,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        _spawn("users", "add", "alice", "--mechanism", m, "--password-file", str(pw), "--zk", zk)
         for m in MECHANISMS
     ]
     for p in adds:
         assert p.wait(60) == 0, p.stderr.read()
     data = tmp / "data"
     data.mkdir()
-    client = connect(zk, session_timeout=6.0)
-    store = TopicStore(data, client)
-    topic = f"t-{uuid.uuid4().hex[:8]}"
-    store.create_topic(topic, 2)
-    for p in range(2):
-        store.log.produce(topic, [(b"k", f"v-{p}-{i}".encode()) for i in range(RECORDS // 2)], partition=p)
-    node = NodeProcess.start(
-        zk,
-        1,
-        "--kafka-listen",
-        "SASL_PLAINTEXT://127.0.0.1:0",
-        "--data",
-        str(data),
-        "--group-initial-rebalance-delay-ms",
-        "0",
-        "--group-min-session-timeout-ms",
-        "100",
-        "--shards",
-        "4",
-        listen="SASL_PLAINTEXT://127.0.0.1:0",
-        log_path=tmp / "node-1.log",
-    )
-    try:
-        yield SimpleNamespace(zk=zk, client=client, node=node, topic=topic, tmp=tmp)
-    finally:
-        node.stop()
-        client.stop()
-        client.close()
+    sasl = "SASL_PLAINTEXT://127.0.0.1:0"
+    with kafka_node(zk, data, tmp / "node-1.log", listen=sasl, kafka_listen=sasl) as node:
+        topic = new_topic(node, 2)
+        for p in range(2):
+            node.store.log.produce(
+                topic, [(b"k", f"v-{p}-{i}".encode()) for i in range(RECORDS // 2)], partition=p
+            )
+        yield SimpleNamespace(zk=zk, client=node.zk_client, node=node, topic=topic, tmp=tmp)
 
 
 def _group() -> str:
@@ -237,11 +200,20 @@ def test_confluent_consumes_and_commits(world, mechanism):
     assert _committed(world, group) == {0: RECORDS // 2, 1: RECORDS // 2}
 
 
-def _wait_for_error(c: Consumer, errors: list, seconds: float = 15) -> None:
-    deadline = time.monotonic() + seconds
-    while not errors and time.monotonic() < deadline:
-        c.poll(0.1)
+def _confluent_errors(world, group: str, conf: dict, seconds: float = 15) -> list:
+    """The errors a confluent-kafka consumer with `conf` reports (waits for the first), and it
+    never held a partition."""
+    errors: list = []
+    c = _confluent(world, group, conf, errors)
+    try:
+        deadline = time.monotonic() + seconds
+        while not errors and time.monotonic() < deadline:
+            c.poll(0.1)
+        assert not c.assignment()
+    finally:
+        c.close()
     assert errors, "librdkafka reported no error"
+    return errors
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
@@ -252,37 +224,27 @@ def test_a_wrong_password_is_refused_and_changes_nothing(world, mechanism, caplo
         c.poll(500)  # not reached: the consumer cannot bootstrap
     assert "[Error 58] SaslAuthenticationFailedError" in caplog.text
     assert "invalid credentials" in caplog.text
-    errors: list = []
-    c = _confluent(world, group, _sasl_ck(mechanism, "wrong"), errors)
-    try:
-        _wait_for_error(c, errors)
-    finally:
-        c.close()
+    errors = _confluent_errors(world, group, _sasl_ck(mechanism, "wrong"))
     assert "SASL authentication error: Authentication failed" in errors[0].str(), errors
     _no_trace_of(world, group, before)
 
 
 def test_an_unknown_mechanism_is_refused(world):
     group, before = _group(), _groups(world)
-    errors: list = []
     conf = {
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanism": "OAUTHBEARER",
         "enable.sasl.oauthbearer.unsecure.jwt": True,
         "sasl.oauthbearer.config": "principal=alice",
     }
-    c = _confluent(world, group, conf, errors)
-    try:
-        _wait_for_error(c, errors)
-    finally:
-        c.close()
+    errors = _confluent_errors(world, group, conf)
     assert "Broker: Unsupported SASL mechanism" in errors[0].str(), errors
     _no_trace_of(world, group, before)
     with _kafka_socket(world) as s:  # the codes themselves
         handshake = _kafka_call(s, SaslHandshakeRequest(mechanism="GSSAPI", version=1), SaslHandshakeResponse)
         assert handshake.error_code == E.UNSUPPORTED_SASL_MECHANISM
         assert sorted(handshake.mechanisms) == sorted(MECHANISMS)
-        assert _closed(s)
+        assert closed_by_peer(s)
 
 
 def test_a_client_without_sasl_is_refused(world):
@@ -290,14 +252,8 @@ def test_a_client_without_sasl_is_refused(world):
     with pytest.raises(KafkaTimeoutError, match=BOOTSTRAP):  # its Metadata request closes the connection
         c = _kafka_python(world, group, bootstrap_timeout_ms=1000)
         c.poll(500)
-    errors: list = []
-    c = _confluent(world, group, {}, errors)
-    try:
-        _wait_for_error(c, errors)  # the node closed its connection at its first request past ApiVersions
-        assert any("brokers are down" in e.str() or "Disconnected" in e.str() for e in errors), errors
-        assert not c.assignment()
-    finally:
-        c.close()
+    errors = _confluent_errors(world, group, {})  # its first request past ApiVersions was closed
+    assert any("brokers are down" in e.str() or "Disconnected" in e.str() for e in errors), errors
     _no_trace_of(world, group, before)
 
 
@@ -318,26 +274,18 @@ def _kafka_call(s: socket.socket, request, response_class):
     return response_class.decode(memoryview(frame)[4:], version=request.API_VERSION, header=False)
 
 
-def _closed(s: socket.socket) -> bool:
-    s.settimeout(10)
-    try:
-        return s.recv(1) == b""
-    except ConnectionResetError:
-        return True
-
-
 def test_kafka_listener_closes_a_request_before_authentication(world):
     with _kafka_socket(world) as s:
         request = MetadataRequest(topics=None, version=4)
         request.with_header(correlation_id=1, client_id="t")
         s.sendall(request.encode(framed=True, header=True))
-        assert _closed(s)
+        assert closed_by_peer(s)
     with _kafka_socket(world) as s:  # SaslAuthenticate before SaslHandshake: answered, then closed
         answer = _kafka_call(
             s, SaslAuthenticateRequest(auth_bytes=b"\0alice\0pencil", version=1), SaslAuthenticateResponse
         )
         assert answer.error_code == E.ILLEGAL_SASL_STATE
-        assert _closed(s)
+        assert closed_by_peer(s)
 
 
 def test_kafka_listener_plain_then_a_second_handshake_is_illegal_state(world):
@@ -419,10 +367,10 @@ def test_native_wrong_password_and_requests_before_authentication(world):
 def test_a_removed_user_cannot_authenticate_on_a_new_connection(world):
     user = f"dave-{uuid.uuid4().hex[:6]}"
     pw = _password_file(world.tmp, "d4ve")
-    _cli("users", "add", user, "--mechanism", "PLAIN", "--password-file", str(pw), "--zk", world.zk)
+    ok("users", "add", user, "--mechanism", "PLAIN", "--password-file", str(pw), zk=world.zk)
     with _native(world) as c:
         assert _plain(c, user, "d4ve")["error_code"] == 0
-        _cli("users", "remove", user, "--zk", world.zk)
+        ok("users", "remove", user, zk=world.zk)
         deadline = time.monotonic() + 15
         while True:  # the node learns of the removal from its change notification
             with _native(world) as fresh:
