@@ -38,7 +38,7 @@ from coordinator.member.wire_client import WireClient, join_body
 from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from security.scram import ScramClient
-from tests.inspect_helpers import ok
+from tests.inspect_helpers import ok, run
 from tests.kafka_helpers import (
     KAFKA_PYTHON_POLL_MS,
     ck_consume,
@@ -47,6 +47,7 @@ from tests.kafka_helpers import (
     new_topic,
     recv_exactly,
 )
+from tests.snapshots import zk_tree
 
 REPO = Path(__file__).resolve().parents[3]
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -381,3 +382,28 @@ def test_a_removed_user_cannot_authenticate_on_a_new_connection(world):
         assert code == E.SASL_AUTHENTICATION_FAILED
         # The connection that authenticated before stays authenticated, as in Kafka.
         assert c.request(P.LIST_GROUPS, {"states_filter": []})["error_code"] == 0
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("--sasl-enabled-mechanisms", "PLAIN,GSSAPI"), "unknown SASL mechanism 'GSSAPI'"),
+        (("--sasl-enabled-mechanisms", ""), "unknown SASL mechanism"),
+        (("--kafka-listen", "SASL_SCRAM://127.0.0.1:0"), "protocol 'SASL_SCRAM' is not served"),
+    ],
+)
+def test_serve_refuses_bad_sasl_settings_before_zookeeper(zk_connect, args, says):
+    before = zk_tree(zk_connect)
+    done = run(
+        "coordinator",
+        "serve",
+        "--node-id",
+        "1",
+        "--listen",
+        "SASL_PLAINTEXT://127.0.0.1:0",
+        *args,
+        zk=zk_connect,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and says in lines[0], done.stderr
+    assert zk_tree(zk_connect) == before  # nothing registered, nothing created
