@@ -15,10 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import Permissions
 
 from security.credentials import CHANGES, USERS, CredentialStore
 from security.scram import ScramCredential, make_credential, plain_matches
-from tests.inspect_helpers import ok
+from testing.zookeeper import SUPER_AUTH
+from tests.inspect_helpers import ok, run
 from tests.snapshots import changes, zk_tree
 
 REPO = Path(__file__).resolve().parents[3]
@@ -157,3 +161,44 @@ def test_bad_input_is_one_line_and_changes_nothing(zk_connect, zk, tmp_path, pw)
         "list a missing chroot": "missing",
     }.items():
         assert words in said[name], (name, said[name])
+
+
+def test_with_a_zookeeper_credential_the_users_are_closed_to_others(zk_connect, tmp_path, pw, zk_server):
+    """`--zk-auth-file`: the user's znode and its notification carry the credential's ACL only; a
+    client without it gets NoAuth, `users list` without it is one NoAuth line."""
+    auth = tmp_path / "zk-auth"
+    auth.write_text("digest:gs:gs-secret\n")
+    auth.chmod(0o600)
+    ok(
+        "users",
+        "add",
+        "alice",
+        "--mechanism",
+        "SCRAM-SHA-256",
+        "--password-file",
+        str(pw),
+        "--zk-auth-file",
+        str(auth),
+        zk=zk_connect,
+    )
+    assert "alice" in ok("users", "list", "--zk-auth-file", str(auth), zk=zk_connect)
+    outsider = KazooClient(hosts=zk_server.connect_string, timeout=10)
+    admin = KazooClient(hosts=zk_server.connect_string, timeout=10, auth_data=SUPER_AUTH)
+    outsider.start()
+    admin.start()
+    try:
+        chroot = "/" + zk_connect.split("/", 1)[1]
+        notices = admin.get_children(f"{chroot}{CHANGES}")
+        for path in (f"{chroot}{USERS}", f"{chroot}{USERS}/alice", f"{chroot}{CHANGES}/{notices[0]}"):
+            acl, _ = admin.get_acls(path)
+            assert [(a.id.scheme, a.perms) for a in acl] == [("digest", Permissions.ALL)], (path, acl)
+            with pytest.raises(NoAuthError):
+                outsider.get(path)
+    finally:
+        for c in (outsider, admin):
+            c.stop()
+            c.close()
+    done = run("users", "list", zk=zk_connect)
+    assert done.returncode == 1 and "NoAuth" in done.stderr and len(done.stderr.strip().splitlines()) == 1, (
+        done.stderr
+    )
