@@ -46,14 +46,15 @@ def _mechanism_option(required: bool, help: str):
 
 @contextlib.contextmanager
 def _zk(zk: str | None, create: bool):
-    from core.zk import connect
+    """A client on `--zk` that gives up when ZooKeeper stops answering (as `groups` and `offsets`
+    do); `add` creates a missing chroot first, as Kafka's tools do, `list` and `remove` never."""
+    from cli.inspect_common import zk_session
+    from core.zk import ensure_chroot
 
-    client = connect(zk, create_chroot=create)
-    try:
+    if create:
+        ensure_chroot(zk)
+    with zk_session(zk) as client:
         yield client
-    finally:
-        client.stop()
-        client.close()
 
 
 @users_group.command("add")
