@@ -30,6 +30,31 @@ def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
     return _host(host.strip("[]"), option), int(port)
 
 
+def _protocol(value: str, option: str) -> tuple[str, str]:
+    """A listener's security protocol prefix (`SASL_PLAINTEXT://HOST:PORT`) and the address after it."""
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        return "PLAINTEXT", value
+    if scheme.upper() not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        raise click.BadParameter(
+            f"{value!r}: protocol {scheme!r} is not served; expected [PLAINTEXT://|SASL_PLAINTEXT://]HOST:PORT",
+            param_hint=f"'{option}'",
+        )
+    return scheme.upper(), rest
+
+
+def _mechanisms(ctx, param, value: str) -> tuple[str, ...]:
+    from security.sasl import MECHANISMS
+
+    names = tuple(m.strip().upper() for m in value.split(","))
+    unknown = [m for m in names if m not in MECHANISMS]
+    if unknown or not value.strip():
+        raise click.BadParameter(
+            f"unknown SASL mechanism {(unknown or [''])[0]!r}; expected some of {','.join(MECHANISMS)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
 def _host(value: str, param) -> str:
     if (
         not value
@@ -108,7 +133,11 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
 @coordinator_group.command("serve")
 @zk_option
 @click.option(
-    "--listen", "listen", default="127.0.0.1:9092", show_default=True, help="HOST:PORT to accept clients on."
+    "--listen",
+    "listen",
+    default="127.0.0.1:9092",
+    show_default=True,
+    help="[SASL_PLAINTEXT://]HOST:PORT to accept clients on (SASL: docs/security.md).",
 )
 @click.option(
     "--node-id",
@@ -184,7 +213,16 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
     "--kafka-listen",
     "kafka_listen",
     default=None,
-    help="HOST:PORT of a Kafka-protocol listener for Kafka clients (docs/kafka-listener.md); off by default.",
+    help="[SASL_PLAINTEXT://]HOST:PORT of a Kafka-protocol listener for Kafka clients "
+    "(docs/kafka-listener.md); off by default.",
+)
+@click.option(
+    "--sasl-enabled-mechanisms",
+    "sasl_mechanisms",
+    default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    show_default=True,
+    callback=_mechanisms,
+    help="The SASL mechanisms a SASL_* listener offers (Kafka's sasl.enabled.mechanisms; docs/security.md).",
 )
 @click.option(
     "--data",
@@ -228,6 +266,7 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
     from core.lifeline import watch_parent
 
     watch_parent()  # started by a test or experiment: stop with it
+    settings["listen_protocol"], listen = _protocol(listen, "--listen")
     host, port = _listen(listen)
     if settings["group_min_session_timeout_ms"] > settings["group_max_session_timeout_ms"]:
         raise click.UsageError(
@@ -239,6 +278,7 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
     metrics_port = settings.get("metrics_port")
     _check_free(host, port, "--listen")
     if kafka_listen is not None:
+        settings["kafka_protocol"], kafka_listen = _protocol(kafka_listen, "--kafka-listen")
         settings["kafka_host"], settings["kafka_port"] = _listen(kafka_listen, "--kafka-listen")
         if settings["kafka_port"] and (settings["kafka_host"], settings["kafka_port"]) == (host, port):
             raise click.UsageError(f"--kafka-listen {kafka_listen} is the --listen address; pick another")

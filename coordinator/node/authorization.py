@@ -76,10 +76,9 @@ GROUP_RULES: dict[int, Operation] = {
     S.SERVER_JOIN_GROUP: READ,
     S.SERVER_HEARTBEAT: READ,
 }
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36  # Kafka's keys
 #: APIs anyone may call: a client must learn the versions and the nodes, and authenticate, before
 #: it is anyone an ACL could name.
-OPEN_APIS = frozenset({S.API_VERSIONS, S.DESCRIBE_CLUSTER, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+OPEN_APIS = frozenset({S.API_VERSIONS, S.DESCRIBE_CLUSTER, S.SASL_HANDSHAKE, S.SASL_AUTHENTICATE})
 #: The data plane: the Topic operation each topic of the request needs.
 TOPIC_RULES: dict[int, Operation] = {
     M.METADATA: DESCRIBE,

@@ -15,8 +15,8 @@ This module is the node's lifecycle (start, stop), its timers, its ZooKeeper ses
 housekeeping. A request is served by `dispatch.RequestDispatch` and the core's outputs are carried
 out by `outputs.CoreOutputs` (both bases of `CoordinatorNode`); shard placement and leadership are
 `shards.ShardLeadership`; the ZooKeeper metadata is `store.CoordinatorStore`; each connection is a
-`connection.Connection`, the Kafka listener `kafka_listener.KafkaListener`; the settings are
-`config.NodeConfig`.
+`connection.Connection`, the Kafka listener `kafka_listener.KafkaListener`, SASL on either
+`authenticator.Authenticator`; the settings are `config.NodeConfig`.
 
 ZooKeeper outages (docs/recovery.md; the node's states and their transitions are
 `coordinator/node/state.py`'s `NodeState`): while the session is SUSPENDED the node answers every group
@@ -47,6 +47,7 @@ from coordinator.group.state import (
     STABLE,
     GroupState,
 )
+from coordinator.node.authenticator import Authenticator
 from coordinator.node.config import NodeConfig
 from coordinator.node.connection import Connection
 from coordinator.node.dispatch import RequestDispatch, _now_ms
@@ -94,6 +95,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self._listed_topics: frozenset[str] | None = None  # /brokers/topics' children, last seen
         self.connections: set[Connection] = set()
         self.leadership = ShardLeadership(self)
+        self.authenticator = Authenticator(self)  # SASL on the listeners that ask for it
         # The node's state (coordinator/node/state.py), and two of its facts read on every request,
         # kept as plain attributes by `_enter`: serving group requests (False while ZooKeeper is
         # away, before start and after stop) and taking new connections (from start until stop).
@@ -149,9 +151,11 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
             await _retrying("loading the ACLs", self.acl_cache.start)
             self.gate = RequestAuthorization(self.acl_cache.authorizer)
             self._spawn(self.acl_cache.run())
+        await self.authenticator.start()
+        session = self.authenticator.session
         try:
             self._server = await self._loop.create_server(
-                lambda: Connection(self), cfg.host, cfg.port, backlog=1024
+                lambda: Connection(self, session(cfg.listen_protocol)), cfg.host, cfg.port, backlog=1024
             )
         except OSError as exc:
             raise await self._bind_failed(cfg.host, cfg.port, "--listen", exc) from None
