@@ -39,7 +39,6 @@ from security.acls import (
     PREFIXED,
     AccessControlEntry,
     AclError,
-    PatternType,
     ResourcePattern,
     parse_operation,
     parse_pattern_type,
@@ -280,10 +279,3 @@ class AclStore:
             except NoNodeError:
                 pass
         return len(old)
-
-
-def pattern_types(name: str) -> tuple[PatternType, ...]:
-    """`--resource-pattern-type` as the pattern types it covers: literal, prefixed, or any (both)."""
-    if name.lower() == "any":
-        return (LITERAL, PREFIXED)
-    return (parse_pattern_type(name),)

@@ -8,7 +8,8 @@ each new one names a resource whose ACLs are read again. The notifications prese
 watch is set are the baseline (the full load that follows covers them). Reads run in a worker
 thread; the decisions (`security.acls.Authorizer`) are updated on the event loop, the only thread
 that asks them. Notifications older than 15 minutes are purged, at most once a minute, as Kafka's
-brokers do.
+brokers do. After a lost ZooKeeper session every ACL is read again (the notifications of the time
+away may have been purged meanwhile); until then the node decides on what it had.
 
     cache = AclCache(zk, super_users=("User:admin",))
     await cache.start()                       # before the listeners accept anyone
@@ -25,6 +26,7 @@ from collections.abc import Iterable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
+from kazoo.protocol.states import KazooState
 
 from security.acl_store import CHANGE_ROOTS, AclStore, change_seq
 from security.acls import AclError, Authorizer, ResourcePattern
@@ -47,6 +49,7 @@ class AclCache:
         self._wake = asyncio.Event()
         self._purged_at = 0.0
         self._watches: list[object] = []
+        self._reload = False  # a full load is due (the session was lost)
         self.changes_applied = 0
 
     async def start(self) -> None:
@@ -61,6 +64,8 @@ class AclCache:
 
     def _start(self) -> dict:  # a worker thread
         self.store.ensure_layout()
+        if not self._watches:
+            self.store.zk.add_listener(self._on_session)
         for root in CHANGE_ROOTS.values():
             if root not in self._seen:  # (a retried start keeps the watches it set)
                 self._watches.append(self.store.zk.ChildrenWatch(root, self._watcher(root)))
@@ -80,29 +85,53 @@ class AclCache:
         self._children[root] = children
         self._wake.set()
 
+    def _on_session(self, state: str) -> None:  # kazoo's thread
+        if state == KazooState.LOST:
+            self._loop.call_soon_threadsafe(self._lost)
+
+    def _lost(self) -> None:
+        self._reload = True
+        self._wake.set()
+
     async def run(self) -> None:
-        """Apply the notifications as they come (a task of the node)."""
+        """Apply the notifications as they come (a task of the node); one step at a time, so a
+        full load and a notification's read never overtake each other."""
         while True:
             await self._wake.wait()
             self._wake.clear()
-            listings = dict(self._children)
             try:
-                changed = await asyncio.to_thread(self._read_changes, listings)
+                await self._step()
             except (KazooException, AclError, OSError, TimeoutError) as exc:
                 log.warning("reading ACL changes failed (%s); trying again", exc)
-                await asyncio.sleep(RETRY_S)
-                self._wake.set()
+            except Exception:  # noqa: BLE001 - the ACLs must keep following ZooKeeper
+                log.exception("applying ACL changes failed; trying again")
+            else:
                 continue
-            for root, seq, pattern, entries in changed:
-                self.authorizer.set_acls(pattern, entries)
-                self._seen[root] = max(self._seen.get(root, -1), seq)
-                self.changes_applied += 1
-                log.info(
-                    "ACLs of %s changed: %d entries",
-                    pattern,
-                    len(entries),
-                    extra={"event": "acls_changed", "resource": str(pattern)},
-                )
+            await asyncio.sleep(RETRY_S)
+            self._wake.set()
+
+    async def _step(self) -> None:
+        if self._reload:
+            self._reload = False  # (a session lost again meanwhile asks again)
+            try:
+                acls = await asyncio.to_thread(self.store.load_all)
+            except BaseException:
+                self._reload = True
+                raise
+            self.authorizer.replace(acls)
+            log.info("ACLs loaded again after a lost ZooKeeper session", extra={"event": "acls_loaded"})
+        listings = dict(self._children)
+        changed = await asyncio.to_thread(self._read_changes, listings)
+        for root, seq, pattern, entries in changed:
+            self.authorizer.set_acls(pattern, entries)
+            self._seen[root] = max(self._seen.get(root, -1), seq)
+            self.changes_applied += 1
+            log.info(
+                "ACLs of %s changed: %d entries",
+                pattern,
+                len(entries),
+                extra={"event": "acls_changed", "resource": str(pattern)},
+            )
 
     def _read_changes(self, listings: dict[str, list[str]]) -> list[tuple]:
         """The new notifications of every root, in order, each with its resource's entries now."""
