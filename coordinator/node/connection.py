@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from coordinator.node.metrics import Metrics
 from coordinator.wire import codec as P
 from coordinator.wire.schema import Message, OffsetCommitResponse
+from security.tls import principal_of
 
 log = logging.getLogger("coordinator.node.server")
 
@@ -79,7 +80,8 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self._out: list[bytes] = []
         # Who the client is (docs/security.md): Kafka's principal, set by TLS client
-        # authentication or SASL; ANONYMOUS until then.
+        # authentication (`User:` and the certificate's subject, when the handshake completes:
+        # `connection_made`) or SASL; ANONYMOUS until then.
         self.principal = ANONYMOUS
 
     def connection_made(self, transport) -> None:
@@ -94,6 +96,10 @@ class Connection(asyncio.Protocol):
         node.metrics.inc("connections_accepted")
         peer = transport.get_extra_info("peername")
         self.peer_host = f"/{peer[0]}" if peer else ""
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:  # a TLS listener: the handshake is complete
+            self.principal = principal_of(ssl_object) or ANONYMOUS
+            log.debug("TLS connection from %s: %s", self.peer_host, self.principal)
 
     def connection_lost(self, exc) -> None:
         self.closed = True

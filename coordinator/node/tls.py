@@ -1,0 +1,87 @@
+"""The node's listeners over TLS: their server contexts from `NodeConfig`, and asyncio's settings for them.
+
+    native, kafka = listener_contexts(config)     # SSLContext or None each; raises GroupshiftError
+    await loop.create_server(factory, host, port, **tls_server_args(native, config))
+
+Called when the node is made, before it touches ZooKeeper, so bad TLS settings are one line and
+nothing registered: a TLS listener (native `TLS://`, `SASL_TLS://`; Kafka `SSL://`, `SASL_SSL://`)
+without `--tls-cert`/`--tls-key`, TLS settings given while no listener uses TLS, and every check of
+`security.tls.server_context` (unreadable or mismatched files, expired certificates...). Both
+listeners share one context: one certificate, one CA, one `--tls-client-auth`.
+"""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+from core.errors import GroupshiftError
+from security.listeners import PROTOCOLS, Listener
+from security.tls import ServerTls, server_context
+
+MAX_HANDSHAKE_S = 60.0  # asyncio's default; a shorter --frame-timeout-ms shortens it
+
+
+def listener_contexts(config: Any) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """The native and the Kafka listener's server context (None: that listener is not TLS)."""
+    native = _listener(config.listen_protocol, "native", "--listen", config.host, config.port)
+    kafka = None
+    if config.kafka_port is not None:
+        kafka = _listener(
+            config.kafka_protocol, "kafka", "--kafka-listen", config.kafka_host, config.kafka_port
+        )
+    for listener, option in ((native, "--listen"), (kafka, "--kafka-listen")):
+        if listener is not None and listener.sasl:
+            # Until the listeners authenticate SASL (SaslHandshake, SaslAuthenticate), a SASL
+            # listener would let anyone in under a name that promises otherwise.
+            raise GroupshiftError(
+                f"{option} {listener.protocol}://: this node does not serve SASL yet; "
+                "use TLS with client certificates (--tls-client-auth required) instead"
+            )
+    tls = [
+        (listener, option)
+        for listener, option in ((native, "--listen"), (kafka, "--kafka-listen"))
+        if listener and listener.tls
+    ]
+    settings = ServerTls(config.tls_cert, config.tls_key, config.tls_ca, config.tls_client_auth)
+    if not tls:
+        given = [
+            option
+            for option, value in (
+                ("--tls-cert", settings.cert),
+                ("--tls-key", settings.key),
+                ("--tls-ca", settings.ca),
+                ("--tls-client-auth", settings.client_auth != "none"),
+            )
+            if value
+        ]
+        if given:
+            raise GroupshiftError(
+                f"{given[0]} is given but no listener uses TLS: "
+                "listen with --listen TLS://HOST:PORT or --kafka-listen SSL://HOST:PORT"
+            )
+        return None, None
+    if not settings.cert or not settings.key:
+        listener, option = tls[0]
+        raise GroupshiftError(
+            f"{option} {listener.protocol}://{listener.host}:{listener.port} needs the node's certificate "
+            "and key: give --tls-cert and --tls-key (PEM files)"
+        )
+    ctx = server_context(settings)
+    return (ctx if native.tls else None), (ctx if kafka is not None and kafka.tls else None)
+
+
+def _listener(protocol: str, kind: str, option: str, host: str, port: int) -> Listener:
+    if protocol not in PROTOCOLS[kind]:
+        raise GroupshiftError(
+            f"{option}: unknown security protocol {protocol!r}; expected one of {', '.join(PROTOCOLS[kind])}"
+        )
+    return Listener(protocol, host, port)
+
+
+def tls_server_args(ctx: ssl.SSLContext | None, config: Any) -> dict[str, Any]:
+    """`create_server`'s TLS arguments: none for a plaintext listener; else the context, and a
+    handshake that must complete within the frame timeout (as a started frame must)."""
+    if ctx is None:
+        return {}
+    return {"ssl": ctx, "ssl_handshake_timeout": min(MAX_HANDSHAKE_S, config.frame_timeout_ms / 1000)}

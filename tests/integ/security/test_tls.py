@@ -1,0 +1,297 @@
+"""TLS on both listeners of a real node process, with certificates made by `testing.certs`.
+
+Two nodes, each in a namespace of its own below the module's chroot and with its own log root:
+`open_node` (`--tls-client-auth none`) and `mutual_node` (`required`, logging at debug level so
+that each connection's principal can be read). Both listen with `--listen TLS://` and
+`--kafka-listen SSL://`. kafka-python and confluent-kafka consume and commit through the Kafka
+listener, the native listener answers a group's dance over TLS, and what must be refused is:
+a client that does not speak TLS, a client that does not trust the node's CA, and, on the mutual
+node, a client without a certificate or with one from another CA. A refused connection changes
+nothing in ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import struct
+import uuid
+
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CKTopicPartition
+from kafka import KafkaConsumer, TopicPartition
+
+from coordinator.layout import BROKERS, COORDINATORS, decode_coordinator
+from coordinator.member.wire_client import (
+    WireClient,
+    commit_body,
+    committed,
+    fetch_body,
+    join_body,
+    sync_body,
+)
+from coordinator.node.process import TEST_DEFAULTS, NodeProcess
+from coordinator.wire import codec as P
+from core.zk import connect
+from testing.certs import make_certs
+from tests.kafka_helpers import ck_consume, new_topic, produce
+from tests.snapshots import zk_tree
+from topics.store import TopicStore
+
+CK = {
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 300,
+    "fetch.wait.max.ms": 200,
+}
+KP = dict(
+    auto_offset_reset="earliest",
+    enable_auto_commit=False,
+    session_timeout_ms=6000,
+    heartbeat_interval_ms=300,
+    request_timeout_ms=20000,
+    fetch_max_wait_ms=200,
+)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_certs(tmp_path_factory.mktemp("tls"))
+
+
+def _tls_node(zk_root: str, name: str, certs, client_auth: str, tmp, *extra: str):
+    zk = f"{zk_root}/{name}"
+    data = tmp / f"{name}-data"
+    data.mkdir()
+    node = NodeProcess.start(
+        zk,
+        1,
+        "--kafka-listen",
+        "SSL://127.0.0.1:0",
+        "--data",
+        str(data),
+        *certs.node_args(client_auth),
+        *extra,
+        listen="TLS://127.0.0.1:0",
+        log_path=tmp / f"{name}.log",
+        **TEST_DEFAULTS,
+    )
+    node.zk = zk
+    node.data = data
+    node.zk_client = connect(zk, session_timeout=6.0)
+    node.store = TopicStore(data, node.zk_client)
+    return node
+
+
+@pytest.fixture(scope="module")
+def open_node(module_zk_connect, certs, tmp_path_factory):
+    node = _tls_node(module_zk_connect, "open", certs, "none", tmp_path_factory.mktemp("open"))
+    yield node
+    node.stop()
+    node.zk_client.stop()
+    node.zk_client.close()
+
+
+@pytest.fixture(scope="module")
+def mutual_node(module_zk_connect, certs, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mutual")
+    node = _tls_node(module_zk_connect, "mutual", certs, "required", tmp, "--log-level", "debug")
+    yield node
+    node.stop()
+    node.zk_client.stop()
+    node.zk_client.close()
+
+
+def _client_context(certs, ca: str | None = None, cert: str | None = None, key: str | None = None):
+    ctx = ssl.create_default_context(cafile=ca or certs.ca)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def _api_versions_frame() -> bytes:
+    """A Kafka ApiVersions v0 request, framed (what every Kafka client sends first)."""
+    body = struct.pack(">hhih", 18, 0, 1, 4) + b"test"
+    return struct.pack(">i", len(body)) + body
+
+
+def _refused(port: int, ctx: ssl.SSLContext | None) -> bool:
+    """Whether the listener at `port` refuses this client: over TLS with `ctx` (or in clear text
+    with None) it sends ApiVersions and gets no answer before the connection ends."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        try:
+            s = ctx.wrap_socket(raw, server_hostname="127.0.0.1") if ctx else raw
+            s.sendall(_api_versions_frame())
+            return s.recv(4) == b""
+        except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+            return True
+
+
+# ------------------------------------------------------------------------------ registration
+
+
+def test_registrations_name_each_listeners_security_protocol(open_node):
+    zk = open_node.zk_client
+    record = decode_coordinator(zk.get(f"{COORDINATORS}/1")[0])
+    assert (record.protocol, record.kafka_protocol) == ("TLS", "SSL")
+    assert (record.kafka_host, record.kafka_port) == (open_node.kafka_host, open_node.kafka_port)
+    broker = json.loads(zk.get(f"{BROKERS}/1")[0])
+    assert broker["endpoints"] == [f"SSL://{open_node.kafka_host}:{open_node.kafka_port}"]
+    assert broker["listener_security_protocol_map"] == {"SSL": "SSL"}
+    assert (broker["host"], broker["port"]) == (None, -1)  # no PLAINTEXT endpoint for 0.8 readers
+
+
+# ------------------------------------------------------------------------------ the native listener
+
+
+def test_native_listener_over_tls_serves_a_group(open_node, certs):
+    raw = WireClient(open_node.host, open_node.port, "tls-client")
+    c = raw  # the same client, its socket wrapped in TLS
+    c.sock = _client_context(certs).wrap_socket(raw.sock, server_hostname="127.0.0.1")
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    with c:
+        assert c.request(P.API_VERSIONS, {})["error_code"] == 0
+        member = c.request(P.JOIN_GROUP, join_body(group, ""))["member_id"]
+        joined = c.request(P.JOIN_GROUP, join_body(group, member))
+        assert joined["error_code"] == 0
+        assert (
+            c.request(P.SYNC_GROUP, sync_body(group, joined["generation_id"], member, {member: b""}))[
+                "error_code"
+            ]
+            == 0
+        )
+        r = c.request(P.OFFSET_COMMIT, commit_body(group, joined["generation_id"], member, {("t", 0): 7}))
+        assert all(p["error_code"] == 0 for t in r["topics"] for p in t["partitions"])
+        assert committed(c.request(P.OFFSET_FETCH, fetch_body(group, {"t": [0]}))) == {("t", 0): 7}
+
+
+def test_native_listener_refuses_clear_text(open_node):
+    before = zk_tree(open_node.zk)
+    frame = P.encode_request(P.API_VERSIONS, 1, {}, "plain")
+    with socket.create_connection((open_node.host, open_node.port), timeout=10) as s:
+        s.sendall(frame)
+        try:
+            assert s.recv(4) == b""  # the TLS handshake fails: closed without an answer
+        except ConnectionResetError:
+            pass
+    assert zk_tree(open_node.zk) == before
+
+
+# ------------------------------------------------------------------------------ Kafka clients
+
+
+def test_kafka_python_consumes_and_commits_over_ssl(open_node, certs):
+    topic, group = new_topic(open_node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    values = produce(open_node, topic, 100)
+    c = KafkaConsumer(
+        topic,
+        group_id=group,
+        bootstrap_servers=open_node.kafka_bootstrap,
+        security_protocol="SSL",
+        ssl_cafile=certs.ca,
+        **KP,
+    )
+    try:
+        got = _kp_consume(c, 100)
+        assert sorted(got) == sorted(values)
+        c.commit()
+        tps = [TopicPartition(topic, p) for p in (0, 1)]
+        assert {tp.partition: c.committed(tp) for tp in tps} == {0: 50, 1: 50}
+    finally:
+        c.close()
+
+
+def _kp_consume(c: KafkaConsumer, count: int, timeout_s: float = 40.0) -> list[bytes]:
+    import time
+
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        for records in c.poll(timeout_ms=1000).values():
+            got.extend(r.value for r in records)
+    return got
+
+
+def _ck_consume_and_commit(node, conf: dict) -> None:
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    values = produce(node, topic, 100)
+    c = Consumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": group, **CK, **conf})
+    c.subscribe([topic])
+    try:
+        got = ck_consume(c, 100)
+        assert sorted(got) == sorted(values)
+        c.commit(asynchronous=False)
+        done = c.committed([CKTopicPartition(topic, p) for p in (0, 1)], timeout=20)
+        assert {tp.partition: tp.offset for tp in done} == {0: 50, 1: 50}
+    finally:
+        c.close()
+
+
+def test_confluent_consumes_and_commits_over_ssl(open_node, certs):
+    _ck_consume_and_commit(open_node, {"security.protocol": "SSL", "ssl.ca.location": certs.ca})
+
+
+def test_a_client_that_does_not_trust_the_nodes_ca_refuses_it(open_node, certs):
+    before = zk_tree(open_node.zk)
+    ctx = _client_context(certs, ca=certs.other_ca)
+    with socket.create_connection(("127.0.0.1", open_node.kafka_port), timeout=10) as raw:
+        with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+    assert zk_tree(open_node.zk) == before
+
+
+def test_kafka_listener_refuses_clear_text(open_node):
+    before = zk_tree(open_node.zk)
+    assert _refused(open_node.kafka_port, None)
+    assert zk_tree(open_node.zk) == before
+
+
+# ------------------------------------------------------------------------------ client certificates
+
+
+def test_confluent_with_a_client_certificate_consumes_and_commits(mutual_node, certs):
+    conf = {
+        "security.protocol": "SSL",
+        "ssl.ca.location": certs.ca,
+        "ssl.certificate.location": certs.client_cert,
+        "ssl.key.location": certs.client_key,
+    }
+    _ck_consume_and_commit(mutual_node, conf)
+    # Kafka's default principal: the certificate's subject in RFC 2253 form.
+    assert any(
+        f"TLS connection from /127.0.0.1: {certs.client_principal}" in line for line in mutual_node.output
+    )
+
+
+def test_kafka_python_with_a_client_certificate_consumes(mutual_node, certs):
+    topic, group = new_topic(mutual_node, 1), f"g-{uuid.uuid4().hex[:8]}"
+    values = produce(mutual_node, topic, 20, partitions=1)
+    c = KafkaConsumer(
+        topic,
+        group_id=group,
+        bootstrap_servers=mutual_node.kafka_bootstrap,
+        security_protocol="SSL",
+        ssl_cafile=certs.ca,
+        ssl_certfile=certs.client_cert,
+        ssl_keyfile=certs.client_key,
+        **KP,
+    )
+    try:
+        assert sorted(_kp_consume(c, 20)) == sorted(values)
+        c.commit()
+        assert c.committed(TopicPartition(topic, 0)) == 20
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("who", ["no certificate", "a certificate of another CA"])
+@pytest.mark.parametrize("listener", ["native", "kafka"])
+def test_required_client_auth_refuses(mutual_node, certs, who, listener):
+    cert = (certs.stranger_cert, certs.stranger_key) if who != "no certificate" else (None, None)
+    port = mutual_node.port if listener == "native" else mutual_node.kafka_port
+    before = zk_tree(mutual_node.zk)
+    assert _refused(port, _client_context(certs, None, *cert))
+    assert zk_tree(mutual_node.zk) == before
