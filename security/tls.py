@@ -40,20 +40,6 @@ _VERIFY_MODE = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required
 MAX_PEM_BYTES = 1 << 20  # a certificate chain, key or CA bundle larger than this is not one
 MAX_CHAIN = 10  # certificates in --tls-cert (the node's and its intermediates)
 MAX_CA_CERTS = 1_000  # certificates in --tls-ca
-# The attribute types Java's X500Principal.getName() (RFC 2253) writes by keyword; others as OID=#hex.
-_RFC2253_KEYWORDS = frozenset(
-    {
-        NameOID.COMMON_NAME,
-        NameOID.COUNTRY_NAME,
-        NameOID.LOCALITY_NAME,
-        NameOID.STATE_OR_PROVINCE_NAME,
-        NameOID.STREET_ADDRESS,
-        NameOID.ORGANIZATION_NAME,
-        NameOID.ORGANIZATIONAL_UNIT_NAME,
-        NameOID.DOMAIN_COMPONENT,
-        NameOID.USER_ID,
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -116,10 +102,10 @@ def check(settings: ServerTls, now: dt.datetime | None = None) -> None:
 
 def _read(path: str, option: str) -> tuple[bytes, os.stat_result]:
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # (a FIFO would block the read)
+            raise GroupshiftError(f"{option} {path} is not a file")
         with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise GroupshiftError(f"{option} {path} is not a file")
             data = f.read(MAX_PEM_BYTES + 1)
     except OSError as exc:
         raise GroupshiftError(f"cannot read {option} {path}: {exc.strerror}") from None
@@ -207,9 +193,33 @@ def rfc2253(name: x509.Name) -> str:
 
 
 def _attribute(attr: x509.NameAttribute) -> str:
-    if attr.oid in _RFC2253_KEYWORDS:
-        return attr.rfc4514_string()
+    if attr.oid in _KEYWORDS and isinstance(attr.value, str):
+        return f"{_KEYWORDS[attr.oid]}={_escape(attr.value)}"
     return f"{attr.oid.dotted_string}=#{_der_value(attr).hex()}"
+
+
+# The attribute types Java's X500Principal.getName() (RFC 2253) writes by keyword; others as OID=#hex.
+_KEYWORDS = {
+    NameOID.COMMON_NAME: "CN",
+    NameOID.COUNTRY_NAME: "C",
+    NameOID.LOCALITY_NAME: "L",
+    NameOID.STATE_OR_PROVINCE_NAME: "ST",
+    NameOID.STREET_ADDRESS: "STREET",
+    NameOID.ORGANIZATION_NAME: "O",
+    NameOID.ORGANIZATIONAL_UNIT_NAME: "OU",
+    NameOID.DOMAIN_COMPONENT: "DC",
+    NameOID.USER_ID: "UID",
+}
+_ESCAPED = frozenset(',=+<>#;"\\')
+
+
+def _escape(value: str) -> str:
+    """Java's escaping (`AVA.toRFC2253String`): its specials anywhere, NUL as `\\00`, and every
+    leading and trailing space or carriage return."""
+    chars = ["\\" + ch if ch in _ESCAPED else "\\00" if ch == "\0" else ch for ch in value]
+    lead = next((i for i, ch in enumerate(chars) if ch not in (" ", "\r")), len(chars))
+    trail = next((i for i in range(len(chars) - 1, -1, -1) if chars[i] not in (" ", "\r")), -1)
+    return "".join("\\" + ch if i < lead or i > trail else ch for i, ch in enumerate(chars))
 
 
 # DER tags of the string types a name attribute holds, and how each encodes its characters.

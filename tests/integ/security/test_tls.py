@@ -16,6 +16,7 @@ import json
 import socket
 import ssl
 import struct
+import time
 import uuid
 
 import pytest
@@ -36,25 +37,16 @@ from coordinator.node.process import TEST_DEFAULTS, NodeProcess
 from coordinator.wire import codec as P
 from core.zk import connect
 from testing.certs import make_certs
-from tests.kafka_helpers import ck_consume, new_topic, produce
+from tests.kafka_helpers import (
+    CONFLUENT_TEST_CONSUMER,
+    KAFKA_PYTHON_POLL_MS,
+    KAFKA_PYTHON_TEST_CONSUMER,
+    ck_consume,
+    new_topic,
+    produce,
+)
 from tests.snapshots import zk_tree
 from topics.store import TopicStore
-
-CK = {
-    "auto.offset.reset": "earliest",
-    "enable.auto.commit": False,
-    "session.timeout.ms": 6000,
-    "heartbeat.interval.ms": 300,
-    "fetch.wait.max.ms": 200,
-}
-KP = dict(
-    auto_offset_reset="earliest",
-    enable_auto_commit=False,
-    session_timeout_ms=6000,
-    heartbeat_interval_ms=300,
-    request_timeout_ms=20000,
-    fetch_max_wait_ms=200,
-)
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +140,8 @@ def test_registrations_name_each_listeners_security_protocol(open_node):
 
 
 def test_native_listener_over_tls_serves_a_group(open_node, certs):
-    raw = WireClient(open_node.host, open_node.port, "tls-client")
-    c = raw  # the same client, its socket wrapped in TLS
-    c.sock = _client_context(certs).wrap_socket(raw.sock, server_hostname="127.0.0.1")
+    c = WireClient(open_node.host, open_node.port, "tls-client")
+    c.sock = _client_context(certs).wrap_socket(c.sock, server_hostname="127.0.0.1")  # the client over TLS
     group = f"g-{uuid.uuid4().hex[:8]}"
     with c:
         assert c.request(P.API_VERSIONS, {})["error_code"] == 0
@@ -183,42 +174,38 @@ def test_native_listener_refuses_clear_text(open_node):
 # ------------------------------------------------------------------------------ Kafka clients
 
 
-def test_kafka_python_consumes_and_commits_over_ssl(open_node, certs):
-    topic, group = new_topic(open_node, 2), f"g-{uuid.uuid4().hex[:8]}"
-    values = produce(open_node, topic, 100)
+def _kp_consume_and_commit(node, **ssl_settings) -> None:
+    """kafka-python reads a fresh topic to its end as a group and commits, over SSL."""
+    topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
+    values = produce(node, topic, 100)
     c = KafkaConsumer(
         topic,
         group_id=group,
-        bootstrap_servers=open_node.kafka_bootstrap,
+        bootstrap_servers=node.kafka_bootstrap,
         security_protocol="SSL",
-        ssl_cafile=certs.ca,
-        **KP,
+        **ssl_settings,
+        **KAFKA_PYTHON_TEST_CONSUMER,
     )
     try:
-        got = _kp_consume(c, 100)
+        got: list[bytes] = []
+        deadline = time.monotonic() + 40
+        while len(got) < 100 and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=KAFKA_PYTHON_POLL_MS).values():
+                got.extend(r.value for r in records)
         assert sorted(got) == sorted(values)
         c.commit()
-        tps = [TopicPartition(topic, p) for p in (0, 1)]
-        assert {tp.partition: c.committed(tp) for tp in tps} == {0: 50, 1: 50}
+        assert {p: c.committed(TopicPartition(topic, p)) for p in (0, 1)} == {0: 50, 1: 50}
     finally:
         c.close()
 
 
-def _kp_consume(c: KafkaConsumer, count: int, timeout_s: float = 40.0) -> list[bytes]:
-    import time
-
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < count and time.monotonic() < deadline:
-        for records in c.poll(timeout_ms=1000).values():
-            got.extend(r.value for r in records)
-    return got
-
-
 def _ck_consume_and_commit(node, conf: dict) -> None:
+    """confluent-kafka reads a fresh topic to its end as a group and commits (`conf`: its SSL)."""
     topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
     values = produce(node, topic, 100)
-    c = Consumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": group, **CK, **conf})
+    c = Consumer(
+        {"bootstrap.servers": node.kafka_bootstrap, "group.id": group, **CONFLUENT_TEST_CONSUMER, **conf}
+    )
     c.subscribe([topic])
     try:
         got = ck_consume(c, 100)
@@ -228,6 +215,10 @@ def _ck_consume_and_commit(node, conf: dict) -> None:
         assert {tp.partition: tp.offset for tp in done} == {0: 50, 1: 50}
     finally:
         c.close()
+
+
+def test_kafka_python_consumes_and_commits_over_ssl(open_node, certs):
+    _kp_consume_and_commit(open_node, ssl_cafile=certs.ca)
 
 
 def test_confluent_consumes_and_commits_over_ssl(open_node, certs):
@@ -266,25 +257,10 @@ def test_confluent_with_a_client_certificate_consumes_and_commits(mutual_node, c
     )
 
 
-def test_kafka_python_with_a_client_certificate_consumes(mutual_node, certs):
-    topic, group = new_topic(mutual_node, 1), f"g-{uuid.uuid4().hex[:8]}"
-    values = produce(mutual_node, topic, 20, partitions=1)
-    c = KafkaConsumer(
-        topic,
-        group_id=group,
-        bootstrap_servers=mutual_node.kafka_bootstrap,
-        security_protocol="SSL",
-        ssl_cafile=certs.ca,
-        ssl_certfile=certs.client_cert,
-        ssl_keyfile=certs.client_key,
-        **KP,
+def test_kafka_python_with_a_client_certificate_consumes_and_commits(mutual_node, certs):
+    _kp_consume_and_commit(
+        mutual_node, ssl_cafile=certs.ca, ssl_certfile=certs.client_cert, ssl_keyfile=certs.client_key
     )
-    try:
-        assert sorted(_kp_consume(c, 20)) == sorted(values)
-        c.commit()
-        assert c.committed(TopicPartition(topic, 0)) == 20
-    finally:
-        c.close()
 
 
 @pytest.mark.parametrize("who", ["no certificate", "a certificate of another CA"])
