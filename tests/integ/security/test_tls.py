@@ -80,7 +80,8 @@ def _tls_node(zk_root: str, name: str, certs, client_auth: str, tmp, *extra: str
 
 @pytest.fixture(scope="module")
 def open_node(module_zk_connect, certs, tmp_path_factory):
-    node = _tls_node(module_zk_connect, "open", certs, "none", tmp_path_factory.mktemp("open"))
+    tmp = tmp_path_factory.mktemp("open")
+    node = _tls_node(module_zk_connect, "open", certs, "none", tmp, "--frame-timeout-ms", "1000")
     yield node
     node.stop()
     node.zk_client.stop()
@@ -271,3 +272,28 @@ def test_required_client_auth_refuses(mutual_node, certs, who, listener):
     before = zk_tree(mutual_node.zk)
     assert _refused(port, _client_context(certs, None, *cert))
     assert zk_tree(mutual_node.zk) == before
+
+
+def test_a_handshake_not_completed_within_the_frame_timeout_is_dropped(open_node):
+    with socket.create_connection((open_node.host, open_node.port), timeout=10) as s:
+        t0 = time.monotonic()
+        assert s.recv(1) == b""  # no ClientHello: closed after --frame-timeout-ms (1 s here)
+        assert 0.5 < time.monotonic() - t0 < 8
+
+
+def test_a_tls_connection_costs_tens_of_kilobytes(open_node, certs):
+    """asyncio's TLS transport would hold a 256 KiB read buffer a connection; the node bounds it."""
+    ctx, n = _client_context(certs), 100
+    before = open_node.rss_mb()
+    conns = []
+    try:
+        for _ in range(n):
+            raw = socket.create_connection((open_node.host, open_node.port), timeout=10)
+            conns.append(ctx.wrap_socket(raw, server_hostname="127.0.0.1"))
+        conns[-1].sendall(P.encode_request(P.API_VERSIONS, 1, {}, "last"))
+        assert conns[-1].recv(4)  # every handshake done, the node answering
+        per_connection_kib = (open_node.rss_mb() - before) * 1024 / n
+    finally:
+        for c in conns:
+            c.close()
+    assert per_connection_kib < 128, per_connection_kib
