@@ -155,8 +155,10 @@ class Connection(asyncio.Protocol):
             self.flush()
 
     def flush(self) -> None:
-        if self._out and not self.closed:
-            self.transport.writelines(self._out)
+        out = self._out
+        if out and not self.closed:
+            # One write: over TLS, asyncio makes a record of every piece `writelines` is given.
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
         self._out = []
 
     def answer(self, pending: Pending, body: Message) -> None:
