@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from cli.main import main, zk_option
+from cli.main import command_config_option, main, zk_option
 from core.scheme import Rebalancer
 from pipeline.limits import MAX_RECORDS_PER_BATCH
 
@@ -44,6 +44,7 @@ from pipeline.limits import MAX_RECORDS_PER_BATCH
 @click.option(
     "--bootstrap", default=None, metavar="HOST:PORT,...", help="Coordinator nodes (default: from ZooKeeper)."
 )
+@command_config_option
 @click.option(
     "--data",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -87,6 +88,7 @@ def consume(
     rebalancer,
     incremental,
     bootstrap,
+    security,
     data,
     spark_master,
     transform,
@@ -129,6 +131,7 @@ def consume(
         "heartbeatIntervalMs": str(max(100, session_timeout_ms // 10)),
         **({"incremental": "true"} if incremental else {}),
         **({"bootstrap": bootstrap} if bootstrap else {}),
+        **({"commandConfig": security.path} if security is not None else {}),
     }
     check_topics(parse(options))  # a missing topic is refused before Spark starts
     check_master(spark_master)  # so is a master that does not answer

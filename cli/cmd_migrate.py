@@ -7,7 +7,7 @@ import json
 import click
 
 from cli.inspect_common import zk_session
-from cli.main import main, zk_option
+from cli.main import command_config_option, main, zk_option
 from core.errors import GroupshiftError
 from core.scheme import MIGRATABLE
 
@@ -51,6 +51,7 @@ def _direction(f):
 
 
 def _bootstrap(f):
+    f = command_config_option(f)
     return click.option(
         "--bootstrap",
         default=None,
@@ -83,7 +84,7 @@ def _say(line: str) -> None:
 @_direction
 @_output
 @zk_option
-def plan_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) -> None:
+def plan_cmd(group, source, dest, bootstrap, security, mode, legacy_assignor, output, zk) -> None:
     """Print what `run` would do (partitions, offsets, members, checks); writes nothing."""
     from migrate.groups.render import render
     from migrate.migration.offline import check_args, plan
@@ -95,7 +96,7 @@ def plan_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) 
         if kafka:
             from migrate.migration import to_kafka
 
-            p = to_kafka.plan(client, group, source, bootstrap)
+            p = to_kafka.plan(client, group, source, bootstrap, security)
         elif mode == "live":
             from migrate.migration import live
 
@@ -140,7 +141,7 @@ def plan_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) 
 @_output
 @zk_option
 def run_cmd(
-    group, source, dest, bootstrap, mode, legacy_assignor, overwrite, batch, wait_s, output, zk
+    group, source, dest, bootstrap, security, mode, legacy_assignor, overwrite, batch, wait_s, output, zk
 ) -> None:
     """Start, or resume after a crash, the migration of GROUP (planned -> ... -> done).
 
@@ -168,6 +169,7 @@ def run_cmd(
                 batch=batch,
                 say=_say,
                 progress=Progress(f"copying {group}"),
+                security=security,
             )
             _show_status(status(client, group), output)
             return
@@ -207,7 +209,7 @@ def run_cmd(
 @_bootstrap
 @_output
 @zk_option
-def rollback_cmd(group, batch, bootstrap, output, zk) -> None:
+def rollback_cmd(group, batch, bootstrap, security, output, zk) -> None:
     """Undo an unfinished migration: the destination's offsets as they were before it.
 
     A migration to kafka is rolled back on the brokers its record names (or --bootstrap).
@@ -219,7 +221,12 @@ def rollback_cmd(group, batch, bootstrap, output, zk) -> None:
     with zk_session(zk) as client:
         if bootstrap is not None or to_kafka.recorded(client, group):
             to_kafka.rollback(
-                client, group, bootstrap=bootstrap, say=_say, progress=Progress(f"restoring {group}")
+                client,
+                group,
+                bootstrap=bootstrap,
+                say=_say,
+                progress=Progress(f"restoring {group}"),
+                security=security,
             )
         else:
             rollback(client, group, batch=batch, say=_say, progress=Progress(f"restoring {group}"))
@@ -243,7 +250,7 @@ def status_cmd(group, output, zk) -> None:
 @_direction
 @_output
 @zk_option
-def verify_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk) -> None:
+def verify_cmd(group, source, dest, bootstrap, security, mode, legacy_assignor, output, zk) -> None:
     """Compare GROUP's offsets in the two schemes, partition by partition (exit 1 when they differ)."""
     from migrate.groups.render import render
     from migrate.migration import to_kafka
@@ -254,7 +261,7 @@ def verify_cmd(group, source, dest, bootstrap, mode, legacy_assignor, output, zk
         check_args(source, dest, mode)
     with zk_session(zk) as client:
         v = (
-            to_kafka.verify(client, group, source, bootstrap)
+            to_kafka.verify(client, group, source, bootstrap, security)
             if kafka
             else verify(client, group, source, dest)
         )

@@ -8,12 +8,13 @@ from pathlib import Path
 import click
 
 from cli.inspect_common import data_option, output_option, scheme_option, warn, zk_session
-from cli.main import main, zk_option
+from cli.main import command_config_option, main, zk_option
 from core.errors import GroupshiftError
 from core.types import TopicPartition
 
 
 def bootstrap_option(f):
+    f = command_config_option(f)
     return click.option(
         "--bootstrap",
         default=None,
@@ -35,7 +36,7 @@ def offsets_group() -> None:
 @scheme_option(None)
 @bootstrap_option
 @zk_option
-def export(group, fmt, scheme, bootstrap, zk) -> None:
+def export(group, fmt, scheme, bootstrap, security, zk) -> None:
     """Print GROUP's committed offsets: csv (topic,partition,offset), json or zk-export lines.
 
     With --bootstrap, the group's offsets on that Kafka-protocol broker (every partition of its topics).
@@ -48,7 +49,7 @@ def export(group, fmt, scheme, bootstrap, zk) -> None:
         from migrate.migration.kafka_target import KafkaTarget, no_group
 
         _no_scheme(scheme)
-        with KafkaTarget(bootstrap) as t:
+        with KafkaTarget(bootstrap, security=security) as t:
             counts = t.partitions()
             tps = [TopicPartition(topic, p) for topic, n in sorted(counts.items()) for p in range(n or 0)]
             offsets = t.offsets(group, tps)
@@ -78,7 +79,7 @@ def _mode(dry_run: bool, execute: bool) -> bool:
 @output_option
 @data_option
 @zk_option
-def import_(group, from_file, dry_run, execute, scheme, bootstrap, output, data, zk) -> None:
+def import_(group, from_file, dry_run, execute, scheme, bootstrap, security, output, data, zk) -> None:
     """Write the offsets of a file into GROUP: every line validated first, then all or nothing.
 
     With --bootstrap, into GROUP on that Kafka-protocol broker (refused while it has members there).
@@ -92,7 +93,7 @@ def import_(group, from_file, dry_run, execute, scheme, bootstrap, output, data,
         from migrate.migration.kafka_target import KafkaTarget
 
         _no_scheme(scheme)
-        with KafkaTarget(bootstrap) as t:
+        with KafkaTarget(bootstrap, security=security) as t:
             plan = plans.kafka_import_plan(t, group, offsets)
             _show_and_write(None, f"kafka at {t.bootstrap}", group, plan, execute, output, target=t)
         return

@@ -56,3 +56,24 @@ def zk_status(as_json: bool) -> None:
         click.echo(f"not running (would serve {status['connect']})")
     if not status["running"]:
         raise SystemExit(3)
+
+
+@zk_group.command("digest")
+@click.argument("user")
+@click.option(
+    "--password-file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="A file holding the password on one line, not readable by others.",
+)
+def zk_digest(user: str, password_file: str) -> None:
+    """Print USER's ZooKeeper digest id, `digest:USER:HASH`, for --zk-read-principal.
+
+    HASH is what ZooKeeper's digest scheme stores (base64 of SHA-1 of USER:PASSWORD): an ACL can
+    name the user without holding the password. The password is read from a file, never the
+    command line.
+    """
+    from core import zk_auth
+
+    zk_auth.check_user(user, "USER")
+    click.echo(f"digest:{zk_auth.digest_id(user, zk_auth.load_password_file(password_file))}")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import logging
+import os
 import signal
 import sys
 
 import click
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import AuthFailedError, KazooException, NoAuthError
 
+from core import zk_auth
 from core.errors import GroupshiftError
 
 _VERBOSE_HELP = "Log to stderr: -v warnings (kazoo's too), -vv debug. Accepted before or after the command."
@@ -48,6 +50,10 @@ class GroupshiftGroup(click.Group):
             _fail(exc.format_message().rstrip(".") + hint, exc.exit_code)
         except GroupshiftError as exc:
             _fail(str(exc), 1)
+        except (NoAuthError, AuthFailedError) as exc:
+            from core.zk import refused_by_acl
+
+            _fail(str(refused_by_acl(exc)), 1)
         except KazooException as exc:  # e.g. an ACL that denies this client
             detail = f": {exc}" if str(exc) else ""
             _fail(
@@ -136,8 +142,82 @@ def _interrupted_py4j_call(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("KeyboardInterrupt while sending command")
 
 
+def _zk_setting(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """A root (or per-command) ZooKeeper security option: checked now, then handed to every
+    ZooKeeper client of this process and of the processes it starts through its variable."""
+    if value is None:
+        return
+    var = _ZK_SETTINGS[param.name]
+    if param.name in _PATH_SETTINGS:
+        value = os.path.abspath(value)  # a process started in another directory finds it too
+    if var == zk_auth.ENV_AUTH_FILE:
+        zk_auth.load_auth_file(value)  # a bad file is refused before anything runs
+    elif var == zk_auth.ENV_READ_PRINCIPAL:
+        zk_auth.parse_readers(value)
+    os.environ[var] = value  # TLS files are checked together when the command connects
+
+
+_ZK_SETTINGS = {
+    "zk_auth_file": zk_auth.ENV_AUTH_FILE,
+    "zk_read_principal": zk_auth.ENV_READ_PRINCIPAL,
+    "zk_tls_ca": zk_auth.ENV_TLS_CA,
+    "zk_tls_cert": zk_auth.ENV_TLS_CERT,
+    "zk_tls_key": zk_auth.ENV_TLS_KEY,
+}
+_PATH_SETTINGS = frozenset(_ZK_SETTINGS) - {"zk_read_principal"}
+_ZK_AUTH_HELP = (
+    "ZooKeeper credential: a file with one digest:USER:PASSWORD line, not readable by others "
+    "(default: $GROUPSHIFT_ZK_AUTH_FILE). Znodes this command and the processes it starts "
+    "create get an ACL for that user only (plus --zk-read-principal)."
+)
+
+
+def zk_auth_file_option(f):
+    """`--zk-auth-file PATH`: the root option, also accepted by every command that takes `--zk`."""
+    return click.option(
+        "--zk-auth-file",
+        "zk_auth_file",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        callback=_zk_setting,
+        metavar="PATH",
+        help=_ZK_AUTH_HELP,
+    )(f)
+
+
+def _zk_security_options(f):
+    f = zk_auth_file_option(f)
+    for name, metavar, text in (
+        (
+            "zk-read-principal",
+            "SCHEME:ID[,...]",
+            "Operator principals that may read (never change) the znodes created with --zk-auth-file, in "
+            "ZooKeeper's id form: digest:USER:HASH (from `groupshift zk digest`), sasl:NAME, x509:DN "
+            "(default: $GROUPSHIFT_ZK_READ_PRINCIPAL).",
+        ),
+        (
+            "zk-tls-ca",
+            "PEM",
+            "Connect to ZooKeeper's secureClientPort over TLS, trusting this CA "
+            "(default: $GROUPSHIFT_ZK_TLS_CA).",
+        ),
+        ("zk-tls-cert", "PEM", "Client certificate for ZooKeeper's TLS (default: $GROUPSHIFT_ZK_TLS_CERT)."),
+        ("zk-tls-key", "PEM", "Its private key (default: $GROUPSHIFT_ZK_TLS_KEY)."),
+    ):
+        f = click.option(
+            "--" + name,
+            name.replace("-", "_"),
+            expose_value=False,
+            callback=_zk_setting,
+            metavar=metavar,
+            help=text,
+        )(f)
+    return f
+
+
 @click.group(cls=GroupshiftGroup)
 @click.version_option(package_name="groupshift")
+@_zk_security_options
 def main() -> None:
     """groupshift: Kafka consumer-group rebalancing on real ZooKeeper (schemes one, two and three)."""
 
@@ -159,7 +239,9 @@ def _zk_value(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 def zk_option(f):
-    """`--zk HOST:PORT[/chroot]`; default `$GROUPSHIFT_ZK`, else the embedded ZooKeeper."""
+    """`--zk HOST:PORT[/chroot]`; default `$GROUPSHIFT_ZK`, else the embedded ZooKeeper; and
+    `--zk-auth-file` beside it."""
+    f = zk_auth_file_option(f)
     return click.option(
         "--zk",
         "zk",
@@ -168,4 +250,28 @@ def zk_option(f):
         metavar="HOST:PORT[/CHROOT]",
         help="ZooKeeper connect string (default: $GROUPSHIFT_ZK, else the embedded `groupshift zk start`). "
         "The chroot must be canonical (/a/b: no //, trailing /, . or .., whitespace).",
+    )(f)
+
+
+def command_config_option(f):
+    """`--command-config FILE`: TLS and SASL settings for the nodes or brokers a command talks to,
+    as a Kafka client properties file (docs/security.md); checked before the command does anything."""
+
+    def load(ctx: click.Context, param: click.Parameter, value: str | None):
+        if value is None:
+            return None
+        from security.client_config import load as load_config
+
+        try:
+            return load_config(value)
+        except GroupshiftError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return click.option(
+        "--command-config",
+        "security",
+        default=None,
+        callback=load,
+        metavar="FILE",
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*) for secured listeners.",
     )(f)

@@ -7,22 +7,52 @@ embedded single-node ZooKeeper started by `groupshift zk start` (see `core.embed
     zk = connect("127.0.0.1:2181/groupshift-test", session_timeout=6.0)
     zk.ensure_path("/consumers")
     zk.stop(); zk.close()
+
+Security comes from the environment, so every process a command starts inherits it (the CLI's
+`--zk-auth-file`, `--zk-read-principal` and `--zk-tls-*` set these variables):
+`$GROUPSHIFT_ZK_AUTH_FILE` names a `digest:USER:PASSWORD` file — the client authenticates with
+it and creates every znode (the chroot too) readable and writable by that user only, plus read for
+the principals in `$GROUPSHIFT_ZK_READ_PRINCIPAL`; `$GROUPSHIFT_ZK_TLS_CA` (with
+`..._TLS_CERT`/`..._TLS_KEY` for a client certificate) connects to ZooKeeper's
+`secureClientPort` over TLS. See `core.zk_auth`.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import ssl
 import sys
 import threading
 import warnings
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.security import make_digest_acl
 
+from core import zk_auth
 from core.errors import GroupshiftError, ZooKeeperUnavailable
+
+
+class ZooKeeperNoAuth(GroupshiftError):
+    """ZooKeeper refused a request under the znode's ACL (`NoAuth`), or refused the credential."""
+
+
+def refused_by_acl(exc: BaseException) -> ZooKeeperNoAuth:
+    """kazoo's `NoAuthError` (or `AuthFailedError`) as one line saying which credential this
+    process used and what to do."""
+    path = os.environ.get(zk_auth.ENV_AUTH_FILE)
+    used = f"the credential in {path}" if path else "no credential"
+    if isinstance(exc, AuthFailedError):
+        what = "refused the credential (AuthFailed)"
+    else:
+        what = "refused the request: NoAuth (the znode's ACL does not let this client read or change it)"
+    return ZooKeeperNoAuth(
+        f"ZooKeeper {what}; this process used {used}: pass --zk-auth-file FILE (or set "
+        f"${zk_auth.ENV_AUTH_FILE}) naming the digest:USER:PASSWORD of the user that wrote this tree"
+    )
 
 
 class ChrootMissing(GroupshiftError):
@@ -51,6 +81,51 @@ MAX_HOSTS = 64
 MAX_CHROOT_LENGTH = 1024
 # A host name (RFC 1123 labels), an IPv4 address, or a bracketed IPv6 address.
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\]")
+
+
+@dataclass(frozen=True)
+class ZkSecurity:
+    """How a client authenticates and what ACL its znodes get; the default is open, as before."""
+
+    credential: zk_auth.ZkCredential | None = None
+    readers: tuple = ()
+    tls: zk_auth.ZkTls | None = None
+
+    @classmethod
+    def from_env(cls, digest: tuple[str, str] | None = None) -> ZkSecurity:
+        """`digest=(user, password)` when given, else `$GROUPSHIFT_ZK_AUTH_FILE`'s credential;
+        the readers and TLS settings from their variables. Bad settings raise `GroupshiftError`."""
+        env = os.environ
+        if digest:
+            user, password = digest
+            credential = zk_auth.ZkCredential(
+                zk_auth.check_user(user, "the ZooKeeper digest"),
+                zk_auth.check_password(password, "the ZooKeeper digest"),
+            )
+        elif env.get(zk_auth.ENV_AUTH_FILE):
+            credential = zk_auth.load_auth_file(env[zk_auth.ENV_AUTH_FILE])
+        else:
+            credential = None
+        readers = zk_auth.parse_readers(env.get(zk_auth.ENV_READ_PRINCIPAL))
+        if readers and credential is None:
+            raise GroupshiftError(
+                f"${zk_auth.ENV_READ_PRINCIPAL} is set but no ZooKeeper credential is: "
+                f"pass --zk-auth-file (or ${zk_auth.ENV_AUTH_FILE}) too, or unset it"
+            )
+        tls = zk_auth.tls_from(
+            env.get(zk_auth.ENV_TLS_CA), env.get(zk_auth.ENV_TLS_CERT), env.get(zk_auth.ENV_TLS_KEY)
+        )
+        return cls(credential, readers, tls)
+
+    def kazoo(self) -> dict:
+        """KazooClient's keyword arguments for these settings."""
+        out: dict = {}
+        if self.credential:
+            out["auth_data"] = self.credential.auth_data
+            out["default_acl"] = zk_auth.acl_for(self.credential, self.readers)
+        if self.tls:
+            out.update(self.tls.kazoo())
+        return out
 
 
 @dataclass(frozen=True)
@@ -184,8 +259,10 @@ def connect(
 
     The session timeout defaults to `$GROUPSHIFT_ZK_SESSION_TIMEOUT_MS`, else 10 s;
     `$GROUPSHIFT_ZK_CONNECT_TIMEOUT_MS`, when set, replaces `connect_timeout`.
-    `digest=(user, password)` authenticates with ZooKeeper digest auth and makes znodes created
-    through this client readable by anyone and writable only by that user. The chroot is created
+    `digest=(user, password)` (else `$GROUPSHIFT_ZK_AUTH_FILE`'s credential) authenticates with
+    ZooKeeper digest auth and makes znodes created through this client, the chroot included,
+    readable and writable by that user only (plus read for `$GROUPSHIFT_ZK_READ_PRINCIPAL`):
+    see `ZkSecurity`. The chroot is created
     when missing (as Kafka's tools do); with `create_chroot=False` nothing is ever created and a
     missing chroot raises `ChrootMissing` (what commands that only read, or only delete, use),
     or, with `require_chroot=False` too, is left for `ensure_chroot` once the caller has checked
@@ -196,31 +273,44 @@ def connect(
     if session_timeout is None:
         session_timeout = env_seconds(ENV_SESSION_TIMEOUT_MS, SESSION_TIMEOUT_S)
     connect_timeout = env_seconds(ENV_CONNECT_TIMEOUT_MS, connect_timeout)
+    security = ZkSecurity.from_env(digest)
     address = parse_zk(resolve_zk(connect_string))
-    _probe(address.hosts)
+    _probe(address.hosts, security.tls)
     if address.chroot and create_chroot:
-        root = _start(address.hosts, session_timeout, connect_timeout, digest, read_only)
+        root = _start(address.hosts, session_timeout, connect_timeout, security, read_only)
         try:
             root.ensure_path(address.chroot)
         finally:
             root.stop()
             root.close()
-    client = _start(address.connect_string, session_timeout, connect_timeout, digest, read_only)
-    if address.chroot and not create_chroot and require_chroot:
-        try:
-            missing = client.exists("/") is None  # kazoo prefixes the chroot: this is the chroot itself
-        except Exception:
-            client.stop()
-            client.close()
-            raise
-        if missing:
-            client.stop()
-            client.close()
-            raise ChrootMissing(
-                f"ZooKeeper chroot {address.chroot} does not exist on {address.hosts}; "
-                "check the --zk chroot (it is created by the first command that writes, e.g. `topics create`)"
-            )
+    client = _start(address.connect_string, session_timeout, connect_timeout, security, read_only)
+    try:
+        missing = _check_chroot(client) if address.chroot else False
+    except BaseException:
+        client.stop()
+        client.close()
+        raise
+    if missing and not create_chroot and require_chroot:
+        client.stop()
+        client.close()
+        raise ChrootMissing(
+            f"ZooKeeper chroot {address.chroot} does not exist on {address.hosts}; "
+            "check the --zk chroot (it is created by the first command that writes, e.g. `topics create`)"
+        )
     return client
+
+
+def _check_chroot(client: KazooClient) -> bool:
+    """True when the chroot is missing; `ZooKeeperNoAuth` when its ACL does not let this client
+    read it. A long-lived process (a node, a consumer, a worker) so stops at its start with one
+    line, instead of meeting `NoAuth` later on one of its threads."""
+    try:
+        client.get("/")  # kazoo prefixes the chroot: this is the chroot itself
+    except NoNodeError:
+        return True
+    except (NoAuthError, AuthFailedError) as exc:
+        raise refused_by_acl(exc) from None
+    return False
 
 
 def ensure_chroot(connect_string: str | None, *, connect_timeout: float = 10.0) -> None:
@@ -230,7 +320,9 @@ def ensure_chroot(connect_string: str | None, *, connect_timeout: float = 10.0) 
         return
     session_timeout = env_seconds(ENV_SESSION_TIMEOUT_MS, SESSION_TIMEOUT_S)
     connect_timeout = env_seconds(ENV_CONNECT_TIMEOUT_MS, connect_timeout)
-    root = _start(address.hosts, session_timeout, connect_timeout, None, False)
+    security = ZkSecurity.from_env()
+    _probe(address.hosts, security.tls)
+    root = _start(address.hosts, session_timeout, connect_timeout, security, False)
     try:
         root.ensure_path(address.chroot)
     finally:
@@ -238,16 +330,21 @@ def ensure_chroot(connect_string: str | None, *, connect_timeout: float = 10.0) 
         root.close()
 
 
-def _probe(hosts: str, timeout: float = 2.0) -> None:
-    """Raise `ZooKeeperUnavailable` when every address refuses connections or does not resolve.
+def _probe(hosts: str, tls: zk_auth.ZkTls | None = None, timeout: float = 2.0) -> None:
+    """Raise `ZooKeeperUnavailable` when every address refuses connections or does not resolve,
+    or, with TLS, when every address that answers fails the TLS handshake.
 
     An address that accepts, or does not answer within `timeout`, is left to kazoo's own
     connect (which waits `connect_timeout`): only a certain "nobody is there" fails fast.
+    kazoo retries a failed TLS handshake until its connect timeout and then says only that
+    it timed out; the handshake tried here first says why.
     """
     from core.net import refusals
 
     refused = refusals(hosts, timeout)
     if refused is None:
+        if tls is not None:
+            _tls_probe(hosts, tls, timeout)
         return  # one accepts, or a timeout or an unreachable route: let kazoo try (and report) it
     reasons = "; ".join(f"{hp}: {why}" for hp, why in refused)
     raise ZooKeeperUnavailable(
@@ -256,19 +353,67 @@ def _probe(hosts: str, timeout: float = 2.0) -> None:
     )
 
 
-def _start(hosts, session_timeout, connect_timeout, digest, read_only) -> KazooClient:
-    kwargs = {}
-    if digest:
-        user, password = digest
-        kwargs["auth_data"] = [("digest", f"{user}:{password}")]
-        kwargs["default_acl"] = [make_digest_acl(user, password, all=True)] + _world_read()
+def tls_context(tls: zk_auth.ZkTls) -> ssl.SSLContext:
+    """The client context kazoo builds from `tls` (CA, client certificate), built once here so
+    that an unreadable or mismatched file is one line naming it rather than a connect timeout."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    for what, path in (("CA", tls.ca), ("client certificate", tls.cert), ("client key", tls.key)):
+        if path and not os.access(path, os.R_OK):
+            raise GroupshiftError(
+                f"cannot read the ZooKeeper TLS {what} {path}; check --zk-tls-* (or $GROUPSHIFT_ZK_TLS_*)"
+            )
+    try:
+        ctx.load_verify_locations(tls.ca)
+    except (ssl.SSLError, OSError) as exc:
+        raise GroupshiftError(
+            f"the ZooKeeper TLS CA {tls.ca} holds no PEM certificate ({exc}); check --zk-tls-ca"
+        ) from None
+    if tls.cert:
+        try:
+            ctx.load_cert_chain(tls.cert, tls.key)
+        except (ssl.SSLError, OSError) as exc:
+            raise GroupshiftError(
+                f"the ZooKeeper TLS client certificate {tls.cert} and key {tls.key} cannot be used "
+                f"together ({exc}); check that the key is the certificate's, both PEM"
+            ) from None
+    return ctx
+
+
+def _tls_probe(hosts: str, tls: zk_auth.ZkTls, timeout: float) -> None:
+    from core.net import address
+
+    ctx = tls_context(tls)
+    failures = []
+    for hostport in hosts.split(","):
+        host, port = address(hostport)
+        try:
+            with socket.create_connection((host, port), timeout=timeout) as sock:
+                with ctx.wrap_socket(sock, server_hostname=host):
+                    return
+        except (ssl.SSLEOFError, ConnectionResetError):
+            failures.append(
+                f"{hostport}: closed the connection in the TLS handshake (not a secureClientPort?)"
+            )
+        except ssl.SSLError as exc:
+            failures.append(f"{hostport}: {getattr(exc, 'verify_message', None) or exc.reason or exc}")
+        except OSError:
+            return  # not answering: kazoo's connect waits for it and says so
+    raise ZooKeeperUnavailable(
+        f"the TLS handshake with ZooKeeper failed ({'; '.join(failures)}); "
+        "check --zk-tls-ca (the CA that signed the server's certificate, which must name the host "
+        "you connect to), --zk-tls-cert/--zk-tls-key (when the server requires a client certificate) "
+        "and that --zk points at the server's secureClientPort"
+    )
+
+
+def _start(hosts, session_timeout, connect_timeout, security: ZkSecurity, read_only) -> KazooClient:
     client = KazooClient(
         hosts=hosts,
         timeout=session_timeout,
         connection_retry=dict(CONNECTION_RETRY),
         command_retry=dict(max_tries=3, delay=0.1, backoff=2, max_delay=1.0),
         read_only=read_only,
-        **kwargs,
+        **security.kazoo(),
     )
     try:
         _start_waiting(client, hosts, connect_timeout)
@@ -314,9 +459,3 @@ def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> N
     )
     if not event.wait(remaining) or not client.connected:
         raise KazooTimeoutError("Connection time-out")
-
-
-def _world_read():
-    from kazoo.security import ACL, Id, Permissions
-
-    return [ACL(Permissions.READ, Id("world", "anyone"))]

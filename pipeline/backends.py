@@ -88,6 +88,7 @@ def server_member(consumer: Any, topics: list[str], listener: object | None, off
             max_poll_interval_ms=o["max_poll_interval_ms"],
             client_id=consumer.client_id,
             coordinator_timeout_ms=o["coordinator_timeout_ms"],
+            security=o["security"],
             **kind,
             **options,
             poll_driven=not offsets_only,
@@ -143,6 +144,7 @@ def coordinator_member(consumer: Any, topics: list[str], listener: object | None
             group_instance_id=o["group_instance_id"],
             client_id=consumer.client_id,
             coordinator_timeout_ms=o["coordinator_timeout_ms"],
+            security=o["security"],
             **options,
             poll_driven=not offsets_only,  # rebalances run inside poll(), on the caller's thread
         )

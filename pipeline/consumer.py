@@ -64,6 +64,8 @@ from core.types import OffsetAndMetadata, TopicPartition
 from pipeline.backends import BACKENDS, connect_string, rebalancer_of
 from pipeline.commits import AsyncCommits, Deliveries, describe
 from pipeline.state import ConsumerState
+from security import client_config
+from security.client_config import ClientSecurity
 from topics.fetcher import ConsumerRecord, Fetcher, records
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ class Consumer:
         coordinator_timeout_ms: int = 30_000,
         membership_options: Mapping[str, Any] | None = None,
         fetcher_options: Mapping[str, Any] | None = None,
+        security: ClientSecurity | str | Path | None = None,
     ):
         kind = rebalancer_of(rebalancer)
         if isinstance(coordinator_timeout_ms, bool) or not isinstance(coordinator_timeout_ms, int):
@@ -135,6 +138,9 @@ class Consumer:
             max_poll_interval_ms=max_poll_interval_ms,
             bootstrap=bootstrap,
             coordinator_timeout_ms=coordinator_timeout_ms,
+            # TLS and SASL to the coordinator nodes (schemes two and three): a ClientSecurity, or
+            # the path of a Kafka client properties file (docs/security.md)
+            security=client_config.load(security) if isinstance(security, (str, Path)) else security,
         )
         self._membership_options = dict(membership_options or {})
         from core.zk import resolve_zk

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import ssl
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from core.errors import GroupshiftError
@@ -56,6 +56,7 @@ class ClientSecurity:
     cert: str | None = None
     key: str | None = None
     check_hostname: bool = True
+    path: str | None = None  # the properties file it was read from
 
     @property
     def tls(self) -> bool:
@@ -141,7 +142,7 @@ def load(path: str | os.PathLike) -> ClientSecurity:
         props = parse_properties(text)
     except GroupshiftError as exc:
         raise GroupshiftError(f"the client config {p}: {exc}") from None
-    return from_properties(props, str(p), mode=st.st_mode)
+    return replace(from_properties(props, str(p), mode=st.st_mode), path=str(p))
 
 
 def from_properties(

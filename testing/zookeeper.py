@@ -24,11 +24,13 @@ import socket
 import subprocess
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import GroupshiftError
 from core.extras import require
 from core.four_letter import four_letter, mntr
+from core.zk_auth import digest_id
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +38,30 @@ IMAGE = os.environ.get("GROUPSHIFT_ZK_IMAGE", "groupshift-zk:bookworm-1")
 PREFIX = "gstest-"
 OWNER_LABEL = "groupshift.owner-pid"
 CLIENT_PORT = 2181
-JAVA = (
-    "exec java -Xmx256m -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar "
-    "org.apache.zookeeper.server.quorum.QuorumPeerMain /data/zoo.cfg"
+# ZooKeeper's super user for tests (digest): the test harness's cleanup deletes every test's
+# namespace with it, whatever ACL the test's znodes carry. A test server's credential, not a secret.
+SUPER_USER, SUPER_PASSWORD = "groupshift-test-super", "test-only-super-password"
+SUPER_AUTH = [("digest", f"{SUPER_USER}:{SUPER_PASSWORD}")]
+# The secure client port (`ssl.clientAuth` and the PEM files: `ServerTls`); Netty serves it, and
+# zookeeper.jar's manifest lists only part of the Netty jars it then needs.
+SECURE_CLIENT_PORT = 2281
+NETTY_JARS = ":".join(
+    f"/usr/share/java/netty-{name}.jar"
+    for name in ("codec", "resolver", "transport-native-unix-common", "transport-native-epoll")
 )
+
+
+def java_command(tls: bool = False) -> str:
+    jars = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+    if tls:
+        jars += ":" + NETTY_JARS
+    superuser = digest_id(SUPER_USER, SUPER_PASSWORD)
+    return (
+        f"exec java -Xmx256m -Dzookeeper.DigestAuthenticationProvider.superDigest={superuser} "
+        f"-cp {jars} org.apache.zookeeper.server.quorum.QuorumPeerMain /data/zoo.cfg"
+    )
+
+
 # `timeout 2`: ZooKeeper 3.8.0 can hold a status connection open during start-up (pitfall 1).
 RUOK = [
     "timeout",
@@ -76,6 +98,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS on the secure client port: the server's key and certificate chain (PEM, in one
+    string), the CA its clients' certificates must chain to, and whether it asks for one
+    (`ssl.clientAuth`: `need`, `want` or `none`)."""
+
+    key_and_chain: str
+    ca: str
+    client_auth: str = "none"
+
+    def cfg(self) -> list[str]:
+        return [
+            f"secureClientPort={SECURE_CLIENT_PORT}",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            "ssl.keyStore.location=/data/tls/server.pem",
+            "ssl.keyStore.type=PEM",
+            "ssl.trustStore.location=/data/tls/ca.pem",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={self.client_auth}",
+        ]
+
+    # The PEM files reach the container through its environment (the image has no volume).
+    def env(self) -> dict[str, str]:
+        return {"ZK_TLS_SERVER_PEM": self.key_and_chain, "ZK_TLS_CA_PEM": self.ca}
+
+    SCRIPT = (
+        "mkdir -p /data/tls; printf '%s' \"$ZK_TLS_SERVER_PEM\" > /data/tls/server.pem; "
+        "printf '%s' \"$ZK_TLS_CA_PEM\" > /data/tls/ca.pem; "
+    )
+
+
 def zoo_cfg(tick_ms: int, servers: tuple[int, ...] = ()) -> list[str]:
     cfg = [
         f"tickTime={tick_ms}",
@@ -104,20 +157,23 @@ class ZkServer:
         servers: tuple[int, ...] = (),
         network=None,
         labels: dict[str, str] | None = None,
+        tls: ServerTls | None = None,
     ):
         DockerContainer = require("testcontainers.core.container", "experiments").DockerContainer
 
-        self.name, self.myid, self.network = name, myid, network
+        self.name, self.myid, self.network, self.tls = name, myid, network, tls
         wait_dns = "".join(f"until getent hosts zk{i} >/dev/null; do sleep 0.1; done; " for i in servers)
         script = (
             "mkdir -p /data/zk; printf '%s\\n' "
-            + " ".join(map(shlex.quote, zoo_cfg(tick_ms, servers)))
+            + " ".join(map(shlex.quote, zoo_cfg(tick_ms, servers) + (tls.cfg() if tls else [])))
             + " > /data/zoo.cfg; "
+            + (tls.SCRIPT if tls else "")
             + (f"echo {myid} > /data/zk/myid; " if myid else "")
             + wait_dns
-            + JAVA
+            + java_command(tls is not None)
         )
         self.port = free_port()  # pinned: the address survives stop/start (pitfall 4)
+        self.secure_port = free_port() if tls else None
         self.container = (
             DockerContainer(IMAGE)
             .with_name(name)
@@ -125,16 +181,23 @@ class ZkServer:
             .with_bind_ports(CLIENT_PORT, self.port)
             .with_kwargs(labels={OWNER_LABEL: str(os.getpid()), "groupshift.test": "1", **(labels or {})})
         )
+        if tls:
+            self.container.with_bind_ports(SECURE_CLIENT_PORT, self.secure_port)
+            for key, value in tls.env().items():
+                self.container.with_env(key, value)
         if network is not None:
             self.container.with_network(network).with_network_aliases(f"zk{myid}")
         self.host = ""
 
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
-    def start_single(cls, tick_ms: int = 500, labels: dict[str, str] | None = None) -> ZkServer:
-        """Start a standalone server; on any failure or interruption its container is removed."""
+    def start_single(
+        cls, tick_ms: int = 500, labels: dict[str, str] | None = None, tls: ServerTls | None = None
+    ) -> ZkServer:
+        """Start a standalone server (with `tls`, also a secure client port: `secure_connect_string`);
+        on any failure or interruption its container is removed."""
         ensure_image()
-        server = cls(f"{PREFIX}zk-{uuid.uuid4().hex[:8]}", tick_ms=tick_ms, labels=labels)
+        server = cls(f"{PREFIX}zk-{uuid.uuid4().hex[:8]}", tick_ms=tick_ms, labels=labels, tls=tls)
         try:
             server._run()
             server.wait_until(lambda: server.ruok(), 60, "standalone ZooKeeper answering ruok")
@@ -156,6 +219,9 @@ class ZkServer:
                     self._discard_created()
                     self.port = free_port()
                     self.container.with_bind_ports(CLIENT_PORT, self.port)
+                    if self.secure_port:
+                        self.secure_port = free_port()
+                        self.container.with_bind_ports(SECURE_CLIENT_PORT, self.secure_port)
                     continue
                 raise ClusterError(f"start ZooKeeper container {self.name} from {IMAGE}: {exc}") from exc
         self.host = self.container.get_container_host_ip()
@@ -206,6 +272,12 @@ class ZkServer:
     @property
     def connect_string(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def secure_connect_string(self) -> str:
+        """The secure client port's address (a server started with `tls`)."""
+        assert self.secure_port, f"{self.name} was started without TLS"
+        return f"{self.host}:{self.secure_port}"
 
     def ruok(self) -> bool:
         try:

@@ -10,7 +10,7 @@ session, so the session fixtures below exist once per worker:
 * `zk`: a started kazoo client on that chroot (stopped after the test).
 * `ensemble`: the ensemble, with every fault (pause, stop, partition, client cut) undone after the test.
 * Every worker has a `GROUPSHIFT_HOME` of its own, and no `GROUPSHIFT_ZK` / `GROUPSHIFT_DATA`
-  leaks in from the shell that started the run.
+  (nor ZooKeeper credentials or TLS settings) leaks in from the shell that started the run.
 
 Where a test runs (`scripts/test.sh`), chosen by marker or by the fixtures it uses:
 
@@ -36,6 +36,7 @@ import signal
 import pytest
 
 from core.zk import connect
+from core.zk_auth import ZK_SECURITY_ENV
 from testing.ensemble import ZkEnsemble
 from testing.leftovers import sweep_leftovers
 from testing.zookeeper import ZkServer
@@ -80,10 +81,11 @@ def pytest_configure(config):
 def _worker_environment(tmp_path_factory):
     """Per worker: a GROUPSHIFT_HOME of its own, none of the shell's ZooKeeper or data settings,
     SIGTERM handled like Ctrl-C, and containers of dead earlier runs swept."""
-    saved = {k: os.environ.get(k) for k in ("GROUPSHIFT_HOME", "GROUPSHIFT_ZK", "GROUPSHIFT_DATA")}
+    unset = ("GROUPSHIFT_ZK", "GROUPSHIFT_DATA", *ZK_SECURITY_ENV)
+    saved = {k: os.environ.get(k) for k in ("GROUPSHIFT_HOME", *unset)}
     os.environ["GROUPSHIFT_HOME"] = str(tmp_path_factory.mktemp("groupshift-home"))
-    os.environ.pop("GROUPSHIFT_ZK", None)
-    os.environ.pop("GROUPSHIFT_DATA", None)
+    for key in unset:
+        os.environ.pop(key, None)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     sweep_leftovers()  # containers of earlier runs whose process died without cleaning up
     yield

@@ -48,6 +48,20 @@ def make_topic(zk, log: Log, name: str, partitions: int, per_partition: int) -> 
             log.produce(name, [(b"k", b"v")] * per_partition, partition=p)
 
 
+def legacy_consumer(group: str, topics, zk_connect: str, log: Log) -> Consumer:
+    """A scheme-one (0.8) consumer that commits only when told, from the earliest offset."""
+    return Consumer(
+        group,
+        topics,
+        rebalancer="zk",
+        zk=zk_connect,
+        log=log,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        membership_options={"rebalance_backoff_ms": 100},
+    )
+
+
 def coordinator_consumer(
     group: str, topics, zk_connect: str, log: Log, bootstrap: str, rebalancer: str = "coordinator", **kw
 ) -> Consumer:

@@ -16,6 +16,8 @@ import uuid
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError, NotEmptyError
 
+from testing.zookeeper import SUPER_AUTH
+
 TIMEOUT_S = 30.0
 # A test that leaves a process writing into its namespace keeps re-creating znodes; past this the
 # teardown fails and says so instead of looping.
@@ -75,7 +77,9 @@ def remove_namespace(connect: str) -> None:
     hosts, _, chroot = connect.partition("/")
     top = chroot.split("/", 1)[0]
     assert top, f"{connect!r} names no chroot: refusing to delete a whole server"
-    client = KazooClient(hosts=hosts, timeout=10.0)
+    # As the test servers' super user: a namespace whose znodes carry ACLs (tests of
+    # --zk-auth-file) is deleted too.
+    client = KazooClient(hosts=hosts, timeout=10.0, auth_data=SUPER_AUTH)
     client.start(timeout=10)
     try:
         for name in client.get_children("/"):

@@ -10,7 +10,8 @@ ancestor of the namespace up to the server's root, and the data and version of e
 root. So a command that writes outside the namespace it was given is still caught — a stray znode
 beside the namespace, in a parent or at the root, or new data on a top-level znode — while a
 snapshot costs what the test's own namespace holds, not what other tests keep on the server.
-Every level of the tree is read pipelined (all its requests in flight at once).
+Every level of the tree is read pipelined (all its requests in flight at once), as the test
+servers' super user, so a tree whose znodes carry ACLs is read whole.
 `/zookeeper` (the server's own quota/config tree) is left out.
 """
 
@@ -22,6 +23,8 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+
+from testing.zookeeper import SUPER_AUTH
 
 TIMEOUT_S = 30.0
 
@@ -59,7 +62,7 @@ def zk_tree(connect: str, around: bool = True) -> dict[tuple[str, str], object]:
     `("children", ancestor)` -> names (None where the ancestor does not exist)."""
     hosts, slash, chroot = connect.partition("/")
     namespace = "/" + chroot.strip("/") if slash and chroot.strip("/") else "/"
-    client = KazooClient(hosts=hosts, timeout=10.0)
+    client = KazooClient(hosts=hosts, timeout=10.0, auth_data=SUPER_AUTH)  # reads znodes with ACLs too
     client.start(timeout=10)
     try:
         out: dict[tuple[str, str], object] = {}

@@ -9,6 +9,7 @@ topic sizes come from `/brokers/topics/<t>`.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -19,9 +20,11 @@ import msgspec
 
 from coordinator.layout import COORDINATORS as COORDINATORS_PATH
 from coordinator.layout import MAX_NODES, CoordinatorRecord, coordinator_path, decode_coordinator
+from coordinator.member.authenticate import AuthenticationFailed, authenticate
 from coordinator.wire import codec as wire
 from coordinator.wire.schema import Message
 from core.errors import GroupshiftError
+from security.client_config import ClientSecurity
 
 
 class CoordinatorUnavailable(GroupshiftError):
@@ -49,7 +52,14 @@ class Connection:
     `RequestFuture`). Responses are read in the order the requests were sent.
     """
 
-    def __init__(self, host: str, port: int, client_id: str, connect_timeout: float = 5.0):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        connect_timeout: float = 5.0,
+        security: ClientSecurity | None = None,
+    ):
         self.address = (host, port)
         self.client_id = client_id
         self._lock = threading.RLock()
@@ -63,6 +73,14 @@ class Connection:
             raise ConnectionLost(f"cannot connect to coordinator node {host}:{port}: {exc}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.closed = False
+        if security is not None and security.tls:
+            self._sock = _tls(self._sock, host, port, security)
+        if security is not None and security.sasl:
+            try:
+                authenticate(self, security, connect_timeout)
+            except BaseException:
+                self.close()
+                raise
 
     def request(self, api: int, body: Message, timeout: float) -> Any:
         """Send one request struct and wait for the API's response struct; raises `ConnectionLost`."""
@@ -103,7 +121,7 @@ class Connection:
                     self._sock.settimeout(max(until - now, 0.0))  # 0.0: read what is there only
                     try:
                         data = self._sock.recv(1 << 16)
-                    except (BlockingIOError, TimeoutError):
+                    except (BlockingIOError, TimeoutError, ssl.SSLWantReadError):
                         if time.monotonic() >= until and time.monotonic() < pending.expires:
                             return None
                         continue
@@ -148,6 +166,27 @@ class Connection:
             self._sock.close()
         except OSError:
             pass
+
+
+def _tls(sock: socket.socket, host: str, port: int, security: ClientSecurity) -> ssl.SSLSocket:
+    """`sock` after a TLS handshake with the node; a refused handshake is `AuthenticationFailed`."""
+    try:
+        return security.ssl_context().wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as exc:
+        sock.close()
+        raise AuthenticationFailed(
+            f"the TLS certificate of coordinator node {host}:{port} is not trusted "
+            f"({exc.verify_message}); check ssl.ca.location in the client config"
+        ) from None
+    except ssl.SSLError as exc:
+        sock.close()
+        raise AuthenticationFailed(
+            f"TLS handshake with coordinator node {host}:{port} failed ({exc.reason or exc}); "
+            "is its listener TLS, and does it require a client certificate?"
+        ) from None
+    except OSError as exc:
+        sock.close()
+        raise ConnectionLost(f"TLS handshake with coordinator node {host}:{port}: {exc}") from None
 
 
 class PendingResponse:

@@ -49,6 +49,7 @@ class CoordinatorDiscovery:
 
     group_id: str
     client_id: str
+    security: Any  # security.client_config.ClientSecurity or None
     request_timeout: float
     _cv: threading.Condition
     _closed: bool
@@ -164,7 +165,7 @@ class CoordinatorDiscovery:
         self.stats["coordinator_lookups"] += 1
         for host, port in self._candidate_nodes():
             try:
-                conn = Connection(host, port, self.client_id)
+                conn = Connection(host, port, self.client_id, security=self.security)
                 try:
                     resp = conn.request(
                         wire.FIND_COORDINATOR,
@@ -182,8 +183,8 @@ class CoordinatorDiscovery:
                 log.debug("FindCoordinator via %s:%s: %s", host, port, error_name(resp.error_code))
                 continue
             try:
-                ctl = Connection(resp.host, resp.port, self.client_id)
-                join = Connection(resp.host, resp.port, self.client_id)
+                ctl = Connection(resp.host, resp.port, self.client_id, security=self.security)
+                join = Connection(resp.host, resp.port, self.client_id, security=self.security)
             except ConnectionLost as exc:
                 log.debug("coordinator %s:%s unreachable: %s", resp.host, resp.port, exc)
                 continue

@@ -84,6 +84,7 @@ from coordinator.wire.schema import (
 from core.errors import GroupshiftError, RebalanceFailed
 from core.membership import NoopListener, call_listener
 from core.types import TopicPartition
+from security.client_config import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
         poll_driven: bool = False,
         coordinator_timeout_ms: int = 30_000,
         metadata_max_age_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ):
         if not isinstance(coordinator_timeout_ms, int) or coordinator_timeout_ms <= 0:
             raise GroupshiftError(
@@ -158,6 +160,7 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
         self.request_timeout = request_timeout_ms / 1000
         self.poll_driven = poll_driven
         self.coordinator_timeout = coordinator_timeout_ms / 1000
+        self.security = security  # TLS and SASL to the nodes (docs/security.md); None: plaintext
         self._init_discovery(zk, bootstrap, metadata_max_age_ms)
 
         self._cv = threading.Condition(threading.RLock())

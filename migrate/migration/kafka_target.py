@@ -31,6 +31,7 @@ from core.errors import GroupshiftError, UnknownGroup
 from core.extras import require
 from core.net import address, refusals
 from core.types import TopicPartition
+from security.client_config import PLAINTEXT, ClientSecurity
 
 TIMEOUT_S = 10.0
 MAX_PARTITIONS = 200_000
@@ -79,9 +80,10 @@ def _reason(exc: Exception) -> str:
 class KafkaTarget:
     """An AdminClient on `bootstrap`, checked to be reachable when opened."""
 
-    def __init__(self, bootstrap: str, timeout: float = TIMEOUT_S):
+    def __init__(self, bootstrap: str, timeout: float = TIMEOUT_S, security: ClientSecurity | None = None):
         self.bootstrap = check_bootstrap(bootstrap)
         self.timeout = timeout
+        self.security = security or PLAINTEXT  # TLS and SASL to the brokers (--command-config)
         self._admin = None
         self._apis: set[int] | None = None
 
@@ -108,6 +110,7 @@ class KafkaTarget:
                 "logger": _quiet,
                 "socket.connection.setup.timeout.ms": ms,
                 "socket.timeout.ms": ms,
+                **self.security.confluent(),
             }
         )
         self._metadata()
@@ -122,7 +125,7 @@ class KafkaTarget:
         some time after a DeleteGroups that the broker does not serve, so it is never sent there.
         """
         if self._apis is None:
-            self._apis = _api_keys(self.bootstrap.split(",")[0], self.timeout)
+            self._apis = _api_keys(self.bootstrap.split(",")[0], self.timeout, self.security)
         return self._apis is None or api_key in self._apis
 
     def _metadata(self, topic: str | None = None):
@@ -334,10 +337,11 @@ class KafkaTarget:
         return out
 
 
-def _api_keys(hostport: str, timeout: float) -> set[int] | None:
-    """The api keys a broker advertises (ApiVersions v0); None if it could not be asked."""
+def _api_keys(hostport: str, timeout: float, security: ClientSecurity) -> set[int] | None:
+    """The api keys a broker advertises (ApiVersions v0, which a SASL listener answers before
+    authentication); None if it could not be asked."""
     try:
-        with socket.create_connection(address(hostport), timeout=timeout) as s:
+        with _socket(hostport, timeout, security) as s:
             header = struct.pack(">hhih", 18, 0, 1, len(b"groupshift")) + b"groupshift"
             s.sendall(struct.pack(">i", len(header)) + header)
             size = struct.unpack(">i", recv_exactly(s, 4))[0]
@@ -348,6 +352,17 @@ def _api_keys(hostport: str, timeout: float) -> set[int] | None:
         return {struct.unpack_from(">h", body, 10 + 6 * i)[0] for i in range(n)}
     except (OSError, struct.error, ValueError):
         return None
+
+
+def _socket(hostport: str, timeout: float, security: ClientSecurity) -> socket.socket:
+    sock = socket.create_connection(address(hostport), timeout=timeout)
+    if not security.tls:
+        return sock
+    try:
+        return security.ssl_context().wrap_socket(sock, server_hostname=address(hostport)[0])
+    except BaseException:
+        sock.close()
+        raise
 
 
 def recv_exactly(s: socket.socket, n: int) -> bytes:

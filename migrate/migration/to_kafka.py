@@ -90,7 +90,7 @@ def _source_members(zk: KazooClient, group: str, source: str | Rebalancer) -> No
 # -- plan ------------------------------------------------------------------------------------------
 
 
-def plan(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str) -> dict:
+def plan(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str, security=None) -> dict:
     """What `run` would do, and the checks it would make; writes nothing."""
     source = check_args(source)
     bootstrap = check_bootstrap(bootstrap)
@@ -104,7 +104,7 @@ def plan(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str) 
     rec, _ = offline.read_record(zk, group)
     holder = offline.lock_holder(zk, group)
     resuming = rec is not None and rec.state not in R.TERMINAL
-    with KafkaTarget(bootstrap) as t:
+    with KafkaTarget(bootstrap, security=security) as t:
         counts = t.partitions(sorted({tp.topic for tp in src}))
         missing = [tp for tp in sorted(src) if counts[tp.topic] is None or tp.partition >= counts[tp.topic]]
         dst = t.offsets(group, list(src))
@@ -169,6 +169,7 @@ def run(
     batch: int = writes.BATCH,
     say=lambda line: None,
     progress=None,
+    security=None,
 ) -> R.Migration:
     """Start or resume the migration into the Kafka-protocol group; returns the record in state done."""
     source = check_args(source)
@@ -178,7 +179,7 @@ def run(
     why = _conflict(rec, source, bootstrap)
     if why:
         raise MigrationBusy(why)
-    with KafkaTarget(bootstrap) as t:
+    with KafkaTarget(bootstrap, security=security) as t:
         if _already_done(t, rec, source) and not overwrite:
             offline._clear_dead_lock(zk, group)
             say(f"migrate {group}: already done from {source.value} to kafka at {bootstrap}; nothing to do")
@@ -315,7 +316,13 @@ def recorded(zk: KazooClient, group: str) -> bool:
 
 
 def rollback(
-    zk: KazooClient, group: str, *, bootstrap: str | None = None, say=lambda line: None, progress=None
+    zk: KazooClient,
+    group: str,
+    *,
+    bootstrap: str | None = None,
+    say=lambda line: None,
+    progress=None,
+    security=None,
 ) -> R.Migration:
     """Put the target group back as it was; the record becomes rolled_back."""
     rec, _ = offline.read_record(zk, group)
@@ -338,7 +345,7 @@ def rollback(
             f"a migration of group {group!r} is running ({offline._holder_text(holder)}); "
             "wait for it before rolling back"
         )
-    with KafkaTarget(check_bootstrap(bootstrap) if bootstrap else rec.bootstrap) as t:
+    with KafkaTarget(check_bootstrap(bootstrap) if bootstrap else rec.bootstrap, security=security) as t:
         _source_members(zk, group, rec.source)
         t.check_idle(group)
         st = offline._Run(zk, group, say)
@@ -391,7 +398,7 @@ def _restore(t: KafkaTarget, m: R.Migration, progress, say) -> None:
 # -- verify ----------------------------------------------------------------------------------------
 
 
-def verify(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str) -> dict:
+def verify(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str, security=None) -> dict:
     """Compare the target group with the source now (and with the frozen snapshot, when recorded)."""
     source = check_args(source)
     bootstrap = check_bootstrap(bootstrap)
@@ -401,7 +408,7 @@ def verify(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str
             f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
         )
     src = offline.offsets(zk, source, group)
-    with KafkaTarget(bootstrap) as t:
+    with KafkaTarget(bootstrap, security=security) as t:
         dst = t.offsets(group, list(src))
     rec, _ = offline.read_record(zk, group)
     ours = rec is not None and (rec.source, rec.dest, rec.bootstrap) == (source.value, DEST, bootstrap)

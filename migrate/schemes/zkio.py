@@ -18,7 +18,7 @@ from collections import Counter, namedtuple
 from collections.abc import Iterable, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import EXCEPTIONS, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import EXCEPTIONS, KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
     GetChildren,
@@ -134,6 +134,8 @@ def _many(zk: KazooClient, paths: Sequence[str], call, kind: str) -> list:
     if len(paths) > 1 and getattr(zk, "_groupshift_multi_read", True):
         try:
             return _multi_read(zk, paths, kind)
+        except NoAuthError:
+            raise  # an ACL refuses this client: the command says so (a plain read would too)
         except (KazooException, KazooTimeoutError, ValueError):
             zk._groupshift_multi_read = False  # a server before 3.6: one request per znode, pipelined
     out: list = []
@@ -146,6 +148,8 @@ def _many(zk: KazooClient, paths: Sequence[str], call, kind: str) -> list:
                 out.append(ar.get(timeout=REQUEST_TIMEOUT_S))
             except NoNodeError:
                 out.append(None)
+            except NoAuthError:
+                raise
             except (KazooException, KazooTimeoutError) as exc:
                 raise ZooKeeperUnavailable(f"ZooKeeper read failed: {exc!r}; is it up?") from None
     return out

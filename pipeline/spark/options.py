@@ -50,6 +50,7 @@ class SourceOptions:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     rebalance_backoff_ms: int | None = None  # scheme one's rebalance.backoff.ms
+    command_config: str | None = None  # a Kafka client properties file: TLS and SASL to the nodes
 
     def consumer_options(self) -> dict:
         """Keyword arguments of `pipeline.Consumer` for this source's member."""
@@ -72,6 +73,7 @@ class SourceOptions:
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest" if self.starting != "latest" else "latest",
             "membership_options": membership,
+            "security": self.command_config,
         }
 
 
@@ -89,6 +91,7 @@ KNOWN = {
     "sessiontimeoutms",
     "heartbeatintervalms",
     "rebalancebackoffms",
+    "commandconfig",
 }
 SPELLING = {
     "logroot": "logRoot",
@@ -98,6 +101,7 @@ SPELLING = {
     "sessiontimeoutms": "sessionTimeoutMs",
     "heartbeatintervalms": "heartbeatIntervalMs",
     "rebalancebackoffms": "rebalanceBackoffMs",
+    "commandconfig": "commandConfig",
 }
 
 
@@ -140,6 +144,7 @@ def parse(options: Mapping[str, str]) -> SourceOptions:
         rebalancer=rebalancer,
         incremental=incremental,
         bootstrap=opts.get("bootstrap") or None,
+        command_config=_command_config(opts.get("commandconfig")),
         log_root=opts.get("logroot") or None,
         starting=starting,
         starting_offsets=starting_offsets,
@@ -200,3 +205,16 @@ def _starting(text: str, topics: tuple[str, ...]) -> tuple[str, dict[TopicPartit
     if any(off < EARLIEST or tp.partition < 0 for tp, off in offsets.items()):
         raise SourceOptionError("startingOffsets: offsets are >= 0, or -2 (earliest) / -1 (latest)")
     return "json", offsets
+
+
+def _command_config(path: str | None) -> str | None:
+    """The client properties file, checked now (a bad one is refused before Spark starts)."""
+    if not path:
+        return None
+    from security.client_config import load
+
+    try:
+        load(path)
+    except GroupshiftError as exc:
+        raise SourceOptionError(f"option 'commandConfig': {exc}") from None
+    return path

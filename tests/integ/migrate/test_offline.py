@@ -24,7 +24,7 @@ from core.types import TopicPartition as TP
 from migrate.migration import offline
 from migrate.schemes import zk_store as legacy
 from pipeline.consumer import Consumer
-from tests.inspect_helpers import REPO, coordinator_consumer, make_topic, ok, run, wait_for
+from tests.inspect_helpers import REPO, coordinator_consumer, legacy_consumer, make_topic, ok, run, wait_for
 from tests.snapshots import zk_tree
 from topics.log import Log
 
@@ -32,19 +32,6 @@ from topics.log import Log
 @pytest.fixture
 def log(tmp_path):
     return Log(tmp_path / "data")
-
-
-def legacy_consumer(group, topics, zk_connect, log) -> Consumer:
-    return Consumer(
-        group,
-        topics,
-        rebalancer="zk",
-        zk=zk_connect,
-        log=log,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        membership_options={"rebalance_backoff_ms": 100},
-    )
 
 
 def drain(c: Consumer, want: int, timeout: float = 60.0) -> dict[TP, list[int]]:
