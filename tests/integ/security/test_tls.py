@@ -12,12 +12,14 @@ nothing in ZooKeeper.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
 import struct
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer
@@ -54,9 +56,11 @@ def certs(tmp_path_factory):
     return make_certs(tmp_path_factory.mktemp("tls"))
 
 
-def _tls_node(zk_root: str, name: str, certs, client_auth: str, tmp, *extra: str):
+@contextlib.contextmanager
+def _tls_node(zk_root: str, name: str, certs, client_auth: str, tmp, *extra: str) -> Iterator[NodeProcess]:
+    """Node 1 with both listeners on TLS in the namespace `zk_root/name`; `.zk`, `.data`, `.store` set."""
     zk = f"{zk_root}/{name}"
-    data = tmp / f"{name}-data"
+    data = tmp / "data"
     data.mkdir()
     node = NodeProcess.start(
         zk,
@@ -68,34 +72,32 @@ def _tls_node(zk_root: str, name: str, certs, client_auth: str, tmp, *extra: str
         *certs.node_args(client_auth),
         *extra,
         listen="TLS://127.0.0.1:0",
-        log_path=tmp / f"{name}.log",
+        log_path=tmp / "node.log",
         **TEST_DEFAULTS,
     )
-    node.zk = zk
-    node.data = data
-    node.zk_client = connect(zk, session_timeout=6.0)
-    node.store = TopicStore(data, node.zk_client)
-    return node
+    node.zk, node.data = zk, data
+    client = connect(zk, session_timeout=6.0)
+    node.zk_client, node.store = client, TopicStore(data, client)
+    try:
+        yield node
+    finally:
+        node.stop()
+        client.stop()
+        client.close()
 
 
 @pytest.fixture(scope="module")
 def open_node(module_zk_connect, certs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("open")
-    node = _tls_node(module_zk_connect, "open", certs, "none", tmp, "--frame-timeout-ms", "1000")
-    yield node
-    node.stop()
-    node.zk_client.stop()
-    node.zk_client.close()
+    with _tls_node(module_zk_connect, "open", certs, "none", tmp, "--frame-timeout-ms", "1000") as node:
+        yield node
 
 
 @pytest.fixture(scope="module")
 def mutual_node(module_zk_connect, certs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mutual")
-    node = _tls_node(module_zk_connect, "mutual", certs, "required", tmp, "--log-level", "debug")
-    yield node
-    node.stop()
-    node.zk_client.stop()
-    node.zk_client.close()
+    with _tls_node(module_zk_connect, "mutual", certs, "required", tmp, "--log-level", "debug") as node:
+        yield node
 
 
 def _client_context(certs, ca: str | None = None, cert: str | None = None, key: str | None = None):
