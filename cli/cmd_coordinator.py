@@ -31,6 +31,18 @@ def _listen(value: str, kind: Kind, option: str) -> Listener:
         raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
+def _mechanisms(ctx, param, value: str) -> tuple[str, ...]:
+    from security.sasl import MECHANISMS
+
+    names = tuple(m.strip().upper() for m in value.split(","))
+    unknown = [m for m in names if m not in MECHANISMS]
+    if unknown or not value.strip():
+        raise click.BadParameter(
+            f"unknown SASL mechanism {(unknown or [''])[0]!r}; expected some of {','.join(MECHANISMS)}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
 def _host(value: str, param) -> str:
     if (
         not value
@@ -101,8 +113,8 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
     "listen",
     default="127.0.0.1:9092",
     show_default=True,
-    help="[PROTOCOL://]HOST:PORT to accept clients on: PLAINTEXT (a bare HOST:PORT) or TLS "
-    "(docs/security.md).",
+    help="[PROTOCOL://]HOST:PORT to accept clients on: PLAINTEXT (a bare HOST:PORT), TLS, "
+    "SASL_PLAINTEXT or SASL_TLS (docs/security.md).",
 )
 @click.option(
     "--node-id",
@@ -178,8 +190,16 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
     "--kafka-listen",
     "kafka_listen",
     default=None,
-    help="[PROTOCOL://]HOST:PORT of a Kafka-protocol listener for Kafka clients, PLAINTEXT (a bare "
-    "HOST:PORT) or SSL (docs/kafka-listener.md); off by default.",
+    help="[PROTOCOL://]HOST:PORT of a Kafka-protocol listener for Kafka clients: PLAINTEXT (a bare "
+    "HOST:PORT), SSL, SASL_PLAINTEXT or SASL_SSL (docs/kafka-listener.md); off by default.",
+)
+@click.option(
+    "--sasl-enabled-mechanisms",
+    "sasl_mechanisms",
+    default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    show_default=True,
+    callback=_mechanisms,
+    help="The SASL mechanisms a SASL_* listener offers (Kafka's sasl.enabled.mechanisms; docs/security.md).",
 )
 @click.option(
     "--tls-cert", default=None, help="PEM: the node's certificate (chain), for TLS and SSL listeners."

@@ -27,6 +27,7 @@ COMMANDS = {
     "migrate": "cli.cmd_migrate",
     "offsets": "cli.cmd_offsets",
     "topics": "cli.cmd_topics",
+    "users": "cli.cmd_users",
     "zk": "cli.cmd_zk",
 }
 

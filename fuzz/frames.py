@@ -461,7 +461,7 @@ class FrameFuzzer:
                 ),
                 "86",
             ),
-            (request(r.choice([1, 3, 17, 99, 999, -5]), rid, {}), code(UNSUPPORTED_VERSION), "35"),
+            (request(r.choice([1, 3, 19, 99, 999, -5]), rid, {}), code(UNSUPPORTED_VERSION), "35"),
             (
                 request(
                     HEARTBEAT,

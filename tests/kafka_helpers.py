@@ -42,14 +42,21 @@ CONFLUENT_TEST_CONSUMER = {
 
 
 @contextlib.contextmanager
-def kafka_node(zk: str, data: Path, log_path: Path, *extra: str) -> Iterator[NodeProcess]:
+def kafka_node(
+    zk: str,
+    data: Path,
+    log_path: Path,
+    *extra: str,
+    listen: str = "127.0.0.1:0",
+    kafka_listen: str = "127.0.0.1:0",
+) -> Iterator[NodeProcess]:
     """Node 1 with `--kafka-listen 127.0.0.1:0` on the log root `data` (and `extra` options);
     `.zk`, `.data`, `.store` set."""
     proc = NodeProcess.start(
         zk,
         1,
         "--kafka-listen",
-        "127.0.0.1:0",
+        kafka_listen,
         "--data",
         str(data),
         "--group-initial-rebalance-delay-ms",
@@ -59,6 +66,7 @@ def kafka_node(zk: str, data: Path, log_path: Path, *extra: str) -> Iterator[Nod
         "--shards",  # as TEST_DEFAULTS: no Kafka-listener test depends on the count
         "4",
         *extra,
+        listen=listen,
         log_path=log_path,
     )
     proc.zk = zk
@@ -144,6 +152,15 @@ def ck_consume(c, count: int, timeout: float = 40.0) -> list[bytes]:
     while len(got) < count and time.monotonic() < deadline:
         got.extend(ck_poll(c, 0.2))
     return got
+
+
+def closed_by_peer(s) -> bool:
+    """Whether the node closes the socket `s` (reads one chunk; waits up to 10 s)."""
+    s.settimeout(10)
+    try:
+        return s.recv(65536) == b""
+    except ConnectionResetError:
+        return True
 
 
 def send_and_drain(port: int, frame: bytes) -> None:

@@ -53,6 +53,12 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersions
 from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from coordinator.kafka_wire import heartbeat_codec
 from coordinator.kafka_wire import messages as M
@@ -69,7 +75,9 @@ from coordinator.wire import schema as S
 # (min, max) served per api: non-flexible versions only. Produce is advertised from v3 because
 # librdkafka fetches only from brokers that have it; ListOffsets and Metadata keep v0 for
 # 0.8-era tools (Burrow); the other minima are Kafka 4.0's. JoinGroup below v4 predates
-# MEMBER_ID_REQUIRED (KIP-394): the listener takes that round trip for the member.
+# MEMBER_ID_REQUIRED (KIP-394): the listener takes that round trip for the member. SaslHandshake
+# is v1 only: v0 switches the connection to unframed SASL tokens, which Kafka 4.0 dropped
+# (KIP-896) and no client that knows SaslAuthenticate sends.
 VERSIONS: dict[int, tuple[int, int]] = {
     M.PRODUCE: (3, 8),
     M.FETCH: (4, 11),
@@ -88,6 +96,8 @@ VERSIONS: dict[int, tuple[int, int]] = {
     S.DELETE_GROUPS: (0, 1),
     M.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     M.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    S.SASL_HANDSHAKE: (1, 1),
+    S.SASL_AUTHENTICATE: (0, 2),
 }
 
 # api key -> (request class, response class, project request struct)
@@ -117,6 +127,8 @@ _CLASSES: dict[int, tuple[Any, Any, type[S.Message]]] = {
         ConsumerGroupDescribeResponse,
         S.ConsumerGroupDescribeRequest,
     ),
+    S.SASL_HANDSHAKE: (SaslHandshakeRequest, SaslHandshakeResponse, S.SaslHandshakeRequest),
+    S.SASL_AUTHENTICATE: (SaslAuthenticateRequest, SaslAuthenticateResponse, S.SaslAuthenticateRequest),
 }
 
 NAMES: dict[int, str] = {
@@ -176,6 +188,11 @@ class KafkaRequest:
     @property
     def name(self) -> str:
         return NAMES.get(self.api_key, str(self.api_key))
+
+
+def peek_api(frame: bytes) -> int | None:
+    """A request frame's api key, from its header alone (None for a frame too short to have one)."""
+    return _PEEK.unpack_from(frame)[0] if len(frame) >= _PEEK.size else None
 
 
 def decode_request(frame: bytes) -> KafkaRequest:

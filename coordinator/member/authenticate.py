@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from security.scram import ScramError
-
 from coordinator.wire import codec as wire
 from coordinator.wire.schema import (
     SASL_AUTHENTICATE,
@@ -22,6 +20,7 @@ from coordinator.wire.schema import (
 from core.errors import GroupshiftError
 from security.client_config import ClientSecurity
 from security.sasl_client import client_tokens
+from security.scram import ScramError
 
 
 class AuthenticationFailed(GroupshiftError):

@@ -6,6 +6,10 @@ is outstanding (a parked JoinGroup/SyncGroup, an OffsetCommit waiting for its Zo
 connections. Reading pauses beyond `max_queued_requests` queued frames; a client that stops
 reading its answers, leaves a frame half-sent, or stays idle is dropped by the owner's sweep
 (`expiry_reason`).
+
+On a SASL listener a connection starts with a `sasl` session: until the client authenticated, the
+listener hands its frames to the node's `authenticator` (which answers only ApiVersions and the SASL
+handshake), and frames are held to Kafka's `sasl.server.max.receive.size`.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from typing import Any, Protocol
 from coordinator.node.metrics import Metrics
 from coordinator.wire import codec as P
 from coordinator.wire.schema import Message, OffsetCommitResponse
+from security.sasl import SaslSession
 from security.tls import principal_of
 
 log = logging.getLogger("coordinator.node.server")
 
 ANONYMOUS = "User:ANONYMOUS"  # Kafka's principal for a connection that did not authenticate
+SASL_MAX_RECEIVE_BYTES = 512 << 10  # Kafka's sasl.server.max.receive.size: frames before authentication
 
 
 class ConnectionOwner(Protocol):
@@ -65,9 +71,14 @@ def error_of(body: Message) -> int:
 class Connection(asyncio.Protocol):
     """One client connection: frames in, requests handled strictly in order, answers out."""
 
-    def __init__(self, node: ConnectionOwner):
+    def __init__(
+        self, node: ConnectionOwner, sasl: SaslSession | None = None, max_frame_bytes: int | None = None
+    ):
         self.node = node
-        self.decoder = P.FrameDecoder(node.config.max_frame_bytes)
+        self.max_frame_bytes = max_frame_bytes or node.config.max_frame_bytes
+        self.decoder = P.FrameDecoder(
+            self.max_frame_bytes if sasl is None else min(self.max_frame_bytes, SASL_MAX_RECEIVE_BYTES)
+        )
         self.queue: deque[tuple[bytes, float]] = deque()
         self.busy: Pending | None = None  # the request whose answer is outstanding
         self.transport: asyncio.Transport | None = None
@@ -83,6 +94,14 @@ class Connection(asyncio.Protocol):
         # authentication (`User:` and the certificate's subject, when the handshake completes:
         # `connection_made`) or SASL; ANONYMOUS until then.
         self.principal = ANONYMOUS
+        # The SASL exchange while it is not complete (None: nothing to complete, or completed).
+        self.sasl = sasl
+
+    def authenticated(self, principal: str) -> None:
+        """SASL completed: the client is `principal` and its frames go to the listener's dispatch."""
+        self.principal = principal
+        self.sasl = None
+        self.decoder.max_frame_bytes = self.max_frame_bytes
 
     def connection_made(self, transport) -> None:
         self.transport = transport

@@ -2,10 +2,11 @@
 
 `RequestDispatch` is the part of `CoordinatorNode` (coordinator/node/server.py) that serves one
 request of a connection — the native listener's frames (`dispatch`) and the Kafka listener's
-decoded requests (`handle`, `kafka=True`; coordinator/node/kafka_listener.py). ApiVersions,
-FindCoordinator and DescribeCluster are answered by the node itself; while ZooKeeper is away
-every group request gets COORDINATOR_NOT_AVAILABLE without reaching the core; the others go to
-the core, whose outputs `CoreOutputs` (coordinator/node/outputs.py) applies.
+decoded requests (`handle`, `kafka=True`; coordinator/node/kafka_listener.py). A connection that
+has not authenticated yet goes to the node's `authenticator` instead. ApiVersions, FindCoordinator,
+DescribeCluster (and SASL's requests outside a handshake) are answered by the node itself; while
+ZooKeeper is away every group request gets COORDINATOR_NOT_AVAILABLE without reaching the core;
+the others go to the core, whose outputs `CoreOutputs` (coordinator/node/outputs.py) applies.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import logging
 import time
 from typing import Any
 
+from coordinator.node.authenticator import answer_outside
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.wire import codec as P
 from coordinator.wire.errors import COORDINATOR_NOT_AVAILABLE
 from coordinator.wire.schema import (
+    NODE_APIS,
     DeleteGroupsResponse,
     DeleteGroupsResult,
     DescribeClusterBroker,
@@ -56,6 +59,9 @@ class RequestDispatch:
 
     def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None:
         """Handle one frame of `conn` (called in order; never raises for anything a client sends)."""
+        if conn.sasl is not None:  # not authenticated yet: the SASL handshake only
+            self.authenticator.native(conn, payload, t0)
+            return
         try:
             req = P.decode_request(payload)
         except P.RequestError as exc:
@@ -85,12 +91,8 @@ class RequestDispatch:
         immediate, or None when the core took it (it answers through `pending`, now or later).
         `kafka`: the request came from the Kafka listener, so FindCoordinator names Kafka endpoints."""
         conn = pending.conn
-        if api == P.API_VERSIONS:
-            return P.api_versions_body()
-        if api == P.FIND_COORDINATOR:
-            return self._find_coordinator(body, kafka)
-        if api == P.DESCRIBE_CLUSTER:
-            return self._describe_cluster()
+        if api in NODE_APIS:
+            return self._answer_here(api, body, kafka)
         if not self.serving or self._stopping:
             # ZooKeeper is away: answer without the core, so that nothing in it moves (no timer
             # fires, no parked request completes) until the node knows it still leads its shards.
@@ -115,6 +117,16 @@ class RequestDispatch:
         if api != P.HEARTBEAT or self._timer is None:
             self._schedule_timer()
         return None
+
+    def _answer_here(self, api: int, body: Any, kafka: bool) -> Message:
+        """The APIs the node answers itself, without the core (ZooKeeper away or not)."""
+        if api == P.API_VERSIONS:
+            return P.api_versions_body()
+        if api == P.FIND_COORDINATOR:
+            return self._find_coordinator(body, kafka)
+        if api == P.DESCRIBE_CLUSTER:
+            return self._describe_cluster()
+        return answer_outside(api)  # SaslHandshake, SaslAuthenticate: nothing to authenticate
 
     def _describe_cluster(self) -> DescribeClusterResponse:
         """The live nodes' native listeners, from the registrations this node watches (itself first

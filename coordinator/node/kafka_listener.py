@@ -31,6 +31,7 @@ from coordinator.node.kafka_topic_ids import TopicIdResolver
 from coordinator.node.tls import tls_server_args
 from coordinator.wire import errors as E
 from coordinator.wire.schema import API_VERSIONS, JOIN_GROUP, JoinGroupResponse, Message
+from security.sasl import SaslSession
 
 log = logging.getLogger("coordinator.node.server")
 
@@ -76,10 +77,9 @@ def _member_id_round_trip(pending: Pending, body: Message | None) -> str | None:
 class KafkaConnection(Connection):
     """A connection of the Kafka listener: answers are Kafka responses of the request's version."""
 
-    def __init__(self, owner: KafkaListener):
-        super().__init__(owner)
+    def __init__(self, owner: KafkaListener, sasl: SaslSession | None = None):
+        super().__init__(owner, sasl, max(owner.config.max_frame_bytes, MAX_REQUEST_BYTES))
         self.owner = owner
-        self.decoder.max_frame_bytes = max(self.decoder.max_frame_bytes, MAX_REQUEST_BYTES)
 
     def answer(self, pending: Pending, body: Message | None) -> None:
         """Answer `pending` (None: no answer, as for Produce with acks=0)."""
@@ -142,13 +142,22 @@ class KafkaListener:
     async def start(self, host: str, port: int, ssl: ssl.SSLContext | None = None) -> asyncio.AbstractServer:
         """Listen on `host`:`port` (over TLS with `ssl`: the SSL and SASL_SSL listeners)."""
         loop = asyncio.get_running_loop()
+        session = self.node.authenticator.session
+        protocol = self.config.kafka_protocol
         return await loop.create_server(
-            lambda: KafkaConnection(self), host, port, backlog=1024, **tls_server_args(ssl, self.config)
+            lambda: KafkaConnection(self, session(protocol)),
+            host,
+            port,
+            backlog=1024,
+            **tls_server_args(ssl, self.config),
         )
 
     def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None:
         """Handle one frame of `conn` (in order; never raises for anything a client sends)."""
         assert isinstance(conn, KafkaConnection)
+        if conn.sasl is not None:  # not authenticated yet: the SASL handshake only
+            self.node.authenticator.kafka(conn, payload, t0)
+            return
         try:
             req = K.decode_request(payload)
         except K.BadRequest as exc:

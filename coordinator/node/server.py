@@ -15,8 +15,8 @@ This module is the node's lifecycle (start, stop), its timers, its ZooKeeper ses
 housekeeping. A request is served by `dispatch.RequestDispatch` and the core's outputs are carried
 out by `outputs.CoreOutputs` (both bases of `CoordinatorNode`); shard placement and leadership are
 `shards.ShardLeadership`; the ZooKeeper metadata is `store.CoordinatorStore`; each connection is a
-`connection.Connection`, the Kafka listener `kafka_listener.KafkaListener`; the settings are
-`config.NodeConfig`.
+`connection.Connection`, the Kafka listener `kafka_listener.KafkaListener`, SASL on either
+`authenticator.Authenticator`; the settings are `config.NodeConfig`.
 
 ZooKeeper outages (docs/recovery.md; the node's states and their transitions are
 `coordinator/node/state.py`'s `NodeState`): while the session is SUSPENDED the node answers every group
@@ -47,6 +47,7 @@ from coordinator.group.state import (
     STABLE,
     GroupState,
 )
+from coordinator.node.authenticator import Authenticator
 from coordinator.node.config import NodeConfig
 from coordinator.node.connection import Connection
 from coordinator.node.dispatch import RequestDispatch, _now_ms
@@ -92,6 +93,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self._listed_topics: frozenset[str] | None = None  # /brokers/topics' children, last seen
         self.connections: set[Connection] = set()
         self.leadership = ShardLeadership(self)
+        self.authenticator = Authenticator(self)  # SASL on the listeners that ask for it
         # The node's state (coordinator/node/state.py), and two of its facts read on every request,
         # kept as plain attributes by `_enter`: serving group requests (False while ZooKeeper is
         # away, before start and after stop) and taking new connections (from start until stop).
@@ -138,9 +140,11 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self.zk = await asyncio.to_thread(connect, cfg.zk, session_timeout=cfg.zk_session_timeout_ms / 1000)
         self.store = CoordinatorStore(self.zk, cfg.node_id, cfg.shards)
         await self.store.start(self._loop)
+        await self.authenticator.start()
+        session = self.authenticator.session
         try:
             self._server = await self._loop.create_server(
-                lambda: Connection(self),
+                lambda: Connection(self, session(cfg.listen_protocol)),
                 cfg.host,
                 cfg.port,
                 backlog=1024,

@@ -37,14 +37,6 @@ def listener_contexts(config: Any) -> tuple[ssl.SSLContext | None, ssl.SSLContex
         kafka = _listener(
             config.kafka_protocol, "kafka", "--kafka-listen", config.kafka_host, config.kafka_port
         )
-    for listener, option in ((native, "--listen"), (kafka, "--kafka-listen")):
-        if listener is not None and listener.sasl:
-            # Until the listeners authenticate SASL (SaslHandshake, SaslAuthenticate), a SASL
-            # listener would let anyone in under a name that promises otherwise.
-            raise GroupshiftError(
-                f"{option} {listener.protocol}://: this node does not serve SASL yet; "
-                "use TLS with client certificates (--tls-client-auth required) instead"
-            )
     tls = [
         (listener, option)
         for listener, option in ((native, "--listen"), (kafka, "--kafka-listen"))

@@ -51,6 +51,8 @@ from coordinator.wire.schema import (
     OFFSET_COMMIT,
     OFFSET_DELETE,
     OFFSET_FETCH,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     SERVER_HEARTBEAT,
     SERVER_JOIN_GROUP,
     SYNC_GROUP,
@@ -92,6 +94,8 @@ __all__ = [
     "OFFSET_COMMIT",
     "OFFSET_DELETE",
     "OFFSET_FETCH",
+    "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
     "SERVER_HEARTBEAT",
     "SERVER_JOIN_GROUP",
     "SYNC_GROUP",
@@ -301,6 +305,15 @@ def decode_request(payload: bytes) -> Request:
             env.id, ErrorCode.INVALID_REQUEST, f"invalid {API_NAMES[env.api]} body: {exc}", env.api
         ) from None
     return Request(env.api, env.v, env.id, env.client_id, body)
+
+
+def peek_api(payload: bytes) -> int | None:
+    """The api key of a request frame, from its envelope alone (None when the envelope is unreadable):
+    a connection that has not authenticated has only a few APIs' bodies decoded."""
+    try:
+        return _envelope_decoder.decode(payload).api
+    except _DECODE_ERRORS:
+        return None
 
 
 def _envelope_error(payload: bytes, exc: Exception) -> ProtocolError:

@@ -24,12 +24,17 @@ from __future__ import annotations
 
 from typing import Annotated, NamedTuple
 
-import msgspec
 from msgspec import UNSET, UnsetType
 
-Int8 = Annotated[int, msgspec.Meta(ge=-(2**7), le=2**7 - 1)]
-Int32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
-Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+from coordinator.wire.message import Int8, Int32, Int64, Message
+from coordinator.wire.sasl_schema import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 
 class _NullGroupId:
@@ -62,11 +67,6 @@ CONSUMER_GROUP_DESCRIBE = 69  # KIP-848's describe: epochs, current and target a
 # assigns (docs/protocol.md "Server-assigned groups").
 SERVER_JOIN_GROUP = 1000
 SERVER_HEARTBEAT = 1001
-
-
-class Message(msgspec.Struct, frozen=True):
-    """Base of every request and response struct (and of their nested entries); build them with
-    keywords (`kw_only` where a nullable field comes before a required one, as on the wire)."""
 
 
 # ============================================================================ requests
@@ -539,13 +539,16 @@ APIS: dict[int, Api] = {
         ),
         Api(SERVER_JOIN_GROUP, "ServerJoinGroup", 0, 0, ServerJoinGroupRequest, ServerJoinGroupResponse),
         Api(SERVER_HEARTBEAT, "ServerHeartbeat", 0, 0, ServerHeartbeatRequest, ServerHeartbeatResponse),
+        Api(SASL_HANDSHAKE, "SaslHandshake", 0, 0, SaslHandshakeRequest, SaslHandshakeResponse),
+        Api(SASL_AUTHENTICATE, "SaslAuthenticate", 0, 0, SaslAuthenticateRequest, SaslAuthenticateResponse),
     )
 }
 
 API_NAMES: dict[int, str] = {key: api.name for key, api in APIS.items()}
 
-# The APIs the group coordinator core serves (the node answers the others itself).
-GROUP_APIS = frozenset(APIS) - {API_VERSIONS, FIND_COORDINATOR, DESCRIBE_CLUSTER}
+# The APIs the node answers itself, without the group coordinator core (which serves the others).
+NODE_APIS = frozenset({API_VERSIONS, FIND_COORDINATOR, DESCRIBE_CLUSTER, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+GROUP_APIS = frozenset(APIS) - NODE_APIS
 
 Request = (
     ApiVersionsRequest
@@ -565,6 +568,8 @@ Request = (
     | ServerHeartbeatRequest
     | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest
+    | SaslHandshakeRequest
+    | SaslAuthenticateRequest
 )
 
 Response = (
@@ -586,4 +591,6 @@ Response = (
     | ServerHeartbeatResponse
     | ConsumerGroupHeartbeatResponse
     | ConsumerGroupDescribeResponse
+    | SaslHandshakeResponse
+    | SaslAuthenticateResponse
 )

@@ -29,6 +29,7 @@ from tests.kafka_helpers import (
     KAFKA_PYTHON_POLL_MS,
     KAFKA_PYTHON_TEST_CONSUMER,
     Polling,
+    closed_by_peer,
     kafka_node,
     new_topic,
     produce,
@@ -211,14 +212,6 @@ def _api_versions(port: int) -> int:
     return error
 
 
-def _closed_by_peer(s: socket.socket) -> bool:
-    s.settimeout(10)
-    try:
-        return s.recv(65536) == b""
-    except ConnectionResetError:
-        return True
-
-
 def test_malformed_frames_never_crash_the_node(node):
     rng = random.Random(7)
     port = node.kafka_port
@@ -237,7 +230,7 @@ def test_malformed_frames_never_crash_the_node(node):
         send_and_drain(port, frame)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # a size beyond any limit
         s.sendall(struct.pack(">i", 0x7FFFFFF0) + b"xx")
-        assert _closed_by_peer(s)
+        assert closed_by_peer(s)
     assert node.alive
     assert _api_versions(port) == 0
     # ApiVersions above our maximum: the KIP-511 answer (v0 body, UNSUPPORTED_VERSION), not a close.

@@ -1,13 +1,13 @@
-"""TLS on both listeners of a real node process, with certificates made by `testing.certs`.
+"""TLS on both listeners of real node processes, with certificates made by `testing.certs`.
 
-Two nodes, each in a namespace of its own below the module's chroot and with its own log root:
-`open_node` (`--tls-client-auth none`) and `mutual_node` (`required`, logging at debug level so
-that each connection's principal can be read). Both listen with `--listen TLS://` and
-`--kafka-listen SSL://`. kafka-python and confluent-kafka consume and commit through the Kafka
-listener, the native listener answers a group's dance over TLS, and what must be refused is:
-a client that does not speak TLS, a client that does not trust the node's CA, and, on the mutual
-node, a client without a certificate or with one from another CA. A refused connection changes
-nothing in ZooKeeper.
+Three nodes, each in a namespace of its own below the module's chroot and with its own log root:
+`open_node` (`--listen TLS://`, `--kafka-listen SSL://`, `--tls-client-auth none`), `mutual_node`
+(the same with `required`, logging at debug level so that each connection's principal can be
+read) and `sasl_node` (`SASL_TLS://` and `SASL_SSL://`, user `alice` under every mechanism).
+kafka-python and confluent-kafka consume and commit through the Kafka listener, the native
+listener answers a group's dance over TLS, and what must be refused is: a client that does not
+speak TLS, a client that does not trust the node's CA, and, on the mutual node, a client without
+a certificate or with one from another CA. A refused connection changes nothing in ZooKeeper.
 """
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ from coordinator.member.wire_client import (
     join_body,
     sync_body,
 )
-from coordinator.node.process import TEST_DEFAULTS, NodeProcess
+from coordinator.node.process import NodeProcess
 from coordinator.wire import codec as P
-from core.zk import connect
 from testing.certs import make_certs
+from tests.inspect_helpers import ok
 from tests.kafka_helpers import (
     CONFLUENT_TEST_CONSUMER,
     KAFKA_PYTHON_POLL_MS,
     KAFKA_PYTHON_TEST_CONSUMER,
     ck_consume,
+    kafka_node,
     new_topic,
     produce,
 )
 from tests.snapshots import zk_tree
-from topics.store import TopicStore
 
 
 @pytest.fixture(scope="module")
@@ -56,47 +56,49 @@ def certs(tmp_path_factory):
     return make_certs(tmp_path_factory.mktemp("tls"))
 
 
+TLS, SSL = "TLS://127.0.0.1:0", "SSL://127.0.0.1:0"
+
+
 @contextlib.contextmanager
-def _tls_node(zk_root: str, name: str, certs, client_auth: str, tmp, *extra: str) -> Iterator[NodeProcess]:
-    """Node 1 with both listeners on TLS in the namespace `zk_root/name`; `.zk`, `.data`, `.store` set."""
-    zk = f"{zk_root}/{name}"
+def _node(zk: str, tmp, *extra: str, listen: str = TLS, kafka_listen: str = SSL) -> Iterator[NodeProcess]:
     data = tmp / "data"
     data.mkdir()
-    node = NodeProcess.start(
-        zk,
-        1,
-        "--kafka-listen",
-        "SSL://127.0.0.1:0",
-        "--data",
-        str(data),
-        *certs.node_args(client_auth),
-        *extra,
-        listen="TLS://127.0.0.1:0",
-        log_path=tmp / "node.log",
-        **TEST_DEFAULTS,
-    )
-    node.zk, node.data = zk, data
-    client = connect(zk, session_timeout=6.0)
-    node.zk_client, node.store = client, TopicStore(data, client)
-    try:
+    with kafka_node(zk, data, tmp / "node.log", *extra, listen=listen, kafka_listen=kafka_listen) as node:
         yield node
-    finally:
-        node.stop()
-        client.stop()
-        client.close()
 
 
 @pytest.fixture(scope="module")
 def open_node(module_zk_connect, certs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("open")
-    with _tls_node(module_zk_connect, "open", certs, "none", tmp, "--frame-timeout-ms", "1000") as node:
+    with _node(
+        f"{module_zk_connect}/open", tmp, *certs.node_args("none"), "--frame-timeout-ms", "1000"
+    ) as node:
         yield node
 
 
 @pytest.fixture(scope="module")
 def mutual_node(module_zk_connect, certs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mutual")
-    with _tls_node(module_zk_connect, "mutual", certs, "required", tmp, "--log-level", "debug") as node:
+    with _node(
+        f"{module_zk_connect}/mutual", tmp, *certs.node_args("required"), "--log-level", "debug"
+    ) as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def sasl_node(module_zk_connect, certs, tmp_path_factory):
+    """Both listeners SASL over TLS; user `alice` (password `pencil`) under every mechanism."""
+    tmp = tmp_path_factory.mktemp("sasl")
+    zk = f"{module_zk_connect}/sasl"
+    password = tmp / "password"
+    password.write_text("pencil\n")
+    password.chmod(0o600)
+    for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        ok("users", "add", "alice", "--mechanism", mechanism, "--password-file", str(password), zk=zk)
+    args = certs.node_args("none")
+    with _node(
+        zk, tmp, *args, listen="SASL_TLS://127.0.0.1:0", kafka_listen="SASL_SSL://127.0.0.1:0"
+    ) as node:
         yield node
 
 
@@ -177,15 +179,15 @@ def test_native_listener_refuses_clear_text(open_node):
 # ------------------------------------------------------------------------------ Kafka clients
 
 
-def _kp_consume_and_commit(node, **ssl_settings) -> None:
-    """kafka-python reads a fresh topic to its end as a group and commits, over SSL."""
+def _kp_consume_and_commit(node, protocol: str = "SSL", **ssl_settings) -> None:
+    """kafka-python reads a fresh topic to its end as a group and commits, over `protocol`."""
     topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
     values = produce(node, topic, 100)
     c = KafkaConsumer(
         topic,
         group_id=group,
         bootstrap_servers=node.kafka_bootstrap,
-        security_protocol="SSL",
+        security_protocol=protocol,
         **ssl_settings,
         **KAFKA_PYTHON_TEST_CONSUMER,
     )
@@ -299,3 +301,46 @@ def test_a_tls_connection_costs_tens_of_kilobytes(open_node, certs):
         for c in conns:
             c.close()
     assert per_connection_kib < 128, per_connection_kib
+
+
+# ------------------------------------------------------------------------------ SASL inside TLS
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_kafka_python_over_sasl_ssl_consumes_and_commits(sasl_node, certs, mechanism):
+    _kp_consume_and_commit(
+        sasl_node,
+        "SASL_SSL",
+        ssl_cafile=certs.ca,
+        sasl_mechanism=mechanism,
+        sasl_plain_username="alice",
+        sasl_plain_password="pencil",
+    )
+
+
+def test_confluent_over_sasl_ssl_consumes_and_commits(sasl_node, certs):
+    conf = {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": certs.ca,
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "alice",
+        "sasl.password": "pencil",
+    }
+    _ck_consume_and_commit(sasl_node, conf)
+
+
+def test_sasl_tls_listener_asks_for_sasl_inside_tls(sasl_node, certs):
+    """Inside TLS, a request other than ApiVersions and SASL's is refused as on SASL_PLAINTEXT."""
+    before = zk_tree(sasl_node.zk)
+    with socket.create_connection((sasl_node.host, sasl_node.port), timeout=10) as raw:
+        s = _client_context(certs).wrap_socket(raw, server_hostname="127.0.0.1")
+        s.sendall(P.encode_request(P.API_VERSIONS, 1, {}, "tls"))
+        assert s.recv(4)  # answered: ApiVersions is allowed before authenticating
+        s.sendall(P.encode_request(P.LIST_GROUPS, 2, {"states_filter": []}, "tls"))
+        while True:  # the rest of the ApiVersions answer, then the close
+            try:
+                if not s.recv(65536):
+                    break
+            except (ssl.SSLError, ConnectionResetError):
+                break
+    assert zk_tree(sasl_node.zk) == before
