@@ -61,6 +61,7 @@ TLS, SSL = "TLS://127.0.0.1:0", "SSL://127.0.0.1:0"
 
 @contextlib.contextmanager
 def _node(zk: str, tmp, *extra: str, listen: str = TLS, kafka_listen: str = SSL) -> Iterator[NodeProcess]:
+    """Node 1 in the namespace `zk`, its log root and output in `tmp`."""
     data = tmp / "data"
     data.mkdir()
     with kafka_node(zk, data, tmp / "node.log", *extra, listen=listen, kafka_listen=kafka_listen) as node:
@@ -69,19 +70,15 @@ def _node(zk: str, tmp, *extra: str, listen: str = TLS, kafka_listen: str = SSL)
 
 @pytest.fixture(scope="module")
 def open_node(module_zk_connect, certs, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("open")
-    with _node(
-        f"{module_zk_connect}/open", tmp, *certs.node_args("none"), "--frame-timeout-ms", "1000"
-    ) as node:
+    args = [*certs.node_args("none"), "--frame-timeout-ms", "1000"]
+    with _node(f"{module_zk_connect}/open", tmp_path_factory.mktemp("open"), *args) as node:
         yield node
 
 
 @pytest.fixture(scope="module")
 def mutual_node(module_zk_connect, certs, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("mutual")
-    with _node(
-        f"{module_zk_connect}/mutual", tmp, *certs.node_args("required"), "--log-level", "debug"
-    ) as node:
+    args = [*certs.node_args("required"), "--log-level", "debug"]
+    with _node(f"{module_zk_connect}/mutual", tmp_path_factory.mktemp("mutual"), *args) as node:
         yield node
 
 
