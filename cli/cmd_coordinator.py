@@ -14,6 +14,8 @@ import click
 
 from cli.main import main, zk_option
 from core.errors import GroupshiftError
+from security.listeners import Kind, Listener, parse_listener
+from security.tls import CLIENT_AUTH
 
 
 @main.group("coordinator")
@@ -21,26 +23,12 @@ def coordinator_group() -> None:
     """Scheme three: the group coordinator service."""
 
 
-def _listen(value: str, option: str = "--listen") -> tuple[str, int]:
-    host, colon, port = value.rpartition(":")
-    if not colon or not host or not port.isdigit() or len(port) > 5 or not 0 <= int(port) < 65536:
-        raise click.BadParameter(
-            f"{value!r}; expected HOST:PORT (PORT 0 picks a free port)", param_hint=f"'{option}'"
-        )
-    return _host(host.strip("[]"), option), int(port)
-
-
-def _protocol(value: str, option: str) -> tuple[str, str]:
-    """A listener's security protocol prefix (`SASL_PLAINTEXT://HOST:PORT`) and the address after it."""
-    scheme, sep, rest = value.partition("://")
-    if not sep:
-        return "PLAINTEXT", value
-    if scheme.upper() not in ("PLAINTEXT", "SASL_PLAINTEXT"):
-        raise click.BadParameter(
-            f"{value!r}: protocol {scheme!r} is not served; expected [PLAINTEXT://|SASL_PLAINTEXT://]HOST:PORT",
-            param_hint=f"'{option}'",
-        )
-    return scheme.upper(), rest
+def _listen(value: str, kind: Kind, option: str) -> Listener:
+    """`[PROTOCOL://]HOST:PORT` (security/listeners.py: Kafka's names, the native listener's TLS)."""
+    try:
+        return parse_listener(value, kind)
+    except GroupshiftError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
 def _mechanisms(ctx, param, value: str) -> tuple[str, ...]:
@@ -137,7 +125,8 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
     "listen",
     default="127.0.0.1:9092",
     show_default=True,
-    help="[SASL_PLAINTEXT://]HOST:PORT to accept clients on (SASL: docs/security.md).",
+    help="[PROTOCOL://]HOST:PORT to accept clients on: PLAINTEXT (a bare HOST:PORT), TLS, "
+    "SASL_PLAINTEXT or SASL_TLS (docs/security.md).",
 )
 @click.option(
     "--node-id",
@@ -213,8 +202,8 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
     "--kafka-listen",
     "kafka_listen",
     default=None,
-    help="[SASL_PLAINTEXT://]HOST:PORT of a Kafka-protocol listener for Kafka clients "
-    "(docs/kafka-listener.md); off by default.",
+    help="[PROTOCOL://]HOST:PORT of a Kafka-protocol listener for Kafka clients: PLAINTEXT (a bare "
+    "HOST:PORT), SSL, SASL_PLAINTEXT or SASL_SSL (docs/kafka-listener.md); off by default.",
 )
 @click.option(
     "--sasl-enabled-mechanisms",
@@ -223,6 +212,21 @@ def _ms(lo: int = 0, hi: int = _INT32) -> click.IntRange:
     show_default=True,
     callback=_mechanisms,
     help="The SASL mechanisms a SASL_* listener offers (Kafka's sasl.enabled.mechanisms; docs/security.md).",
+)
+@click.option(
+    "--tls-cert", default=None, help="PEM: the node's certificate (chain), for TLS and SSL listeners."
+)
+@click.option(
+    "--tls-key", default=None, help="PEM: the certificate's private key (unencrypted, not world-readable)."
+)
+@click.option("--tls-ca", default=None, help="PEM: the CA that signs the clients' certificates.")
+@click.option(
+    "--tls-client-auth",
+    type=click.Choice(CLIENT_AUTH),
+    default="none",
+    show_default=True,
+    help="Whether TLS clients must present a certificate signed by --tls-ca (Kafka's ssl.client.auth); "
+    "its subject is the client's principal, User:CN=...",
 )
 @click.option(
     "--data",
@@ -257,7 +261,8 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
     exits with one line and changes nothing.
 
     Prints `listening on HOST:PORT` once it accepts connections (then `kafka listening on
-    HOST:PORT` with --kafka-listen); logs are JSON lines on stderr.
+    HOST:PORT` with --kafka-listen), whatever the listeners' security protocols; logs are JSON
+    lines on stderr.
     """
     import asyncio
 
@@ -266,8 +271,9 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
     from core.lifeline import watch_parent
 
     watch_parent()  # started by a test or experiment: stop with it
-    settings["listen_protocol"], listen = _protocol(listen, "--listen")
-    host, port = _listen(listen)
+    native = _listen(listen, "native", "--listen")
+    host, port = native.host, native.port
+    settings["listen_protocol"] = native.protocol
     if settings["group_min_session_timeout_ms"] > settings["group_max_session_timeout_ms"]:
         raise click.UsageError(
             f"--group-min-session-timeout-ms {settings['group_min_session_timeout_ms']} is above "
@@ -278,8 +284,9 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
     metrics_port = settings.get("metrics_port")
     _check_free(host, port, "--listen")
     if kafka_listen is not None:
-        settings["kafka_protocol"], kafka_listen = _protocol(kafka_listen, "--kafka-listen")
-        settings["kafka_host"], settings["kafka_port"] = _listen(kafka_listen, "--kafka-listen")
+        kafka = _listen(kafka_listen, "kafka", "--kafka-listen")
+        settings["kafka_host"], settings["kafka_port"] = kafka.host, kafka.port
+        settings["kafka_protocol"] = kafka.protocol
         if settings["kafka_port"] and (settings["kafka_host"], settings["kafka_port"]) == (host, port):
             raise click.UsageError(f"--kafka-listen {kafka_listen} is the --listen address; pick another")
         _check_free(settings["kafka_host"], settings["kafka_port"], "--kafka-listen")
@@ -298,8 +305,9 @@ def serve(zk, listen, node_id, advertised_host, log_level, kafka_listen, **setti
     config = NodeConfig(
         zk=zk, node_id=node_id, host=host, port=port, advertised_host=advertised_host, **settings
     )
+    node = CoordinatorNode(config)  # checks the TLS settings, before ZooKeeper is touched
     try:
-        asyncio.run(_run(CoordinatorNode(config), settings.get("metrics_port")))
+        asyncio.run(_run(node, settings.get("metrics_port")))
     except GroupshiftError:
         raise
     except KeyboardInterrupt:

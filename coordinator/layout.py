@@ -28,6 +28,8 @@ the modules it is built of) does the node's reads and writes; the tools (`groups
 
 Both coordinator records also carry `kafka_host`/`kafka_port`, present only on nodes with
 a Kafka-protocol listener (docs/kafka-listener.md); `host`/`port` are always the native listener's.
+A registration names a listener's security protocol (`protocol`, `kafka_protocol`: docs/security.md)
+only when it is not PLAINTEXT.
 
 Group and topic names are znode names after escaping (`znode_name`): characters outside
 `[A-Za-z0-9._-]` are %-encoded as UTF-8, `.`/`..` are encoded, and the empty group id is `%`.
@@ -180,6 +182,10 @@ class CoordinatorRecord(msgspec.Struct, frozen=True):
     version: int = 1
     kafka_host: str | UnsetType = UNSET
     kafka_port: int | UnsetType = UNSET
+    # Each listener's security protocol (docs/security.md), present only when it is not PLAINTEXT:
+    # the native one's TLS, SASL_PLAINTEXT or SASL_TLS, the Kafka one's SSL, SASL_PLAINTEXT or SASL_SSL.
+    protocol: str | UnsetType = UNSET
+    kafka_protocol: str | UnsetType = UNSET
 
 
 KafkaEndpoint = tuple[str, int]
@@ -232,17 +238,36 @@ def decode_coordinator(data: bytes) -> CoordinatorRecord:
     return _coordinator_decoder.decode(data)
 
 
-def broker_json(host: str, port: int, timestamp_ms: int, kafka: KafkaEndpoint | None = None) -> bytes:
+def broker_json(
+    host: str,
+    port: int,
+    timestamp_ms: int,
+    kafka: KafkaEndpoint | None = None,
+    kafka_protocol: str = "PLAINTEXT",
+) -> bytes:
     """Kafka 0.8's `/brokers/ids/<id>` registration (version 1), in Kafka's key order.
 
     A node with a Kafka listener registers that endpoint instead, as Kafka 0.10 does (version 4:
-    `endpoints` and the listener map; `host`/`port` kept for 0.8 readers)."""
+    `endpoints` and the listener map, the listener named after its security protocol;
+    `host`/`port` kept for 0.8 readers, which only speak PLAINTEXT: null and -1 when the listener
+    is secured, as Kafka writes them)."""
     if kafka is not None:
         khost, kport = kafka
+        name = kafka_protocol.encode()
+        plain = kafka_protocol == "PLAINTEXT"
         return (
-            b'{"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":["PLAINTEXT://%s:%d"],'
+            b'{"listener_security_protocol_map":{"%s":"%s"},"endpoints":["%s://%s:%d"],'
             b'"jmx_port":-1,"host":%s,"timestamp":"%d","port":%d,"version":4}'
-            % (khost.encode(), kport, _json.encode(khost), timestamp_ms, kport)
+            % (
+                name,
+                name,
+                name,
+                khost.encode(),
+                kport,
+                _json.encode(khost if plain else None),
+                timestamp_ms,
+                kport if plain else -1,
+            )
         )
     return b'{"version":1,"host":%s,"port":%d,"jmx_port":-1,"timestamp":"%d"}' % (
         _json.encode(host),

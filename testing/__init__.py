@@ -4,6 +4,8 @@
   (pause, stop, cut clients off);
 * `testing.ensemble` — three servers on their own Docker network (`ZkEnsemble`), with partitions;
 * `testing.leftovers` — removing the containers and networks whose owner process is gone;
+* `testing.certs` — a certificate authority of its own: CA, node and client certificates (expired,
+  not yet valid, mismatched, of another CA too) as PEM files, for the TLS tests and benchmarks;
 * `testing.spark_cluster` — Spark's standalone cluster manager on loopback (`SparkCluster`): a
   master and workers from pyspark's own distribution, stopped with every executor they started.
 

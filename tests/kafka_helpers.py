@@ -21,6 +21,24 @@ from topics.store import TopicStore
 # 1 s (where tests used 100-500 ms) keeps its end out of one: 0 lost in 100 tries, against 1 in 6
 # with 100 ms polls.
 KAFKA_PYTHON_POLL_MS = 1000
+# Consumers of the tests: from the beginning, commits by hand, short sessions (a test node allows
+# >= 100 ms) and short fetch waits.
+KAFKA_PYTHON_TEST_CONSUMER = dict(
+    auto_offset_reset="earliest",
+    enable_auto_commit=False,
+    session_timeout_ms=6000,
+    heartbeat_interval_ms=300,
+    request_timeout_ms=20000,
+    fetch_max_wait_ms=200,
+)
+CONFLUENT_TEST_CONSUMER = {
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 300,
+    "fetch.wait.max.ms": 200,
+    "check.crcs": True,
+}
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from coordinator.node.metrics import Metrics
 from coordinator.wire import codec as P
 from coordinator.wire.schema import Message, OffsetCommitResponse
 from security.sasl import SaslSession
+from security.tls import principal_of
 
 log = logging.getLogger("coordinator.node.server")
 
@@ -94,7 +95,8 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self._out: list[bytes] = []
         # Who the client is (docs/security.md): Kafka's principal, set by TLS client
-        # authentication or SASL; ANONYMOUS until then.
+        # authentication (`User:` and the certificate's subject, when the handshake completes:
+        # `connection_made`) or SASL; ANONYMOUS until then.
         self.principal = ANONYMOUS
         # The SASL exchange while it is not complete (None: nothing to complete, or completed).
         self.sasl = sasl
@@ -117,6 +119,10 @@ class Connection(asyncio.Protocol):
         node.metrics.inc("connections_accepted")
         peer = transport.get_extra_info("peername")
         self.peer_host = f"/{peer[0]}" if peer else ""
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:  # a TLS listener: the handshake is complete
+            self.principal = principal_of(ssl_object) or ANONYMOUS
+            log.debug("TLS connection from %s: %s", self.peer_host, self.principal)
 
     def connection_lost(self, exc) -> None:
         self.closed = True
@@ -172,8 +178,10 @@ class Connection(asyncio.Protocol):
             self.flush()
 
     def flush(self) -> None:
-        if self._out and not self.closed:
-            self.transport.writelines(self._out)
+        out = self._out
+        if out and not self.closed:
+            # One write: over TLS, asyncio makes a record of every piece `writelines` is given.
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
         self._out = []
 
     def answer(self, pending: Pending, body: Message) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from coordinator.kafka_wire import topic_map
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.node.kafka_data import DataPlane
 from coordinator.node.kafka_topic_ids import TopicIdResolver
+from coordinator.node.tls import tls_server_args
 from coordinator.wire import errors as E
 from coordinator.wire.schema import API_VERSIONS, JOIN_GROUP, JoinGroupResponse, Message
 from security.sasl import SaslSession
@@ -139,12 +141,17 @@ class KafkaListener:
     def accepting(self) -> bool:
         return self.node.accepting
 
-    async def start(self, host: str, port: int) -> asyncio.AbstractServer:
+    async def start(self, host: str, port: int, ssl: ssl.SSLContext | None = None) -> asyncio.AbstractServer:
+        """Listen on `host`:`port` (over TLS with `ssl`: the SSL and SASL_SSL listeners)."""
         loop = asyncio.get_running_loop()
         session = self.node.authenticator.session
         protocol = self.config.kafka_protocol
         return await loop.create_server(
-            lambda: KafkaConnection(self, session(protocol)), host, port, backlog=1024
+            lambda: KafkaConnection(self, session(protocol)),
+            host,
+            port,
+            backlog=1024,
+            **tls_server_args(ssl, self.config),
         )
 
     def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None:

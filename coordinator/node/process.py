@@ -250,7 +250,8 @@ class CoordinatorNodes:
         options = dict(self.options)
         listen, kafka = self._addresses.get(node_id, ("127.0.0.1:0", None))
         if kafka is not None and "kafka_listen" in options:
-            options["kafka_listen"] = kafka
+            protocol, sep, _ = str(options["kafka_listen"]).rpartition("://")  # SSL:// stays SSL://
+            options["kafka_listen"] = f"{protocol}{sep}{kafka}"
         node = NodeProcess.spawn(self.zk_connect, node_id, listen=listen, **options)
         self.nodes[node_id] = node
         if wait:

@@ -56,6 +56,7 @@ from coordinator.node.outputs import CoreOutputs
 from coordinator.node.shards import ShardLeadership, ShardStatus
 from coordinator.node.state import LOST, NEW, SERVING, STOPPED, SUSPENDED, NodeState
 from coordinator.node.store import CoordinatorStore
+from coordinator.node.tls import listener_contexts, tls_server_args
 from coordinator.node.zk_async import _retrying
 from coordinator.server_side.assigned import ServerAssignedCoordinator
 from coordinator.server_side.group_conversion import MigrationPolicy
@@ -126,6 +127,8 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self._need_register = False
         self._session: int | None = None  # the ZooKeeper session our shards were claimed in
         self._state_counts: dict[GroupState, int] = {}
+        # The listeners' TLS (docs/security.md): checked here, before the node touches ZooKeeper.
+        self.ssl_context, self.kafka_ssl_context = listener_contexts(config)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -155,7 +158,11 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         session = self.authenticator.session
         try:
             self._server = await self._loop.create_server(
-                lambda: Connection(self, session(cfg.listen_protocol)), cfg.host, cfg.port, backlog=1024
+                lambda: Connection(self, session(cfg.listen_protocol)),
+                cfg.host,
+                cfg.port,
+                backlog=1024,
+                **tls_server_args(self.ssl_context, cfg),
             )
         except OSError as exc:
             raise await self._bind_failed(cfg.host, cfg.port, "--listen", exc) from None
@@ -179,13 +186,21 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
             from topics.log import Log
 
             try:
-                self._kafka_server = await KafkaListener(self).start(cfg.kafka_host, cfg.kafka_port)
+                self._kafka_server = await KafkaListener(self).start(
+                    cfg.kafka_host, cfg.kafka_port, self.kafka_ssl_context
+                )
             except OSError as exc:
                 raise await self._bind_failed(cfg.kafka_host, cfg.kafka_port, "--kafka-listen", exc) from None
             kafka_port = self._kafka_server.sockets[0].getsockname()[1]
             self.kafka_endpoint = (cfg.advertised_host or cfg.kafka_host, kafka_port)
             self.offsets_mirror = OffsetsMirror(Log(cfg.data), self.zk, cfg.node_id, self.metrics)
-        await self.store.register(self.host, self.port, kafka=self.kafka_endpoint)
+        await self.store.register(
+            self.host,
+            self.port,
+            kafka=self.kafka_endpoint,
+            protocol=cfg.listen_protocol,
+            kafka_protocol=cfg.kafka_protocol,
+        )
         self._session = self.store.session_id
         self.zk.add_listener(lambda state: self._loop.call_soon_threadsafe(self._on_zk_state, state))
         self.store.add_listener(self._wake.set)

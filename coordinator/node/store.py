@@ -72,6 +72,12 @@ def _kafka_fields(kafka: KafkaEndpoint | None) -> dict:
     return {} if kafka is None else {"kafka_host": kafka[0], "kafka_port": kafka[1]}
 
 
+def _protocol_fields(protocol: str, kafka_protocol: str, kafka: KafkaEndpoint | None) -> dict:
+    """The listeners' security protocols a registration names: only those that are not PLAINTEXT."""
+    out = {"protocol": protocol, "kafka_protocol": kafka_protocol if kafka is not None else "PLAINTEXT"}
+    return {k: v for k, v in out.items() if v != "PLAINTEXT"}
+
+
 # ---------------------------------------------------------------------------------------------
 # The store
 
@@ -121,23 +127,31 @@ class CoordinatorStore(GroupData):
     # -- registration and watches ------------------------------------------------------------
 
     async def register(
-        self, host: str, port: int, wait_s: float = 30.0, kafka: KafkaEndpoint | None = None
+        self,
+        host: str,
+        port: int,
+        wait_s: float = 30.0,
+        kafka: KafkaEndpoint | None = None,
+        protocol: str = "PLAINTEXT",
+        kafka_protocol: str = "PLAINTEXT",
     ) -> None:
-        """Register this node under `/groupshift/coordinators/ids` and `/brokers/ids` (ephemeral).
+        """Register this node under `/groupshift/coordinators/ids` and `/brokers/ids` (ephemeral),
+        with each listener's security protocol (`protocol`: the native one's).
 
         A znode left by a previous process with the same id (killed, session not yet expired) is
         waited for up to `wait_s`; a live one raises `NodeIdInUse`. A lost connection is retried (a
         create that landed before it is found again as this session's own znode).
         """
-        await _retrying("registering", lambda: self._register(host, port, wait_s, kafka))
+        protocols = _protocol_fields(protocol, kafka_protocol, kafka)
+        await _retrying("registering", lambda: self._register(host, port, wait_s, kafka, protocols))
 
-    async def _register(self, host: str, port: int, wait_s: float, kafka: KafkaEndpoint | None) -> None:
+    async def _register(
+        self, host: str, port: int, wait_s: float, kafka: KafkaEndpoint | None, protocols: dict
+    ) -> None:
         now = int(time.time() * 1000)
-        mine = encode_coordinator(CoordinatorRecord(host, port, now, **_kafka_fields(kafka)))
-        for path, data in (
-            (coordinator_path(self.node_id), mine),
-            (broker_path(self.node_id), broker_json(host, port, now, kafka)),
-        ):
+        mine = encode_coordinator(CoordinatorRecord(host, port, now, **_kafka_fields(kafka), **protocols))
+        broker = broker_json(host, port, now, kafka, protocols.get("kafka_protocol", "PLAINTEXT"))
+        for path, data in ((coordinator_path(self.node_id), mine), (broker_path(self.node_id), broker)):
             deadline = time.monotonic() + wait_s
             while True:
                 try:

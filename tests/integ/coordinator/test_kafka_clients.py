@@ -34,7 +34,9 @@ from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from core.types import TopicPartition
 from tests.kafka_helpers import (
+    CONFLUENT_TEST_CONSUMER,
     KAFKA_PYTHON_POLL_MS,
+    KAFKA_PYTHON_TEST_CONSUMER,
     Polling,
     ck_consume,
     ck_poll,
@@ -52,24 +54,8 @@ KCAT = shutil.which("kcat")
 BURROW = shutil.which("Burrow") or shutil.which("burrow")
 
 # librdkafka: CRCs checked (its default is off), short sessions (the node allows >= 100 ms).
-CK = {
-    "auto.offset.reset": "earliest",
-    "enable.auto.commit": False,
-    "session.timeout.ms": 6000,
-    "heartbeat.interval.ms": 300,
-    "max.poll.interval.ms": 30000,
-    "fetch.wait.max.ms": 200,
-    "check.crcs": True,
-}
-KP = dict(
-    auto_offset_reset="earliest",
-    enable_auto_commit=False,
-    session_timeout_ms=6000,
-    heartbeat_interval_ms=300,
-    max_poll_interval_ms=30000,
-    request_timeout_ms=20000,
-    fetch_max_wait_ms=200,
-)
+CK = {**CONFLUENT_TEST_CONSUMER, "max.poll.interval.ms": 30000}
+KP = dict(KAFKA_PYTHON_TEST_CONSUMER, max_poll_interval_ms=30000)
 
 
 @pytest.fixture

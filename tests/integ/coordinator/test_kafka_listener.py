@@ -27,6 +27,7 @@ from core.types import TopicPartition as TP
 from core.zk import connect
 from tests.kafka_helpers import (
     KAFKA_PYTHON_POLL_MS,
+    KAFKA_PYTHON_TEST_CONSUMER,
     Polling,
     closed_by_peer,
     kafka_node,
@@ -37,15 +38,7 @@ from tests.kafka_helpers import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
-CONSUMER = dict(
-    auto_offset_reset="earliest",
-    enable_auto_commit=False,
-    session_timeout_ms=6000,
-    heartbeat_interval_ms=300,
-    max_poll_interval_ms=15000,
-    request_timeout_ms=20000,
-    fetch_max_wait_ms=200,
-)
+CONSUMER = dict(KAFKA_PYTHON_TEST_CONSUMER, max_poll_interval_ms=15000)
 
 
 @pytest.fixture(scope="module")

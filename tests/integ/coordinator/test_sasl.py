@@ -389,7 +389,7 @@ def test_a_removed_user_cannot_authenticate_on_a_new_connection(world):
     [
         (("--sasl-enabled-mechanisms", "PLAIN,GSSAPI"), "unknown SASL mechanism 'GSSAPI'"),
         (("--sasl-enabled-mechanisms", ""), "unknown SASL mechanism"),
-        (("--kafka-listen", "SASL_SCRAM://127.0.0.1:0"), "protocol 'SASL_SCRAM' is not served"),
+        (("--kafka-listen", "SASL_SCRAM://127.0.0.1:0"), "unknown security protocol 'SASL_SCRAM'"),
     ],
 )
 def test_serve_refuses_bad_sasl_settings_before_zookeeper(zk_connect, args, says):
