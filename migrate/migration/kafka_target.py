@@ -26,6 +26,7 @@ import logging
 import re
 import socket
 import struct
+import time
 
 from core.errors import GroupshiftError, UnknownGroup
 from core.extras import require
@@ -46,6 +47,10 @@ DESCRIBE_GROUPS, DELETE_GROUPS = 15, 42  # Kafka's api keys
 _quiet = logging.getLogger("groupshift.librdkafka")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
+
+
+# librdkafka's local error codes for a refused SASL authentication and a failed TLS setup
+_AUTHENTICATION, _SSL = -169, -181
 
 
 class KafkaUnreachable(GroupshiftError):
@@ -86,6 +91,7 @@ class KafkaTarget:
         self.security = security or PLAINTEXT  # TLS and SASL to the brokers (--command-config)
         self._admin = None
         self._apis: set[int] | None = None
+        self._refusal: str | None = None  # the broker refused the TLS handshake or the credentials
 
     def __enter__(self) -> KafkaTarget:
         return self.open()
@@ -110,6 +116,7 @@ class KafkaTarget:
                 "logger": _quiet,
                 "socket.connection.setup.timeout.ms": ms,
                 "socket.timeout.ms": ms,
+                "error_cb": self._on_error,
                 **self.security.confluent(),
             }
         )
@@ -131,13 +138,30 @@ class KafkaTarget:
     def _metadata(self, topic: str | None = None):
         KafkaException = require("confluent_kafka", "kafka").KafkaException
 
-        try:
-            return self._admin.list_topics(topic=topic, timeout=self.timeout)
-        except KafkaException as exc:
-            raise KafkaUnreachable(
-                f"cannot reach a Kafka-protocol broker at {self.bootstrap} within {self.timeout:g} s "
-                f"({_reason(exc)}); check --bootstrap"
-            ) from None
+        deadline = time.monotonic() + self.timeout
+        while True:
+            # In slices, serving librdkafka's error callback between them: a broker that refuses
+            # this client's TLS handshake or SASL credentials is said at once, not as a timeout.
+            try:
+                return self._admin.list_topics(topic=topic, timeout=min(0.5, self.timeout))
+            except KafkaException as exc:
+                self._admin.poll(0)
+                if self._refusal is not None:
+                    raise GroupshiftError(
+                        f"the broker at {self.bootstrap} refused this client ({self._refusal}); "
+                        "check the --command-config file's sasl.* and ssl.* settings"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise KafkaUnreachable(
+                        f"cannot reach a Kafka-protocol broker at {self.bootstrap} within "
+                        f"{self.timeout:g} s ({_reason(exc)}); check --bootstrap"
+                    ) from None
+
+    def _on_error(self, err) -> None:
+        """librdkafka's error callback: remember an authentication or TLS refusal."""
+        text = err.str()
+        if err.code() in (_AUTHENTICATION, _SSL) or "SSL handshake failed" in text:
+            self._refusal = f"{err.name()}: {text}"
 
     def partitions(self, topics: list[str] | None = None) -> dict[str, int | None]:
         """Partition count of each topic (None where the broker does not have it); all topics if None."""
