@@ -131,6 +131,8 @@ async def form_kafka_group(host: str, port: int, group: str, n: int) -> list[tup
 class KafkaHeartbeatLoad(HeartbeatLoad):
     """`HeartbeatLoad` for Kafka frames: a Heartbeat v3 answer ends with its int16 error code."""
 
+    kafka = True  # a secured connection authenticates with Kafka's SASL frames
+
     @staticmethod
     def error_of(payload: bytes) -> int:
         return int.from_bytes(payload[-2:], "big", signed=True)
