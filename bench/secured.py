@@ -106,15 +106,15 @@ async def _native_sasl(reader, writer, security: ClientSecurity) -> None:
 
 
 async def _kafka_sasl(reader, writer, security: ClientSecurity) -> None:
-    async def request(req, response_class, version: int, rid: int) -> dict:
+    async def request(req, response_class, version: int, rid: int):
         req.with_header(correlation_id=rid, client_id="kbench")
         writer.write(bytes(req.encode(version=version, header=True, framed=True)))
-        return response_class.decode(await _read_frame(reader), version=version, header=True).to_dict()
+        return response_class.decode(await _read_frame(reader), version=version, header=True)
 
     r = await request(
         SaslHandshakeRequest(mechanism=security.mechanism), SaslHandshakeResponse, HANDSHAKE_V, 1
     )
-    _check(r["error_code"], "SaslHandshake")
+    _check(r.error_code, "SaslHandshake")
     tokens = client_tokens(security.mechanism, security.username, security.password)
     token, rid = next(tokens), 1
     while token is not None:
@@ -122,8 +122,8 @@ async def _kafka_sasl(reader, writer, security: ClientSecurity) -> None:
         r = await request(
             SaslAuthenticateRequest(auth_bytes=token), SaslAuthenticateResponse, AUTHENTICATE_V, rid
         )
-        _check(r["error_code"], "SaslAuthenticate")
-        token = tokens.send(r["auth_bytes"])
+        _check(r.error_code, "SaslAuthenticate")
+        token = tokens.send(bytes(r.auth_bytes))
 
 
 def _check(code: int, what: str) -> None:
