@@ -174,19 +174,21 @@ class Lab:
             zk.ensure_path("/")
             zk.stop()
             zk.close()
-            nodes = self.start_nodes(self.chroot(cluster), count, **NODE_OPTIONS)
+            nodes = self.start_nodes(self.chroot(cluster), count, name=cluster, **NODE_OPTIONS)
             with self._lock:
                 self._nodes[cluster] = nodes
         return nodes
 
-    def start_nodes(self, zk_connect: str, count: int, **options) -> CoordinatorNodes:
-        """Coordinator node processes registered with the lab (stopped by `close`)."""
+    def start_nodes(self, zk_connect: str, count: int, name: str, **options) -> CoordinatorNodes:
+        """Coordinator node processes registered with the lab (stopped by `close`); their output is
+        kept in `logs/nodes/NAME/node-N.log`."""
         if self.kafka is not None:
             kafka = {"kafka_listen": "127.0.0.1:0", "data": str(self.data)}
             kafka["group_consumer_session_timeout_ms"] = self.kafka.session_ms
             kafka["group_consumer_heartbeat_interval_ms"] = self.kafka.heartbeat_ms
             options = {**kafka, **options}
-        nodes = CoordinatorNodes(zk_connect, count=count, **options)
+        log_dir = self.out / "logs" / "nodes" / name
+        nodes = CoordinatorNodes(zk_connect, count=count, log_dir=log_dir, **options)
         with self._registry:
             self.check_open()
             self._node_sets.append(nodes)

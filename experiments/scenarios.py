@@ -316,7 +316,8 @@ def follower_partition(ctx: Context) -> dict:
         return results
     follower, leader = ens.followers()[0], ens.leader()
     chroot = f"/groupshift-exp-{ctx.lab.tag}-fp-{uuid.uuid4().hex[:4]}"
-    nodes = ctx.lab.start_nodes(follower.connect_string + chroot, 1, **NODE_OPTIONS)
+    zk = follower.connect_string + chroot
+    nodes = ctx.lab.start_nodes(zk, 1, name="follower-partition", **NODE_OPTIONS)
     try:
 
         def options(scheme: str) -> dict:

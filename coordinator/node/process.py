@@ -217,8 +217,16 @@ class NodeProcess:
 class CoordinatorNodes:
     """Node processes `1..count` sharing one ZooKeeper (see the module docstring)."""
 
-    def __init__(self, zk_connect: str, count: int = 1, start_timeout: float = 30.0, **options: Any):
+    def __init__(
+        self,
+        zk_connect: str,
+        count: int = 1,
+        start_timeout: float = 30.0,
+        log_dir: Path | None = None,
+        **options: Any,
+    ):
         self.zk_connect = zk_connect
+        self.log_dir = log_dir  # each node's whole output in `node-N.log` there (appended on a restart)
         self.count = count
         self.start_timeout = start_timeout
         self.options = {**TEST_DEFAULTS, **options}
@@ -252,7 +260,11 @@ class CoordinatorNodes:
         if kafka is not None and "kafka_listen" in options:
             protocol, sep, _ = str(options["kafka_listen"]).rpartition("://")  # SSL:// stays SSL://
             options["kafka_listen"] = f"{protocol}{sep}{kafka}"
-        node = NodeProcess.spawn(self.zk_connect, node_id, listen=listen, **options)
+        log_path = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"node-{node_id}.log"
+        node = NodeProcess.spawn(self.zk_connect, node_id, listen=listen, log_path=log_path, **options)
         self.nodes[node_id] = node
         if wait:
             node.wait_listening(self.start_timeout)
