@@ -263,13 +263,17 @@ class CoordinatorDiscovery:
                     if top_level
                     else {p.error_code for t in resp.topics for p in t.partitions}
                 )
-                # the coordinator moved, or is still loading the group: ask again
+                # the coordinator moved, is still loading the group, or could not learn whether
+                # its write landed (REQUEST_TIMED_OUT: Kafka's consumer looks the coordinator up
+                # and sends the same commit again, so the answer it ends with is a certain one)
                 retriable = {
-                    c for c in codes if E.coordinator_moved(c) or c == E.COORDINATOR_LOAD_IN_PROGRESS
+                    c
+                    for c in codes
+                    if E.coordinator_moved(c) or c in (E.COORDINATOR_LOAD_IN_PROGRESS, E.REQUEST_TIMED_OUT)
                 }
                 if not retriable or not retry_coordinator:
                     return resp
-                if any(E.coordinator_moved(c) for c in codes):
+                if any(E.coordinator_moved(c) or c == E.REQUEST_TIMED_OUT for c in codes):
                     self.mark_coordinator_unknown(
                         f"{wire.API_NAMES[api]} answered {error_name(min(retriable))}"
                     )

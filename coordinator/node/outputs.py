@@ -6,7 +6,10 @@ its request's connection, a `StateChanged` is counted in the metrics, `WatchTopi
 puts a data watch on each topic's registration (and one children watch lists every topic, for the
 incremental form's regex subscriptions), a `Discarded` parked request closes its
 connection, and every `Write` is persisted through the store with the shard's epoch — its
-outcome (done, fenced, too large, timed out, failed) goes back to the core (`persisted`).
+outcome (done, fenced, too large, timed out, failed) goes back to the core (`persisted`). A write
+whose outcome the node cannot know (the connection to ZooKeeper was lost with it unanswered: it may
+have landed) makes the node reload the shard from ZooKeeper, so that nothing it answers afterwards
+— a committed offset, a generation — lags what ZooKeeper holds.
 """
 
 from __future__ import annotations
@@ -187,6 +190,10 @@ class CoreOutputs:
             except StoreUnavailable as exc:
                 log.warning("write for group %r failed: %s", out.group_id, exc)
                 code = REQUEST_TIMED_OUT
+                if self.leadership.shards.get(shard) is st:
+                    # The write may have landed unseen: what the core holds may now lag ZooKeeper.
+                    why = f"the outcome of a write for group {out.group_id!r} is unknown"
+                    self.leadership.reload(shard, why)
             except StoreError as exc:
                 log.warning("write for group %r failed: %s", out.group_id, exc)
                 code = KAFKA_STORAGE_ERROR

@@ -7,7 +7,9 @@ has been live for `handoff_delay_ms` (so shards spread out as nodes join). A cla
 `LOADING` while its groups are read back from ZooKeeper (group requests get
 COORDINATOR_LOAD_IN_PROGRESS), then `LEADING`. When the leader znode watch fires, ZooKeeper is
 asked again before the shard is given up; when the session is lost, every shard is given up
-locally at once (`lose_all`), and claimed again with new epochs once ZooKeeper answers.
+locally at once (`lose_all`), and claimed again with new epochs once ZooKeeper answers. A shard
+one of whose writes ended with its outcome unknown is given up and claimed again the same way
+(`reload`), so that its groups and offsets are read back as ZooKeeper holds them.
 
 `ShardLeadership` is the part of `CoordinatorNode` that does this; it reaches into its node for
 the store, the core (to load and unload groups) and the session state.
@@ -23,7 +25,7 @@ A shard this node holds is a `Shard` in `ShardLeadership.shards`, in one `ShardS
     (not held) ──claimed with a new epoch───────────────▶ LOADING
     LOADING    ──its groups and offsets read back───────▶ LEADING
     LOADING, LEADING ──dropped: handed over, fenced, leader znode lost, session lost,
-                       load failed, shutdown────────────▶ (not held: removed from `shards`)
+                       load failed, a write's outcome unknown, shutdown──▶ (not held)
 
 >>> ENTERED_FROM.entered_from(ShardStatus.LEADING)
 frozenset({<ShardStatus.LOADING: 'loading'>})
@@ -284,6 +286,13 @@ class ShardLeadership:
         st = self._unload(shard, reason)
         if st is not None and release:
             await self.node.store.release_shard(shard, st.epoch)
+
+    def reload(self, shard: int, reason: str) -> None:
+        """Stop serving `shard` now and take it again, with a new epoch, once ZooKeeper answers:
+        its groups and offsets are then loaded afresh (a write may have landed unseen)."""
+        log.warning("reloading shard %d from ZooKeeper: %s", shard, reason, extra={"event": "shard_reload"})
+        self._unload(shard, reason)
+        self.node._wake.set()
 
     def _unload(self, shard: int, reason: str) -> Shard | None:
         """Stop serving `shard` now (groups unloaded: parked requests get NOT_COORDINATOR)."""
