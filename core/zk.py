@@ -40,15 +40,16 @@ class ZooKeeperNoAuth(GroupshiftError):
     """ZooKeeper refused a request under the znode's ACL (`NoAuth`), or refused the credential."""
 
 
-def refused_by_acl(exc: BaseException) -> ZooKeeperNoAuth:
+def refused_by_acl(exc: BaseException, znode: str | None = None) -> ZooKeeperNoAuth:
     """kazoo's `NoAuthError` (or `AuthFailedError`) as one line saying which credential this
-    process used and what to do."""
+    process used and what to do; `znode`, when known, is the path the refused request named."""
     path = os.environ.get(zk_auth.ENV_AUTH_FILE)
     used = f"the credential in {path}" if path else "no credential"
     if isinstance(exc, AuthFailedError):
         what = "refused the credential (AuthFailed)"
     else:
-        what = "refused the request: NoAuth (the znode's ACL does not let this client read or change it)"
+        on = f" on {znode}" if znode else ""
+        what = f"refused the request: NoAuth{on} (the znode's ACL does not let this client read or change it)"
     return ZooKeeperNoAuth(
         f"ZooKeeper {what}; this process used {used}: pass --zk-auth-file FILE (or set "
         f"${zk_auth.ENV_AUTH_FILE}) naming the digest:USER:PASSWORD of the user that wrote this tree"
