@@ -40,6 +40,13 @@ class ZooKeeperNoAuth(GroupshiftError):
     """ZooKeeper refused a request under the znode's ACL (`NoAuth`), or refused the credential."""
 
 
+#: kazoo's refusals: no retry succeeds until an operator changes an ACL or the credential, so a
+#: long-lived task that meets one stops (with `refused_by_acl`'s line) instead of retrying.
+KAZOO_REFUSALS = (NoAuthError, AuthFailedError)
+#: the same, or groupshift's one-line form of them.
+REFUSALS = (*KAZOO_REFUSALS, ZooKeeperNoAuth)
+
+
 def refused_by_acl(exc: BaseException, znode: str | None = None) -> ZooKeeperNoAuth:
     """kazoo's `NoAuthError` (or `AuthFailedError`) as one line saying which credential this
     process used and what to do; `znode`, when known, is the path the refused request named."""

@@ -223,13 +223,11 @@ class ZkOffsets:
 @contextmanager
 def _refusals(path: str) -> Iterator[None]:
     """kazoo's NoAuth (or AuthFailed) on `path` as groupshift's one-line `ZooKeeperNoAuth`."""
-    from kazoo.exceptions import AuthFailedError, NoAuthError
-
-    from core.zk import refused_by_acl
+    from core.zk import KAZOO_REFUSALS, refused_by_acl
 
     try:
         yield
-    except (NoAuthError, AuthFailedError) as exc:
+    except KAZOO_REFUSALS as exc:
         raise refused_by_acl(exc, path) from None
 
 

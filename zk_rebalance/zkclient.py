@@ -25,7 +25,6 @@ from kazoo.exceptions import (
     AuthFailedError,
     ConnectionClosedError,
     ConnectionLoss,
-    NoAuthError,
     NoNodeError,
     OperationTimeoutError,
     RolledBackError,
@@ -33,11 +32,10 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KazooState, KeeperState
 
-from core.zk import ZooKeeperNoAuth, refused_by_acl
+from core.zk import KAZOO_REFUSALS, ZooKeeperNoAuth, refused_by_acl
 from zk_rebalance.events import EventLog
 
 _RETRYABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
-_REFUSED = (NoAuthError, AuthFailedError)
 
 
 class Closing(Exception):
@@ -90,7 +88,7 @@ class ZkCalls:
                         break  # queued in a session that expired: kazoo dropped it; re-issue
                 else:
                     return result.get()
-            except _REFUSED as exc:
+            except KAZOO_REFUSALS as exc:
                 raise self.refused(op, path, exc) from None
             except _RETRYABLE:
                 self.connected.wait(0.1)
@@ -158,7 +156,7 @@ class ZkCalls:
             return tx.commit_async()
 
         results = self.call("multi", path, commit_async)
-        refused = next((r for r in results if isinstance(r, _REFUSED)), None)
+        refused = next((r for r in results if isinstance(r, KAZOO_REFUSALS)), None)
         if refused is not None:
             raise self.refused("multi", path, refused)
         return results

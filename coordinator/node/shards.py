@@ -45,6 +45,7 @@ from coordinator.wire.errors import (
     NOT_COORDINATOR,
 )
 from core.states import IllegalTransition, Transitions
+from core.zk import REFUSALS
 
 log = logging.getLogger("coordinator.node.server")
 
@@ -172,6 +173,8 @@ class ShardLeadership:
             self.node._wake.clear()
             try:
                 await self.reconcile()
+            except REFUSALS:
+                raise  # no retry can claim or load the shard: the node stops (`refused`)
             except Exception:
                 log.exception("shard reconciliation failed")
             try:
@@ -246,6 +249,9 @@ class ShardLeadership:
         self._unled_since.pop(shard, None)
         try:
             snapshots = await self.node.store.load_shard(shard)
+        except REFUSALS:
+            await self.drop(shard, "load refused", release=True)
+            raise
         except Exception:
             log.exception("loading shard %d failed; releasing it", shard)
             await self.drop(shard, "load failed", release=True)

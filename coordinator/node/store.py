@@ -64,6 +64,7 @@ from coordinator.layout import (
 )
 from coordinator.node.group_store import GroupData
 from coordinator.node.zk_async import NodeIdInUse, _retrying
+from core.zk import KAZOO_REFUSALS
 
 log = logging.getLogger(__name__)
 
@@ -260,6 +261,9 @@ class CoordinatorStore(GroupData):
         txn.create(leader_znode, leader, ephemeral=True)
         txn.set_data(epoch_znode, str(self.node_id).encode(), version=stat.version)
         results = await self._aio(txn.commit_async())
+        refused = [r for r in results if isinstance(r, KAZOO_REFUSALS)]
+        if refused:
+            raise refused[0]  # not another node's lead: ZooKeeper's ACL, which no retry changes
         if any(isinstance(r, Exception) for r in results):
             return None
         self.leaders[shard] = record
