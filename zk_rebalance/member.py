@@ -394,6 +394,8 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
             try:
                 if lost and self.listener:
                     self.listener.on_partitions_lost(lost)
+            except Exception:  # the listener's own failure must not keep the session open
+                log.exception("the rebalance listener of %s failed", self.consumer_id)
             finally:
                 self._close_session()
         self._zk_events.put(None)  # ends the event thread
