@@ -95,14 +95,6 @@ def consume(c: Consumer, want: int, timeout: float = 30.0) -> int:
     return got
 
 
-def poll_records(consumer: Consumer, want: int, timeout: float = 30.0) -> None:
-    """Poll until `consumer` returned `want` records (fails the test after `timeout` seconds)."""
-    got, deadline = 0, time.monotonic() + timeout
-    while got < want:
-        assert time.monotonic() < deadline, f"consumed {got} of {want}"
-        got += sum(len(v) for v in consumer.poll(timeout_ms=100).values())
-
-
 def wait_for(cond, timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

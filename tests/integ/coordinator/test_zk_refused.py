@@ -16,13 +16,10 @@ on one of its own tasks:
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 
 from coordinator.node.process import NodeProcess
 from core.zk import ZooKeeperNoAuth, connect
@@ -30,6 +27,7 @@ from core.zk_auth import ENV_AUTH_FILE
 from pipeline.consumer import Consumer
 from testing.zookeeper import SUPER_AUTH
 from tests.inspect_helpers import REPO, make_topic
+from tests.zk_acl_helpers import client, ok, secret
 from topics.log import Log
 
 REFUSED_WITHIN_S = 10.0
@@ -43,21 +41,17 @@ def _open_namespace(zk_connect: str) -> None:
 
 
 def _gs_auth(tmp_path: Path) -> Path:
-    path = tmp_path / "gs.auth"
-    path.write_text("digest:gs:gs-secret-1\n")
-    path.chmod(0o600)
-    return path
+    return secret(tmp_path / "gs.auth", "digest:gs:gs-secret-1\n")
 
 
 def _children(zk_connect: str, path: str) -> list[str]:
     hosts, _, chroot = zk_connect.partition("/")
-    client = KazooClient(hosts=hosts, timeout=10.0, auth_data=SUPER_AUTH)
-    client.start(timeout=10)
+    admin = client(hosts, SUPER_AUTH)
     try:
-        return client.get_children(f"/{chroot}{path}")
+        return admin.get_children(f"/{chroot}{path}")
     finally:
-        client.stop()
-        client.close()
+        admin.stop()
+        admin.close()
 
 
 def test_a_node_refused_the_acl_changes_stops_with_one_line(zk_connect, tmp_path):
@@ -68,12 +62,8 @@ def test_a_node_refused_the_acl_changes_stops_with_one_line(zk_connect, tmp_path
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPSHIFT_ZK")}
         env["PYTHONPATH"] = str(REPO)
-        added = subprocess.run(
-            [sys.executable, "-m", "cli", "--zk-auth-file", str(_gs_auth(tmp_path)), "acls", "add", "--zk",
-             zk_connect, "--allow-principal", "User:alice", "--operation", "Read", "--group", "billing"],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert added.returncode == 0, added.stderr
+        ok(env, "--zk-auth-file", str(_gs_auth(tmp_path)), "acls", "add", "--zk", zk_connect,
+           "--allow-principal", "User:alice", "--operation", "Read", "--group", "billing")  # fmt: skip
         assert node.proc.wait(timeout=REFUSED_WITHIN_S) == 1
     finally:
         node.stop()

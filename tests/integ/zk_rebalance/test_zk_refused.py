@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -33,8 +31,9 @@ from core.zk import ZooKeeperNoAuth, connect
 from core.zk_auth import ENV_AUTH_FILE, ENV_READ_PRINCIPAL, digest_id
 from pipeline.consumer import Consumer
 from testing.zookeeper import SUPER_AUTH, ZkServer
-from tests.inspect_helpers import REPO, legacy_consumer, make_topic, poll_records, wait_for
+from tests.inspect_helpers import REPO, consume, legacy_consumer, make_topic, wait_for
 from tests.snapshots import changes, zk_tree
+from tests.zk_acl_helpers import cli, client, secret
 from topics.log import Log
 from zk_rebalance.layout import TopicCount, encode_registration
 from zk_rebalance.member import ZkMemberState
@@ -45,12 +44,6 @@ REFUSED_WITHIN_S = 5.0
 GS_ONLY = [ACL(Permissions.ALL, Id("digest", digest_id("gs", PASSWORDS["gs"])))]
 
 
-def _secret(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(0o600)
-    return path
-
-
 class Tree:
     """The server, its tree written by `gs`, the log, and each user's credential file."""
 
@@ -58,15 +51,13 @@ class Tree:
         self.zk = server.connect_string  # no chroot
         self.log = Log(tmp / "data")
         self.auth = {
-            user: _secret(tmp / f"{user}.auth", f"digest:{user}:{pw}\n") for user, pw in PASSWORDS.items()
+            user: secret(tmp / f"{user}.auth", f"digest:{user}:{pw}\n") for user, pw in PASSWORDS.items()
         }
         self.readers = f"digest:{digest_id('ops', PASSWORDS['ops'])}"
 
     def admin(self) -> KazooClient:
         """The test server's super user: sets up ACLs no groupshift process would write."""
-        client = KazooClient(hosts=self.zk, timeout=10.0, auth_data=SUPER_AUTH)
-        client.start(timeout=10)
-        return client
+        return client(self.zk, SUPER_AUTH)
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +76,7 @@ def tree(tmp_path_factory):
                 zk.close()
             c = legacy_consumer("billing", ["clicks"], t.zk, t.log)
             try:
-                poll_records(c, 40)
-                c.commit()
+                consume(c, 40)
             finally:
                 c.close()
         finally:
@@ -240,7 +230,7 @@ def test_a_stable_member_refused_in_a_later_rebalance_stops_and_releases_its_zno
     _as(monkeypatch, tree, None)
     c = _consumer(tree, "open", topic="open")
     try:
-        poll_records(c, 10)
+        consume(c, 10)
         assert c.membership.state is ZkMemberState.STABLE and len(c.assignment()) == 2
         admin = tree.admin()
         try:  # what a member started with gs's credential registers
@@ -280,11 +270,11 @@ def test_groupshift_consume_exits_with_the_one_noauth_line(tree, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPSHIFT_ZK")}
     env.update(PYTHONPATH=str(REPO))
     before = zk_tree(tree.zk)
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", "--zk-auth-file", str(tree.auth["ops"]), "consume",
-         "--zk", tree.zk, "--data", str(tree.log.root), "--group", "billing", "--topic", "clicks",
-         "--out", str(tmp_path / "out"), "--until-idle", "1"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+    done = cli(
+        env, "--zk-auth-file", str(tree.auth["ops"]), "consume", "--zk", tree.zk,
+        "--data", str(tree.log.root), "--group", "billing", "--topic", "clicks",
+        "--out", str(tmp_path / "out"), "--until-idle", "1",
+        timeout=240,
     )  # fmt: skip
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr[-3000:]
