@@ -11,6 +11,10 @@ runs as a child process (`groupshift coordinator serve`); the load comes from *a
   same connections offer `--rates` heartbeats/s open loop (the latency at that load).
   Reports heartbeats/s and p50/p99/max latency. Targets (issue 7): >= 20,000 heartbeats/s,
   p99 < 20 ms at 10k members.
+* secured (unless `--no-secured`): the first member count again on a second node whose native
+  listener is `SASL_TLS://` (TLS, then SASL SCRAM-SHA-256 once per connection) and which enforces
+  Kafka's ACLs (`--authorizer acl`), against the plaintext node's figures. Target: >= 70 % of the
+  plaintext heartbeats/s (bench/secured.py makes the certificates, the user and its ACLs).
 * rebalance: a Stable 200-member group (one connection per member, heartbeating every
   `--heartbeat-interval-ms`) gets one more member; reported is the time from that JoinGroup to
   the last member's SyncGroup answer (every member learns of the rebalance by heartbeat).
@@ -29,11 +33,14 @@ from pathlib import Path
 
 import msgspec
 
+from bench.secured import USER as BENCH_USER
+from bench.secured import SecuredSetup, allow, connect_protocol, open_stream
 from coordinator.member.wire_client import heartbeat_body, join_body, sync_body
 from coordinator.node.process import NodeProcess
 from coordinator.wire import codec as P
 
 HEARTBEATS_TARGET = 20_000
+SECURED_RATIO_TARGET = 0.7  # heartbeats/s over TLS + SASL (+ ACLs) vs plaintext
 P99_TARGET_MS = 20.0
 SESSION_MS = 120_000
 
@@ -46,8 +53,8 @@ class Conn:
         self.ids = 0
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str) -> Conn:
-        r, w = await asyncio.open_connection(host, port)
+    async def open(cls, host: str, port: int, client_id: str, security=None) -> Conn:
+        r, w = await open_stream(host, port, security, kafka=False)
         return cls(r, w, client_id)
 
     async def request(self, api: int, body: dict) -> dict:
@@ -61,11 +68,14 @@ class Conn:
         self.writer.close()
 
 
-async def form_group(host: str, port: int, group: str, n: int, conns: list[Conn] | None = None):
-    """n members join and sync `group`; returns [(member id, generation)] (closes its own connections)."""
+async def form_group(
+    host: str, port: int, group: str, n: int, conns: list[Conn] | None = None, security=None
+):
+    """n members join and sync `group`; returns [(member id, generation)] (closes its own connections).
+    `security`: the client's TLS and SASL (bench/secured.py), None for a plaintext listener."""
     own = conns is None
     if own:
-        conns = [await Conn.open(host, port, f"bench-{i}") for i in range(n)]
+        conns = [await Conn.open(host, port, f"bench-{i}", security) for i in range(n)]
     ids = []
     for c in conns:
         r = await c.request(P.JOIN_GROUP, join_body(group, "", session_timeout_ms=SESSION_MS))
@@ -158,7 +168,15 @@ class HeartbeatLoad(asyncio.Protocol):
 
 
 async def heartbeat_bench(
-    host, port, members: int, groups: int, connections: int, window: int, seconds: float, rates: list[float]
+    host,
+    port,
+    members: int,
+    groups: int,
+    connections: int,
+    window: int,
+    seconds: float,
+    rates: list[float],
+    security=None,
 ):
     per_group = max(1, members // groups)
     t0 = time.monotonic()
@@ -167,7 +185,8 @@ async def heartbeat_bench(
 
     async def one(g: int):
         async with sem:
-            return f"hb-{prefix}-{g}", await form_group(host, port, f"hb-{prefix}-{g}", per_group)
+            name = f"hb-{prefix}-{g}"
+            return name, await form_group(host, port, name, per_group, security=security)
 
     formed = await asyncio.gather(*(one(g) for g in range(groups)))
     setup_s = time.monotonic() - t0
@@ -177,27 +196,40 @@ async def heartbeat_bench(
             frames.append(
                 P.encode_request(P.HEARTBEAT, len(frames), heartbeat_body(group, gen, m), "bench-hb")
             )
-    runs = [await measure_heartbeats(host, port, frames, connections, window, 0.0, seconds)]
+    shape = (connections, window)
+    runs = [await measure_heartbeats(host, port, frames, *shape, 0.0, seconds, security=security)]
     for rate in rates:
-        runs.append(await measure_heartbeats(host, port, frames, connections, window, rate, seconds))
+        runs.append(await measure_heartbeats(host, port, frames, *shape, rate, seconds, security=security))
     return {"members": len(frames), "groups": groups, "setup_s": round(setup_s, 2), "runs": runs}
 
 
 async def measure_heartbeats(
-    host, port, frames, connections: int, window: int, rate: float, seconds: float, load=HeartbeatLoad
+    host,
+    port,
+    frames,
+    connections: int,
+    window: int,
+    rate: float,
+    seconds: float,
+    load=HeartbeatLoad,
+    security=None,
 ) -> dict:
     """Send `frames` (heartbeats, round robin) over `connections` for `seconds` after a 1 s warm-up:
     closed loop (`rate` 0) or open loop at `rate`/s. `load`: the protocol class answering them
-    (`HeartbeatLoad`, or a subclass that reads another wire format's answers)."""
+    (`HeartbeatLoad`, or a subclass that reads another wire format's answers; a `KafkaHeartbeatLoad`
+    authenticates with Kafka's SASL frames). `security`: connect through TLS and SASL first."""
     loop = asyncio.get_running_loop()
     latencies: list[float] = []
     errors: dict[int, int] = {}
     protos = []
     for c in range(connections):
         mine = frames[c::connections]
-        _, proto = await loop.create_connection(
-            lambda mine=mine: load(mine, window, rate / connections, latencies, errors), host, port
-        )
+        factory = lambda mine=mine: load(mine, window, rate / connections, latencies, errors)  # noqa: E731
+        if security is None:
+            _, proto = await loop.create_connection(factory, host, port)
+        else:
+            kafka = getattr(load, "kafka", False)
+            _, proto = await connect_protocol(host, port, security, kafka, factory)
         protos.append(proto)
     pacer = asyncio.create_task(_pace(protos)) if rate else None
     await asyncio.sleep(1.0)  # warm-up
@@ -307,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         help="start the node with --authorizer acl, the bench's groups allowed by a prefixed ACL: "
         "every request pays the ACL check (docs/security.md)",
     )
+    ap.add_argument(
+        "--no-secured",
+        dest="secured",
+        action="store_false",
+        help="skip the secured run (the first member count again over TLS + SASL with ACLs)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
 
@@ -314,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     zk = args.zk
     if args.connect:
         host, _, port = args.connect.rpartition(":")
-        return _run(args, host, int(port))
+        results = _run(args, host, int(port))
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+        return 0
     if zk is None:
         from testing.zookeeper import ZkServer
 
@@ -322,10 +363,29 @@ def main(argv: list[str] | None = None) -> int:
         zk = server.connect_string
     zk = f"{zk}/bench-coordinator-{uuid.uuid4().hex[:8]}"
     log = Path("/tmp") / f"bench-coordinator-{uuid.uuid4().hex[:6]}.log"
-    secured = ["--authorizer", "acl"] if args.authorizer else []
     if args.authorizer:
-        _allow_bench_groups(zk)
-    node = NodeProcess.start(
+        allow(zk, "User:ANONYMOUS", groups=BENCH_GROUPS)
+    node = _start_node(zk, *(["--authorizer", "acl"] if args.authorizer else []), log_path=log)
+    try:
+        results = _run(args, node.host, node.port)
+    finally:
+        node.stop()
+    try:
+        if args.secured:
+            results["secured"] = _secured_run(args, server.connect_string if server else args.zk, results)
+    finally:
+        if server is not None:
+            server.remove()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+BENCH_GROUPS = ("hb-", "rb-")  # the prefixes of the bench's groups (heartbeats, rebalance)
+
+
+def _start_node(zk: str, *extra: str, log_path: Path, listen: str = "127.0.0.1:0") -> NodeProcess:
+    return NodeProcess.start(
         zk,
         1,
         "--group-initial-rebalance-delay-ms",
@@ -334,38 +394,56 @@ def main(argv: list[str] | None = None) -> int:
         "warning",
         "--max-connections",
         "20000",
-        *secured,
-        log_path=log,
+        *extra,
+        listen=listen,
+        log_path=log_path,
     )
+
+
+def _secured_run(args, zk_base: str, plain: dict) -> dict:
+    """The first member count again on a node whose native listener is TLS + SASL (SCRAM-SHA-256)
+    with ACLs enforced, against the plaintext node's figures (target: >= 70 % of its heartbeats/s)."""
+    zk = f"{zk_base}/bench-coordinator-secured-{uuid.uuid4().hex[:8]}"
+    setup = SecuredSetup(zk)
+    allow(zk, f"User:{BENCH_USER}", groups=BENCH_GROUPS)
+    log = Path("/tmp") / f"bench-coordinator-secured-{uuid.uuid4().hex[:6]}.log"
+    node = _start_node(zk, *setup.node_args(), listen=setup.listen, log_path=log)
+    members = int(args.members.split(",")[0])
     try:
-        _run(args, node.host, node.port)
+        res = asyncio.run(
+            heartbeat_bench(
+                node.host,
+                node.port,
+                members,
+                args.groups,
+                args.connections,
+                args.window,
+                args.seconds,
+                [float(r) for r in args.rates.split(",") if r],
+                security=setup.security,
+            )
+        )
     finally:
         node.stop()
-        if server is not None:
-            server.remove()
-    return 0
+        setup.remove()
+    base = plain["heartbeats"][0]
+    print(f"secured: {res['members']} members, TLS + SASL {setup.security.mechanism} + ACLs:", flush=True)
+    for r, p in zip(res["runs"], base["runs"], strict=True):
+        print(
+            f"  {r['mode']}: {r['heartbeats_per_s']:,} heartbeats/s  p50 {r['p50_ms']} ms  "
+            f"p99 {r['p99_ms']} ms  (plaintext {p['heartbeats_per_s']:,}/s, p99 {p['p99_ms']} ms)  "
+            f"errors {r['errors']}",
+            flush=True,
+        )
+    ratio = res["runs"][0]["heartbeats_per_s"] / max(1, base["runs"][0]["heartbeats_per_s"])
+    met = "met" if ratio >= SECURED_RATIO_TARGET else "MISSED"
+    print(
+        f"secured/plaintext heartbeats/s (closed loop): {ratio:.0%}  [>= {SECURED_RATIO_TARGET:.0%}: {met}]"
+    )
+    return {**res, "ratio": round(ratio, 3)}
 
 
-def _allow_bench_groups(zk: str) -> None:
-    """Group Read for the bench's clients (User:ANONYMOUS) on its groups (`hb-`, `rb-` prefixes)."""
-    from core.zk import connect
-    from security.acl_store import AclStore
-    from security.acls import ALLOW, GROUP, PREFIXED, READ, AccessControlEntry, ResourcePattern
-
-    client = connect(zk)
-    try:
-        store = AclStore(client)
-        for prefix in ("hb-", "rb-"):
-            store.add(
-                ResourcePattern(GROUP, prefix, PREFIXED),
-                [AccessControlEntry("User:ANONYMOUS", "*", READ, ALLOW)],
-            )
-    finally:
-        client.stop()
-        client.close()
-
-
-def _run(args, host: str, port: int) -> int:
+def _run(args, host: str, port: int) -> dict:
     results: dict = {"heartbeats": [], "rebalance": None}
     rates = [float(r) for r in args.rates.split(",") if r]
     for members in [int(m) for m in args.members.split(",")]:
@@ -394,9 +472,7 @@ def _run(args, host: str, port: int) -> int:
         f"{r['rebalance_minus_heartbeat_interval_ms']} ms beyond one heartbeat interval)",
         flush=True,
     )
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
+    return results
 
 
 if __name__ == "__main__":

@@ -25,6 +25,11 @@ comes from this process, over loopback.
   any broker that answers faster than the application drains; librdkafka's documentation says to
   lower the backoff or size the queue for a second of data in that case. The target is checked
   against the best of the two documented settings; the default figure is printed beside it.
+* secured (unless `--no-secured`): a second node on the same log root whose listeners are
+  `SASL_TLS://` and `SASL_SSL://` (SCRAM-SHA-256, certificates from testing/certs.py) and which
+  enforces Kafka's ACLs: Kafka-listener heartbeats as above, against the plaintext Kafka
+  listener's (target >= 70 %), and the same records read by confluent-kafka over SASL_SSL with
+  each client setting (target >= 150,000 records/s with the best documented setting).
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from kafka.protocol.consumer.group import (
 )
 
 from bench.coordinator import SESSION_MS, HeartbeatLoad, form_group, measure_heartbeats
+from bench.secured import USER as BENCH_USER
+from bench.secured import SecuredSetup, allow, open_stream
 from coordinator.member.wire_client import heartbeat_body
 from coordinator.node.process import NodeProcess
 from coordinator.wire import codec as P
@@ -59,6 +66,8 @@ from topics.registry import create_topic
 
 HEARTBEAT_RATIO_TARGET = 0.5
 RECORDS_TARGET = 200_000
+SECURED_HEARTBEAT_TARGET = 0.7  # Kafka-listener heartbeats/s over SASL_SSL vs PLAINTEXT
+SECURED_RECORDS_TARGET = 150_000  # records/s to confluent-kafka over SASL_SSL
 MEMBER_ID_REQUIRED = 79
 JOIN_V, SYNC_V, HEARTBEAT_V = 5, 3, 3
 
@@ -70,8 +79,8 @@ class KafkaConn:
         self.reader, self.writer, self.client_id, self.ids = reader, writer, client_id, 0
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str) -> KafkaConn:
-        r, w = await asyncio.open_connection(host, port)
+    async def open(cls, host: str, port: int, client_id: str, security=None) -> KafkaConn:
+        r, w = await open_stream(host, port, security, kafka=True)
         return cls(r, w, client_id)
 
     async def request(self, req, response_class, version: int) -> dict:
@@ -98,9 +107,9 @@ def _join(group: str, member_id: str) -> JoinGroupRequest:
     )
 
 
-async def form_kafka_group(host: str, port: int, group: str, n: int) -> list[tuple[str, int]]:
+async def form_kafka_group(host: str, port: int, group: str, n: int, security=None) -> list[tuple[str, int]]:
     """n members join and sync `group` through the Kafka listener; returns [(member id, generation)]."""
-    conns = [await KafkaConn.open(host, port, f"kbench-{i}") for i in range(n)]
+    conns = [await KafkaConn.open(host, port, f"kbench-{i}", security) for i in range(n)]
     ids = []
     for c in conns:
         r = await c.request(_join(group, ""), JoinGroupResponse, JOIN_V)
@@ -131,12 +140,14 @@ async def form_kafka_group(host: str, port: int, group: str, n: int) -> list[tup
 class KafkaHeartbeatLoad(HeartbeatLoad):
     """`HeartbeatLoad` for Kafka frames: a Heartbeat v3 answer ends with its int16 error code."""
 
+    kafka = True  # a secured connection authenticates with Kafka's SASL frames
+
     @staticmethod
     def error_of(payload: bytes) -> int:
         return int.from_bytes(payload[-2:], "big", signed=True)
 
 
-async def heartbeats(host: str, port: int, kafka: bool, args) -> dict:
+async def heartbeats(host: str, port: int, kafka: bool, args, security=None) -> dict:
     per_group = max(1, args.members // args.groups)
     prefix = f"{'k' if kafka else 'n'}hb-{uuid.uuid4().hex[:6]}"
     sem = asyncio.Semaphore(32)
@@ -146,7 +157,7 @@ async def heartbeats(host: str, port: int, kafka: bool, args) -> dict:
         async with sem:
             name = f"{prefix}-{g}"
             form = form_kafka_group if kafka else form_group
-            return name, await form(host, port, name, per_group)
+            return name, await form(host, port, name, per_group, security=security)
 
     formed = await asyncio.gather(*(one(g) for g in range(args.groups)))
     setup_s = time.monotonic() - t0
@@ -165,7 +176,7 @@ async def heartbeats(host: str, port: int, kafka: bool, args) -> dict:
     runs = []
     for rate in [0.0, args.rate] if args.rate else [0.0]:
         shape = (args.connections, args.window, rate, args.seconds)
-        runs.append(await measure_heartbeats(host, port, frames, *shape, load))
+        runs.append(await measure_heartbeats(host, port, frames, *shape, load, security=security))
     return {"members": len(frames), "setup_s": round(setup_s, 2), "runs": runs}
 
 
@@ -255,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--value-bytes", type=int, default=16)
+    ap.add_argument(
+        "--no-secured",
+        dest="secured",
+        action="store_false",
+        help="skip the secured run (both parts again through SASL_SSL, with ACLs enforced)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
 
@@ -285,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     client = connect(zk, session_timeout=10.0)
     try:
         results = _run(args, node, client, Log(data))
+        if args.secured:
+            node.stop()  # the secured node has the machine to itself, as the plaintext one had
+            base = server.connect_string if server is not None else args.zk
+            results["secured"] = _secured_run(args, base, data, results)
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
     finally:
@@ -345,11 +366,77 @@ def _run(args, node, client, log: Log) -> dict:
     return {
         "heartbeats": hb,
         "heartbeat_ratio": round(ratio, 3),
+        "topic": topic,
         "records": n,
         "confluent": by_settings,
         "confluent_records_per_s": best,
         "fetcher_records_per_s": round(ours),
     }
+
+
+def _secured_run(args, zk_base: str, data: Path, plain: dict) -> dict:
+    """Both parts again on a node whose listeners are SASL_TLS (native) and SASL_SSL (Kafka), SCRAM,
+    Kafka's ACLs enforced: Kafka-listener heartbeats against the plaintext Kafka listener's (target
+    >= 70 %), and the same records to confluent-kafka over SASL_SSL (target >= 150,000/s with the
+    best documented setting)."""
+    zk = f"{zk_base}/bench-kafka-wire-secured-{uuid.uuid4().hex[:8]}"
+    setup = SecuredSetup(zk)
+    allow(zk, f"User:{BENCH_USER}", groups=("khb-", "kbench-"), topics=("kbench-",))
+    client = connect(zk, session_timeout=10.0)
+    create_topic(client, plain["topic"], partitions=args.partitions)  # the same log root's records
+    client.stop()
+    client.close()
+    node = NodeProcess.start(
+        zk,
+        1,
+        *setup.node_args(kafka=True),
+        "--data",
+        str(data),
+        "--group-initial-rebalance-delay-ms",
+        "200",
+        "--log-level",
+        "warning",
+        "--max-connections",
+        "20000",
+        listen=setup.listen,
+        log_path=Path("/tmp") / f"bench-kafka-wire-secured-{uuid.uuid4().hex[:6]}.log",
+    )
+    try:
+        print(f"secured: SASL_SSL ({setup.security.mechanism}) with ACLs enforced", flush=True)
+        hb = asyncio.run(heartbeats(node.kafka_host, node.kafka_port, True, args, setup.security))
+        base = plain["heartbeats"]["kafka"]["runs"]
+        for r, p in zip(hb["runs"], base, strict=True):
+            print(
+                f"  {r['mode']}: {r['heartbeats_per_s']:,} heartbeats/s  p50 {r['p50_ms']} ms  "
+                f"p99 {r['p99_ms']} ms  (plaintext {p['heartbeats_per_s']:,}/s, p99 {p['p99_ms']} ms)  "
+                f"errors {r['errors']}",
+                flush=True,
+            )
+        ratio = hb["runs"][0]["heartbeats_per_s"] / max(1, base[0]["heartbeats_per_s"])
+        met = "met" if ratio >= SECURED_HEARTBEAT_TARGET else "MISSED"
+        print(f"  SASL_SSL/PLAINTEXT heartbeats/s: {ratio:.0%}  [>= {SECURED_HEARTBEAT_TARGET:.0%}: {met}]")
+        by_settings = {}
+        for name, settings in CLIENT_SETTINGS.items():
+            rate = read_confluent(
+                node.kafka_bootstrap,
+                plain["topic"],
+                args.partitions,
+                plain["records"],
+                timeout=300,
+                settings={**settings, **setup.security.confluent()},
+            )
+            by_settings[name] = round(rate)
+            print(f"  confluent-kafka over SASL_SSL ({name}): {rate:,.0f} records/s", flush=True)
+    finally:
+        node.stop()
+        setup.remove()
+    best = max(v for k, v in by_settings.items() if k != "defaults")
+    met = "met" if best >= SECURED_RECORDS_TARGET else "MISSED"
+    print(
+        f"  confluent-kafka over SASL_SSL, best documented setting: {best:,} records/s  "
+        f"[>= {SECURED_RECORDS_TARGET:,}/s: {met}]"
+    )
+    return {"heartbeats": hb, "heartbeat_ratio": round(ratio, 3), "confluent": by_settings, "best": best}
 
 
 def _cpu_seconds(pid: int) -> float:

@@ -213,6 +213,8 @@ class ZkServer:
         try:
             server._run()
             server.wait_until(lambda: server.ruok(), 60, "standalone ZooKeeper answering ruok")
+            if server.secure_port:
+                server.wait_until(server.tls_answers, 60, "the secure client port answering TLS")
         except BaseException:
             server.remove()
             raise
@@ -296,6 +298,24 @@ class ZkServer:
             res = self.wrapped.exec_run(RUOK)
             return res.exit_code == 0
         except Exception:
+            return False
+
+    def tls_answers(self) -> bool:
+        """Whether the secure client port runs a TLS handshake (whatever its outcome): docker's
+        proxy accepts on the published port before ZooKeeper listens, then closes the connection."""
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        try:
+            with socket.create_connection((self.host, self.secure_port), timeout=2) as raw:
+                with ctx.wrap_socket(raw):
+                    return True
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError, TimeoutError):
+            return False
+        except ssl.SSLError:  # an alert: ZooKeeper's TLS answered (e.g. a client certificate it needs)
+            return True
+        except OSError:
             return False
 
     def four(self, command: str) -> str:
