@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 import socket
 import struct
 import time
@@ -204,8 +205,8 @@ class KafkaTarget:
         return NotAuthorized(
             f"{what} on {self.bootstrap} was refused: {code} (the broker's ACLs do not let {who} "
             f"{operation.lower()} the {resource}); an operator grants it with `groupshift acls add "
-            f"--allow-principal {who} --operation {operation} --{resource} {name}` (kafka-acls.sh's "
-            "options on a Kafka cluster)"
+            f"--allow-principal {shlex.quote(who)} --operation {operation} --{resource} "
+            f"{shlex.quote(name)}` (kafka-acls.sh's options on a Kafka cluster)"
         )
 
     def _denied_partition(self, doing: str, group: str, k, operation: str) -> NotAuthorized:
