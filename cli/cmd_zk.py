@@ -71,9 +71,15 @@ def zk_digest(user: str, password_file: str) -> None:
 
     HASH is what ZooKeeper's digest scheme stores (base64 of SHA-1 of USER:PASSWORD): an ACL can
     name the user without holding the password. The password is read from a file, never the
-    command line.
+    command line. For digest users only: a SASL user needs no hash, name it `sasl:USER`.
     """
     from core import zk_auth
+    from core.errors import GroupshiftError
 
+    if user.startswith("sasl:"):
+        raise GroupshiftError(
+            f"`zk digest` prints digest ids only; a SASL user needs no hash: name it {user[:60]} "
+            "in --zk-read-principal as it is"
+        )
     zk_auth.check_user(user, "USER")
     click.echo(f"digest:{zk_auth.digest_id(user, zk_auth.load_password_file(password_file))}")

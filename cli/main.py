@@ -10,7 +10,7 @@ import signal
 import sys
 
 import click
-from kazoo.exceptions import AuthFailedError, KazooException, NoAuthError
+from kazoo.exceptions import AuthFailedError, InvalidACLError, KazooException, NoAuthError
 
 from core import zk_auth
 from core.errors import GroupshiftError
@@ -56,6 +56,10 @@ class GroupshiftGroup(click.Group):
             from core.zk import refused_by_acl
 
             _fail(str(refused_by_acl(exc)), 1)
+        except InvalidACLError:  # connect() checks this first where it can; a create without a chroot
+            from core.zk import ZkSecurity, unknown_acl_scheme
+
+            _fail(str(unknown_acl_scheme(ZkSecurity.from_env().acl)), 1)
         except KazooException as exc:  # e.g. an ACL that denies this client
             detail = f": {exc}" if str(exc) else ""
             _fail(
@@ -168,7 +172,8 @@ _ZK_SETTINGS = {
 }
 _PATH_SETTINGS = frozenset(_ZK_SETTINGS) - {"zk_read_principal"}
 _ZK_AUTH_HELP = (
-    "ZooKeeper credential: a file with one digest:USER:PASSWORD line, not readable by others "
+    "ZooKeeper credential: a file with one digest:USER:PASSWORD or sasl:USER:PASSWORD (SASL "
+    "DIGEST-MD5) line, not readable by others "
     "(default: $GROUPSHIFT_ZK_AUTH_FILE). Znodes this command and the processes it starts "
     "create get an ACL for that user only (plus --zk-read-principal)."
 )

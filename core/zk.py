@@ -10,8 +10,9 @@ embedded single-node ZooKeeper started by `groupshift zk start` (see `core.embed
 
 Security comes from the environment, so every process a command starts inherits it (the CLI's
 `--zk-auth-file`, `--zk-read-principal` and `--zk-tls-*` set these variables):
-`$GROUPSHIFT_ZK_AUTH_FILE` names a `digest:USER:PASSWORD` file — the client authenticates with
-it and creates every znode (the chroot too) readable and writable by that user only, plus read for
+`$GROUPSHIFT_ZK_AUTH_FILE` names a `digest:USER:PASSWORD` or `sasl:USER:PASSWORD` (SASL
+DIGEST-MD5) file — the client authenticates with it and creates every znode (the chroot too)
+readable and writable by that user only, plus read for
 the principals in `$GROUPSHIFT_ZK_READ_PRINCIPAL`; `$GROUPSHIFT_ZK_TLS_CA` (with
 `..._TLS_CERT`/`..._TLS_KEY` for a client certificate) connects to ZooKeeper's
 `secureClientPort` over TLS. See `core.zk_auth`.
@@ -19,6 +20,8 @@ the principals in `$GROUPSHIFT_ZK_READ_PRINCIPAL`; `$GROUPSHIFT_ZK_TLS_CA` (with
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
 import re
 import socket
@@ -29,8 +32,9 @@ import warnings
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
+from kazoo.exceptions import AuthFailedError, InvalidACLError, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KeeperState
 
 from core import zk_auth
 from core.errors import GroupshiftError, ZooKeeperUnavailable
@@ -46,12 +50,37 @@ def refused_by_acl(exc: BaseException) -> ZooKeeperNoAuth:
     path = os.environ.get(zk_auth.ENV_AUTH_FILE)
     used = f"the credential in {path}" if path else "no credential"
     if isinstance(exc, AuthFailedError):
-        what = "refused the credential (AuthFailed)"
-    else:
-        what = "refused the request: NoAuth (the znode's ACL does not let this client read or change it)"
+        return ZooKeeperNoAuth(
+            f"ZooKeeper refused the credential (AuthFailed); this process used {used}: a sasl: user "
+            "must be in the server's JAAS Server section with that password, and the server must "
+            "run SASL (docs/security.md); fix the file, or pass --zk-auth-file FILE (or set "
+            f"${zk_auth.ENV_AUTH_FILE}) naming another"
+        )
     return ZooKeeperNoAuth(
-        f"ZooKeeper {what}; this process used {used}: pass --zk-auth-file FILE (or set "
-        f"${zk_auth.ENV_AUTH_FILE}) naming the digest:USER:PASSWORD of the user that wrote this tree"
+        "ZooKeeper refused the request: NoAuth (the znode's ACL does not let this client read or "
+        f"change it); this process used {used}: pass --zk-auth-file FILE (or set "
+        f"${zk_auth.ENV_AUTH_FILE}) naming the {zk_auth.CREDENTIAL_FORMS} of the user that wrote this tree"
+    )
+
+
+# ZooKeeper knows these ACL schemes without configuration; any other (sasl, x509) is InvalidACL on
+# every create unless the server loads its provider (`authProvider.N=...`).
+BUILT_IN_SCHEMES = ("digest", "ip", "world", "auth")
+
+
+def unknown_acl_scheme(acl: list) -> ZooKeeperNoAuth:
+    """The server's InvalidACL for an ACL whose scheme it has no provider for, as one line."""
+    schemes = sorted({a.id.scheme for a in acl} - set(BUILT_IN_SCHEMES))
+    if not schemes:
+        return ZooKeeperNoAuth(
+            "ZooKeeper refused the ACL of a new znode (InvalidACL); check --zk-read-principal "
+            f"(${zk_auth.ENV_READ_PRINCIPAL}) and --zk-auth-file"
+        )
+    return ZooKeeperNoAuth(
+        f"ZooKeeper refused the ACL of new znodes (InvalidACL): the server does not accept the "
+        f"scheme {', '.join(schemes)} in an ACL; load its provider there "
+        "(authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider in zoo.cfg "
+        "for sasl: docs/security.md), or use a digest: credential and read principals"
     )
 
 
@@ -106,6 +135,11 @@ class ZkSecurity:
             credential = zk_auth.load_auth_file(env[zk_auth.ENV_AUTH_FILE])
         else:
             credential = None
+        if credential and credential.scheme == "sasl" and importlib.util.find_spec("puresasl") is None:
+            raise GroupshiftError(
+                "a sasl: ZooKeeper credential needs the pure-sasl package (a groupshift dependency): "
+                "pip install 'pure-sasl>=0.6'"
+            )
         readers = zk_auth.parse_readers(env.get(zk_auth.ENV_READ_PRINCIPAL))
         if readers and credential is None:
             raise GroupshiftError(
@@ -117,12 +151,22 @@ class ZkSecurity:
         )
         return cls(credential, readers, tls)
 
+    @property
+    def acl(self) -> list:
+        """The ACL of every znode this client creates (kazoo's default when empty: world ALL)."""
+        return zk_auth.acl_for(self.credential, self.readers) if self.credential else []
+
+    @property
+    def needs_provider(self) -> bool:
+        """Whether the ACL names a scheme the server accepts only with its provider loaded."""
+        return any(a.id.scheme not in BUILT_IN_SCHEMES for a in self.acl)
+
     def kazoo(self) -> dict:
         """KazooClient's keyword arguments for these settings."""
         out: dict = {}
         if self.credential:
-            out["auth_data"] = self.credential.auth_data
-            out["default_acl"] = zk_auth.acl_for(self.credential, self.readers)
+            out.update(self.credential.kazoo())
+            out["default_acl"] = self.acl
         if self.tls:
             out.update(self.tls.kazoo())
         return out
@@ -260,9 +304,10 @@ def connect(
     The session timeout defaults to `$GROUPSHIFT_ZK_SESSION_TIMEOUT_MS`, else 10 s;
     `$GROUPSHIFT_ZK_CONNECT_TIMEOUT_MS`, when set, replaces `connect_timeout`.
     `digest=(user, password)` (else `$GROUPSHIFT_ZK_AUTH_FILE`'s credential) authenticates with
-    ZooKeeper digest auth and makes znodes created through this client, the chroot included,
-    readable and writable by that user only (plus read for `$GROUPSHIFT_ZK_READ_PRINCIPAL`):
-    see `ZkSecurity`. The chroot is created
+    ZooKeeper digest auth (or SASL DIGEST-MD5 for a `sasl:` file) and makes znodes created
+    through this client, the chroot included, readable and writable by that user only (plus read
+    for `$GROUPSHIFT_ZK_READ_PRINCIPAL`): see `ZkSecurity`. A server that refuses the SASL login,
+    or an ACL scheme it has no provider for, is `ZooKeeperNoAuth` here. The chroot is created
     when missing (as Kafka's tools do); with `create_chroot=False` nothing is ever created and a
     missing chroot raises `ChrootMissing` (what commands that only read, or only delete, use),
     or, with `require_chroot=False` too, is left for `ensure_chroot` once the caller has checked
@@ -277,15 +322,12 @@ def connect(
     address = parse_zk(resolve_zk(connect_string))
     _probe(address.hosts, security.tls)
     if address.chroot and create_chroot:
-        root = _start(address.hosts, session_timeout, connect_timeout, security, read_only)
-        try:
-            root.ensure_path(address.chroot)
-        finally:
-            root.stop()
-            root.close()
+        _create_chroot(address, session_timeout, connect_timeout, security, read_only)
     client = _start(address.connect_string, session_timeout, connect_timeout, security, read_only)
     try:
-        missing = _check_chroot(client) if address.chroot else False
+        missing = _check_chroot(client)
+        if create_chroot and not address.chroot and security.needs_provider:
+            _check_acl_scheme(client, security.acl, "")
     except BaseException:
         client.stop()
         client.close()
@@ -297,13 +339,15 @@ def connect(
             f"ZooKeeper chroot {address.chroot} does not exist on {address.hosts}; "
             "check the --zk chroot (it is created by the first command that writes, e.g. `topics create`)"
         )
+    client.logger.starting = False
     return client
 
 
 def _check_chroot(client: KazooClient) -> bool:
     """True when the chroot is missing; `ZooKeeperNoAuth` when its ACL does not let this client
-    read it. A long-lived process (a node, a consumer, a worker) so stops at its start with one
-    line, instead of meeting `NoAuth` later on one of its threads."""
+    read it, or the server refused the client's SASL login. A long-lived process (a node, a
+    consumer, a worker) so stops at its start with one line, instead of meeting `NoAuth` later on
+    one of its threads. Without a chroot this reads ZooKeeper's open root: the SASL check."""
     try:
         client.get("/")  # kazoo prefixes the chroot: this is the chroot itself
     except NoNodeError:
@@ -311,6 +355,36 @@ def _check_chroot(client: KazooClient) -> bool:
     except (NoAuthError, AuthFailedError) as exc:
         raise refused_by_acl(exc) from None
     return False
+
+
+def _check_acl_scheme(client: KazooClient, acl: list, parent: str) -> None:
+    """`ZooKeeperNoAuth` when the server refuses `acl` (a scheme it has no provider for) — at
+    the start, not on some later create. A transaction creates a znode with it and fails on
+    purpose, so nothing is ever created: InvalidACL, or a BadVersion once the ACL was accepted
+    (a client that may not create there gets NoAuth and learns nothing, nor needs to)."""
+    probe = f"{parent}/groupshift-acl-check-{os.getpid()}"
+    transaction = client.transaction()
+    transaction.create(probe, b"", acl=acl)
+    transaction.check(probe, 1)  # the new znode's version is 0: the whole transaction fails
+    results = transaction.commit()
+    if any(isinstance(r, InvalidACLError) for r in results):
+        raise unknown_acl_scheme(acl)
+
+
+def _create_chroot(address: ZkAddress, session_timeout, connect_timeout, security, read_only) -> None:
+    """Create the chroot when missing, and check that the server accepts the ACL new znodes get."""
+    root = _start(address.hosts, session_timeout, connect_timeout, security, read_only)
+    try:
+        root.ensure_path(address.chroot)
+        if security.needs_provider:
+            _check_acl_scheme(root, security.acl, address.chroot)
+    except (NoAuthError, AuthFailedError) as exc:
+        raise refused_by_acl(exc) from None
+    except InvalidACLError:
+        raise unknown_acl_scheme(security.acl) from None
+    finally:
+        root.stop()
+        root.close()
 
 
 def ensure_chroot(connect_string: str | None, *, connect_timeout: float = 10.0) -> None:
@@ -322,12 +396,7 @@ def ensure_chroot(connect_string: str | None, *, connect_timeout: float = 10.0) 
     connect_timeout = env_seconds(ENV_CONNECT_TIMEOUT_MS, connect_timeout)
     security = ZkSecurity.from_env()
     _probe(address.hosts, security.tls)
-    root = _start(address.hosts, session_timeout, connect_timeout, security, False)
-    try:
-        root.ensure_path(address.chroot)
-    finally:
-        root.stop()
-        root.close()
+    _create_chroot(address, session_timeout, connect_timeout, security, False)
 
 
 def _probe(hosts: str, tls: zk_auth.ZkTls | None = None, timeout: float = 2.0) -> None:
@@ -406,8 +475,23 @@ def _tls_probe(hosts: str, tls: zk_auth.ZkTls, timeout: float) -> None:
     )
 
 
+class _KazooLog(logging.LoggerAdapter):
+    """kazoo's logger for one client. Until `connect()` hands the client over, the warning kazoo
+    logs when the server refuses its login is left out: connect() says that in one line. Later
+    (a reconnect refused) it is logged as kazoo logs it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self.starting = True
+
+    def log(self, level, msg, *args, **kwargs) -> None:
+        if not (self.starting and str(msg).startswith("AUTH_FAILED")):
+            super().log(level, msg, *args, **kwargs)
+
+
 def _start(hosts, session_timeout, connect_timeout, security: ZkSecurity, read_only) -> KazooClient:
     client = KazooClient(
+        logger=_KazooLog(),
         hosts=hosts,
         timeout=session_timeout,
         connection_retry=dict(CONNECTION_RETRY),
@@ -417,6 +501,9 @@ def _start(hosts, session_timeout, connect_timeout, security: ZkSecurity, read_o
     )
     try:
         _start_waiting(client, hosts, connect_timeout)
+    except AuthFailedError as exc:
+        _stop_in_background(client)
+        raise refused_by_acl(exc) from None
     except (KazooTimeoutError, OSError):
         _stop_in_background(client)
         raise ZooKeeperUnavailable(
@@ -449,6 +536,7 @@ def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> N
     event = client.start_async()
     if event.wait(min(WAIT_NOTICE_S, connect_timeout)) and client.connected:
         return
+    _raise_if_refused(client)
     remaining = connect_timeout - WAIT_NOTICE_S
     if remaining <= 0:
         raise KazooTimeoutError("Connection time-out")
@@ -458,4 +546,12 @@ def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> N
         flush=True,
     )
     if not event.wait(remaining) or not client.connected:
+        _raise_if_refused(client)
         raise KazooTimeoutError("Connection time-out")
+
+
+def _raise_if_refused(client: KazooClient) -> None:
+    """A SASL login runs once the session is connected; when the server refused it, kazoo stops
+    connecting for good: say so, rather than wait out the connect timeout."""
+    if client.client_state == KeeperState.AUTH_FAILED:
+        raise AuthFailedError()

@@ -1,7 +1,8 @@
 """ZooKeeper credentials and ACLs: the auth file, the operator principal, the ACL every znode gets.
 
 Pure but for `load_auth_file`, which reads and checks one small file. A process with a
-credential authenticates with ZooKeeper's digest scheme and creates every znode with
+credential authenticates with ZooKeeper's digest scheme (`digest:USER:PASSWORD`) or with SASL
+DIGEST-MD5 (`sasl:USER:PASSWORD`, through kazoo and pure-sasl) and creates every znode with
 `acl_for(credential, readers)`: the credential's own id may do everything, each named reader
 may read, nobody else may do anything (no `world:anyone` entry, stricter than Kafka's
 `zookeeper.set.acl`, which left most znodes world-readable and `/consumers` open).
@@ -12,6 +13,8 @@ may read, nobody else may do anything (no `world:anyone` entry, stricter than Ka
     >>> readers = parse_readers("digest:" + digest_id("ops", "read-only"))
     >>> [f"{a.perms} {a.id.scheme}:{a.id.id}" for a in acl_for(cred, readers)]
     ['31 digest:groupshift:8+FlXylXnrD17JBcCewJNdoBOQI=', '1 digest:ops:NvgtBfMDTS/Vg2aMPUkgThdzKBA=']
+    >>> [f"{a.perms} {a.id.scheme}:{a.id.id}" for a in acl_for(parse_auth_text("sasl:gs:pw", "f"), readers)]
+    ['31 sasl:gs', '1 digest:ops:NvgtBfMDTS/Vg2aMPUkgThdzKBA=']
 """
 
 from __future__ import annotations
@@ -45,17 +48,30 @@ MAX_READERS = 8
 _USER = re.compile(rf"[A-Za-z0-9._@+-]{{1,{MAX_USER_CHARS}}}")
 _PASSWORD = re.compile(rf"[\x21-\x7e]{{1,{MAX_PASSWORD_CHARS}}}")
 _DIGEST_HASH = re.compile(r"[A-Za-z0-9+/]{27}=")
+# A SASL DIGEST-MD5 user: it is the JAAS option `user_NAME` on the server (JAAS names take no `+`
+# or `@`) and the id `sasl:NAME` in ACLs, where ZooKeeper parses it as a Kerberos name.
+_SASL_USER = re.compile(rf"[A-Za-z0-9._-]{{1,{MAX_USER_CHARS}}}")
+# A reader `sasl:NAME`: a SASL user or a Kerberos principal NAME[/HOST][@REALM], as ZooKeeper's
+# SASLAuthenticationProvider accepts it in an ACL (anything else is InvalidACL on every create).
+_SASL_READER = re.compile(r"[^/@]+(?:/[^/@]+)?(?:@[^/@]+)?")
 # ZooKeeper's id schemes an operator principal may use; `world`, `auth` and `super` are refused.
 READER_SCHEMES = ("digest", "sasl", "x509", "ip")
-AUTH_FILE_FORM = "one line digest:USER:PASSWORD"
+CREDENTIAL_FORMS = "digest:USER:PASSWORD or sasl:USER:PASSWORD"
+AUTH_FILE_FORM = f"one line {CREDENTIAL_FORMS}"
+# The auth file's schemes: ZooKeeper's digest, and SASL with DIGEST-MD5, the mechanism a
+# ZooKeeper server offers without Kerberos (GSSAPI needs a KDC and is not covered).
+CREDENTIAL_SCHEMES = ("digest", "sasl")
+SASL_MECHANISM = "DIGEST-MD5"
 
 
 @dataclass(frozen=True)
 class ZkCredential:
-    """A digest credential: `user` and `password` as the auth file gives them."""
+    """A credential: `user` and `password` as the auth file gives them, and its `scheme`,
+    `digest` (ZooKeeper's digest scheme) or `sasl` (SASL DIGEST-MD5)."""
 
     user: str
     password: str
+    scheme: str = "digest"
 
     @property
     def digest_id(self) -> str:
@@ -63,12 +79,25 @@ class ZkCredential:
         return digest_id(self.user, self.password)
 
     @property
+    def acl_id(self) -> Id:
+        """The id ZooKeeper gives a session holding this credential, which its ACLs name."""
+        return Id("digest", self.digest_id) if self.scheme == "digest" else Id("sasl", self.user)
+
+    @property
     def auth_data(self) -> list[tuple[str, str]]:
-        """kazoo's `auth_data`."""
-        return [("digest", f"{self.user}:{self.password}")]
+        """kazoo's `auth_data` (none for SASL, which authenticates when the session starts)."""
+        return [("digest", f"{self.user}:{self.password}")] if self.scheme == "digest" else []
+
+    def kazoo(self) -> dict:
+        """KazooClient's keyword arguments that authenticate with this credential."""
+        if self.scheme == "digest":
+            return {"auth_data": self.auth_data}
+        # a new dict each time: kazoo adds its `service` to the one it is given
+        options = {"mechanism": SASL_MECHANISM, "username": self.user, "password": self.password}
+        return {"sasl_options": options}
 
     def __repr__(self) -> str:  # never print the password
-        return f"ZkCredential(user={self.user!r})"
+        return f"ZkCredential(user={self.user!r}, scheme={self.scheme!r})"
 
 
 def digest_id(user: str, password: str) -> str:
@@ -99,8 +128,9 @@ def check_password(password: str, source: str) -> str:
 
 
 def parse_auth_text(text: str, source: str) -> ZkCredential:
-    """The credential in an auth file's text: one `digest:USER:PASSWORD` line (blank lines and
-    `#` comments aside); raises `GroupshiftError` naming `source` and what is wrong."""
+    """The credential in an auth file's text: one `digest:USER:PASSWORD` or `sasl:USER:PASSWORD`
+    line (blank lines and `#` comments aside); raises `GroupshiftError` naming `source` and what
+    is wrong."""
     lines = [ln.strip() for ln in text.splitlines()]
     entries = [ln for ln in lines if ln and not ln.startswith("#")]
     if not entries:
@@ -112,15 +142,20 @@ def parse_auth_text(text: str, source: str) -> ZkCredential:
         )
     scheme, _, rest = entries[0].partition(":")
     user, colon, password = rest.partition(":")
-    if scheme != "digest":
+    if scheme not in CREDENTIAL_SCHEMES:
         raise GroupshiftError(
-            f"the ZooKeeper auth file {source} names the scheme {scheme[:20]!r}; "
-            f"only digest is supported: {AUTH_FILE_FORM}"
+            f"the ZooKeeper auth file {source} names the scheme {scheme[:20]!r}; the schemes are "
+            f"digest and sasl (SASL {SASL_MECHANISM}): {AUTH_FILE_FORM}"
         )
     if not colon:
         raise GroupshiftError(f"the ZooKeeper auth file {source} is malformed; it must hold {AUTH_FILE_FORM}")
     where = f"the ZooKeeper auth file {source}"
-    return ZkCredential(check_user(user, where), check_password(password, where))
+    if scheme == "sasl" and not _SASL_USER.fullmatch(user):
+        raise GroupshiftError(
+            f"{where}: the SASL user {user[:40]!r} is not 1-{MAX_USER_CHARS} of letters, digits and ._- "
+            "(the server's JAAS file names it user_USER, its ACLs sasl:USER)"
+        )
+    return ZkCredential(check_user(user, where), check_password(password, where), scheme)
 
 
 def check_file_mode(mode: int, source: str) -> None:
@@ -193,6 +228,11 @@ def parse_readers(value: str | None) -> tuple[Id, ...]:
                 f"{', '.join(READER_SCHEMES)} "
                 "(e.g. digest:ops:HASH from `groupshift zk digest ops --password-file F`)"
             )
+        if scheme == "sasl" and not _SASL_READER.fullmatch(ident):
+            raise GroupshiftError(
+                f"the ZooKeeper read principal {part[:60]!r} is not sasl:NAME, a SASL user or a "
+                "Kerberos principal NAME[/HOST][@REALM]"
+            )
         if scheme == "digest":
             user, _, hashed = ident.partition(":")
             check_user(user, "the ZooKeeper read principal")
@@ -208,7 +248,7 @@ def parse_readers(value: str | None) -> tuple[Id, ...]:
 def acl_for(credential: ZkCredential, readers: tuple[Id, ...] = ()) -> list[ACL]:
     """The ACL of every znode a process holding `credential` creates: its own id ALL, each
     reader READ, nothing for anyone else."""
-    own = ACL(Permissions.ALL, Id("digest", credential.digest_id))
+    own = ACL(Permissions.ALL, credential.acl_id)
     return [own] + [ACL(Permissions.READ, reader) for reader in readers if reader != own.id]
 
 

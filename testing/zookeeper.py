@@ -5,7 +5,7 @@ testcontainers' Ryuk reaper is disabled, so this package cleans up itself: every
 network is named `gstest-...` and labelled with the owning process id, removed when its owner
 stops it, and swept by `testing.leftovers.sweep_leftovers()` once the owner process is gone.
 
-    with ZkServer.start_single() as zk:                 # a standalone server
+    with ZkServer.start_single() as zk:                 # a standalone server (tls=, sasl= to secure it)
         client = core.zk.connect(zk.connect_string)
         zk.pause(); zk.unpause(); zk.cut_clients(); zk.restore_clients()
         expire_session(zk.connect_string, client)      # the client gets a new session
@@ -52,13 +52,14 @@ NETTY_JARS = ":".join(
 )
 
 
-def java_command(tls: bool = False) -> str:
+def java_command(tls: bool = False, sasl: bool = False) -> str:
     jars = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
     if tls:
         jars += ":" + NETTY_JARS
     superuser = digest_id(SUPER_USER, SUPER_PASSWORD)
+    jaas = f"-Djava.security.auth.login.config={ServerSasl.JAAS_PATH} " if sasl else ""
     return (
-        f"exec java -Xmx256m -Dzookeeper.DigestAuthenticationProvider.superDigest={superuser} "
+        f"exec java -Xmx256m -Dzookeeper.DigestAuthenticationProvider.superDigest={superuser} {jaas}"
         f"-cp {jars} org.apache.zookeeper.server.quorum.QuorumPeerMain /data/zoo.cfg"
     )
 
@@ -141,6 +142,37 @@ def expire_session(hosts: str, client) -> None:
     twin.close()
 
 
+@dataclass(frozen=True)
+class ServerSasl:
+    """SASL DIGEST-MD5 for clients: the users (NAME, PASSWORD) of the JAAS `Server` section, and
+    ZooKeeper's SASL provider, without which a `sasl:NAME` ACL is InvalidACL. With
+    `provider=False` the server logs users in but refuses their ACLs (a misconfigured server)."""
+
+    users: tuple[tuple[str, str], ...]
+    provider: bool = True
+
+    JAAS_PATH = "/data/jaas.conf"
+    PROVIDER = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+
+    def __post_init__(self) -> None:
+        for name, password in self.users:  # JAAS quotes the password: no quote or backslash in it
+            assert name.replace("_", "").replace("-", "").replace(".", "").isalnum(), name
+            assert '"' not in password and "\\" not in password, name
+
+    def cfg(self) -> list[str]:
+        return [f"authProvider.sasl={self.PROVIDER}"] if self.provider else []
+
+    def jaas(self) -> str:
+        users = "".join(f'\n  user_{name}="{password}"' for name, password in self.users)
+        return f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required{users};\n}};\n"
+
+    # The JAAS file reaches the container through its environment, as ServerTls's PEM files do.
+    def env(self) -> dict[str, str]:
+        return {"ZK_SASL_JAAS": self.jaas()}
+
+    SCRIPT = f"printf '%s' \"$ZK_SASL_JAAS\" > {JAAS_PATH}; "
+
+
 def zoo_cfg(tick_ms: int, servers: tuple[int, ...] = ()) -> list[str]:
     cfg = [
         f"tickTime={tick_ms}",
@@ -170,6 +202,7 @@ class ZkServer:
         network=None,
         labels: dict[str, str] | None = None,
         tls: ServerTls | None = None,
+        sasl: ServerSasl | None = None,
     ):
         DockerContainer = require("testcontainers.core.container", "experiments").DockerContainer
 
@@ -177,12 +210,18 @@ class ZkServer:
         wait_dns = "".join(f"until getent hosts zk{i} >/dev/null; do sleep 0.1; done; " for i in servers)
         script = (
             "mkdir -p /data/zk; printf '%s\\n' "
-            + " ".join(map(shlex.quote, zoo_cfg(tick_ms, servers) + (tls.cfg() if tls else [])))
+            + " ".join(
+                map(
+                    shlex.quote,
+                    zoo_cfg(tick_ms, servers) + (tls.cfg() if tls else []) + (sasl.cfg() if sasl else []),
+                )
+            )
             + " > /data/zoo.cfg; "
             + (tls.SCRIPT if tls else "")
+            + (sasl.SCRIPT if sasl else "")
             + (f"echo {myid} > /data/zk/myid; " if myid else "")
             + wait_dns
-            + java_command(tls is not None)
+            + java_command(tls is not None, sasl is not None)
         )
         self.port = free_port()  # pinned: the address survives stop/start (pitfall 4)
         self.secure_port = free_port() if tls else None
@@ -197,6 +236,8 @@ class ZkServer:
             self.container.with_bind_ports(SECURE_CLIENT_PORT, self.secure_port)
             for key, value in tls.env().items():
                 self.container.with_env(key, value)
+        for key, value in (sasl.env() if sasl else {}).items():
+            self.container.with_env(key, value)
         if network is not None:
             self.container.with_network(network).with_network_aliases(f"zk{myid}")
         self.host = ""
@@ -204,12 +245,17 @@ class ZkServer:
     # -- lifecycle -------------------------------------------------------------------------
     @classmethod
     def start_single(
-        cls, tick_ms: int = 500, labels: dict[str, str] | None = None, tls: ServerTls | None = None
+        cls,
+        tick_ms: int = 500,
+        labels: dict[str, str] | None = None,
+        tls: ServerTls | None = None,
+        sasl: ServerSasl | None = None,
     ) -> ZkServer:
-        """Start a standalone server (with `tls`, also a secure client port: `secure_connect_string`);
-        on any failure or interruption its container is removed."""
+        """Start a standalone server (with `tls`, also a secure client port: `secure_connect_string`;
+        with `sasl`, SASL logins for its users); on any failure or interruption its container is removed."""
         ensure_image()
-        server = cls(f"{PREFIX}zk-{uuid.uuid4().hex[:8]}", tick_ms=tick_ms, labels=labels, tls=tls)
+        name = f"{PREFIX}zk-{uuid.uuid4().hex[:8]}"
+        server = cls(name, tick_ms=tick_ms, labels=labels, tls=tls, sasl=sasl)
         try:
             server._run()
             server.wait_until(lambda: server.ruok(), 60, "standalone ZooKeeper answering ruok")

@@ -20,50 +20,28 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError
 from kazoo.security import Permissions
 
 from coordinator.node.process import NodeProcess
 from core.types import TopicPartition as TP
 from core.zk import ZooKeeperNoAuth
 from core.zk_auth import ENV_AUTH_FILE, ENV_READ_PRINCIPAL, digest_id
-from pipeline.consumer import Consumer
 from testing.zookeeper import SUPER_AUTH
 from tests.inspect_helpers import REPO, coordinator_consumer, legacy_consumer
 from tests.snapshots import changes, dir_tree, zk_tree
+from tests.zk_acl_helpers import cli as _cli
+from tests.zk_acl_helpers import client, every_writer, reads_and_changes_nothing, refused_everything, znodes
+from tests.zk_acl_helpers import ok as _ok
+from tests.zk_acl_helpers import secret as _secret
 from topics.log import Log
 
 PASSWORD, OPS_PASSWORD = "gs-secret-1", "ops-secret-2"
 RECORDS = 40  # per partition, 2 partitions
-
-
-def _secret(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(0o600)
-    return path
-
-
-def _cli(env: dict, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def _ok(env: dict, *args: str) -> str:
-    done = _cli(env, *args)
-    assert done.returncode == 0, f"{args}: {done.stderr}"
-    return done.stdout
 
 
 def _one_no_auth_line(done: subprocess.CompletedProcess) -> None:
@@ -71,15 +49,6 @@ def _one_no_auth_line(done: subprocess.CompletedProcess) -> None:
     assert done.returncode == 1 and len(lines) == 1, (done.returncode, done.stderr)
     assert lines[0].startswith("error: ZooKeeper refused the request: NoAuth"), lines[0]
     assert "--zk-auth-file" in lines[0], lines[0]
-
-
-def _drain(consumer: Consumer, want: int, timeout: float = 30.0) -> None:
-    got, deadline = 0, time.monotonic() + timeout
-    while got < want:
-        assert time.monotonic() < deadline, f"consumed {got} of {want}"
-        batch = consumer.poll(timeout_ms=100)
-        got += sum(len(v) for v in batch.values())
-    consumer.commit()
 
 
 class Secured:
@@ -97,22 +66,11 @@ class Secured:
         self.env = dict(base, **{ENV_AUTH_FILE: str(self.auth), ENV_READ_PRINCIPAL: f"digest:{self.ops_id}"})
 
     def client(self, auth_data=None) -> KazooClient:
-        c = KazooClient(hosts=self.hosts, timeout=10.0, auth_data=auth_data)
-        c.start(timeout=10)
-        return c
+        return client(self.hosts, auth_data)
 
     def znodes(self) -> list[str]:
         """Every znode of the namespace, the chroot first (read as the test servers' super user)."""
-        c = self.client(SUPER_AUTH)
-        try:
-            out, level = [], [self.chroot]
-            while level:
-                out += level
-                level = [f"{p}/{k}" for p in level for k in c.get_children(p)]
-            return out
-        finally:
-            c.stop()
-            c.close()
+        return znodes(self.hosts, self.chroot)
 
 
 @pytest.fixture(scope="module")
@@ -123,33 +81,11 @@ def secured(module_zk_connect, tmp_path_factory):
     _ok(s.plain, "--zk-auth-file", str(s.auth), "--zk-read-principal", f"digest:{s.ops_id}",
         "topics", "create", "clicks", "-p", "2")  # fmt: skip
     _ok(s.plain, "topics", "produce", "clicks", "-n", str(2 * RECORDS))  # the log only: no ZooKeeper
-    saved = {k: os.environ.get(k) for k in (ENV_AUTH_FILE, ENV_READ_PRINCIPAL)}
-    os.environ.update({ENV_AUTH_FILE: str(s.auth), ENV_READ_PRINCIPAL: f"digest:{s.ops_id}"})
-    node = NodeProcess.start(
-        s.zk, 1, "--data", str(s.data), "--group-initial-rebalance-delay-ms", "0",
-        "--group-min-session-timeout-ms", "100", log_path=tmp / "node.log",
-    )  # fmt: skip
-    try:
-        log = Log(s.data)
-        three = coordinator_consumer("g3", ["clicks"], s.zk, log, node.address)
-        try:
-            _drain(three, 2 * RECORDS)
-        finally:
-            three.close()
-        one = legacy_consumer("g1", ["clicks"], s.zk, log)
-        try:
-            _drain(one, 2 * RECORDS)
-        finally:
-            one.close()
+    with every_writer(s.zk, s.data, s.env, 2 * RECORDS, tmp / "node.log") as node:
         _ok(s.plain, "groups", "describe", "g1", "--zk-auth-file", str(s.auth))
         assert "clicks,0,40" in _ok(s.env, "offsets", "export", "g3")
-        _ok(s.env, "migrate", "run", "g1", "--from", "zk", "--to", "coordinator")
         s.node = node
         yield s
-    finally:
-        node.stop()
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
 def test_every_znode_is_closed_to_clients_without_the_credential(secured):
@@ -169,37 +105,11 @@ def test_every_znode_is_closed_to_clients_without_the_credential(secured):
         admin.stop()
         admin.close()
     for auth in (None, [("digest", "gs:not-the-password")]):
-        c = secured.client(auth)
-        try:
-            for path in paths:
-                for call, args in (
-                    (c.get, (path,)),
-                    (c.get_children, (path,)),
-                    (c.set, (path, b"x")),
-                    (c.create, (path + "/intruder", b"")),
-                    (c.delete, (path,)),
-                ):
-                    with pytest.raises(NoAuthError):
-                        call(*args)
-        finally:
-            c.stop()
-            c.close()
+        refused_everything(secured.client(auth), paths)
 
 
 def test_the_operator_reads_every_znode_and_changes_none(secured):
-    paths = secured.znodes()
-    c = secured.client([("digest", f"ops:{OPS_PASSWORD}")])
-    try:
-        for path in paths:
-            c.get(path)
-            c.get_children(path)
-            with pytest.raises(NoAuthError):
-                c.set(path, b"x")
-            with pytest.raises(NoAuthError):
-                c.create(path + "/intruder", b"")
-    finally:
-        c.stop()
-        c.close()
+    reads_and_changes_nothing(secured.client([("digest", f"ops:{OPS_PASSWORD}")]), secured.znodes())
 
 
 @pytest.mark.parametrize(
@@ -262,7 +172,7 @@ BAD_FILES = {
     "readable-by-others": ("digest:gs:pw\n", 0o644, "readable by others; run `chmod o-r"),
     "writable-by-others": ("digest:gs:pw\n", 0o602, "writable by others; run `chmod o-w"),
     "malformed": ("digest:gs\n", 0o600, "malformed"),
-    "other-scheme": ("sasl:gs:pw\n", 0o600, "only digest is supported"),
+    "other-scheme": ("kerberos:gs:pw\n", 0o600, "the schemes are digest and sasl"),
     "two-lines": ("digest:a:b\ndigest:c:d\n", 0o600, "holds 2 credential lines"),
     "empty": ("# nothing\n", 0o600, "is empty"),
     "too-big": ("#" * 5000 + "\ndigest:gs:pw\n", 0o600, "larger than 4096 bytes"),

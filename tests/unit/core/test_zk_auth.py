@@ -18,8 +18,12 @@ from core.zk import ZkSecurity
         ("", "is empty"),
         ("# only a comment\n\n", "is empty"),
         ("digest:a:b\ndigest:c:d\n", "holds 2 credential lines"),
-        ("sasl:gs:pw\n", "only digest is supported"),
-        ("gs:pw\n", "only digest is supported"),
+        ("kerberos:gs:pw\n", "the schemes are digest and sasl"),
+        ("gs:pw\n", "the schemes are digest and sasl"),
+        ("sasl:gs\n", "malformed"),
+        ("sasl:g+s:pw\n", "the SASL user 'g+s'"),
+        ("sasl:a@b:pw\n", "the SASL user 'a@b'"),
+        ("sasl:gs:two words\n", "the password must be"),
         ("digest:gs\n", "malformed"),
         ("digest::pw\n", "the user ''"),
         ("digest:g s:pw\n", "the user 'g s'"),
@@ -39,6 +43,20 @@ def test_the_auth_text_allows_comments_and_a_password_with_colons():
     assert (cred.user, cred.password) == ("gs", "a:b:c")
     assert cred.auth_data == [("digest", "gs:a:b:c")]
     assert "a:b:c" not in repr(cred)
+
+
+def test_a_sasl_credential_logs_in_with_digest_md5_and_is_sasl_user_in_acls():
+    cred = zk_auth.parse_auth_text("sasl:gs:a:b\n", "f")
+    assert (cred.scheme, cred.user, cred.password) == ("sasl", "gs", "a:b")
+    assert cred.kazoo() == {"sasl_options": {"mechanism": "DIGEST-MD5", "username": "gs", "password": "a:b"}}
+    assert cred.kazoo() is not cred.kazoo()  # kazoo adds to the dict it is given
+    assert cred.auth_data == [] and "a:b" not in repr(cred)
+    readers = zk_auth.parse_readers("sasl:ops,digest:" + zk_auth.digest_id("x", "y"))
+    assert [(a.perms, a.id) for a in zk_auth.acl_for(cred, readers)] == [
+        (Permissions.ALL, Id("sasl", "gs")),
+        (Permissions.READ, Id("sasl", "ops")),
+        (Permissions.READ, Id("digest", zk_auth.digest_id("x", "y"))),
+    ]
 
 
 def test_the_digest_id_is_kazoos_and_zookeepers():
@@ -102,6 +120,8 @@ def test_load_password_file(tmp_path):
         "digest:o ps:" + "A" * 27 + "=",
         "sasl:",
         "sasl:a b",
+        "sasl:a@b@c",
+        "sasl:a/b/c@R",
         ",".join(["sasl:x"] * (zk_auth.MAX_READERS + 1)),
     ],  # fmt: skip
 )
@@ -114,6 +134,7 @@ def test_the_acl_is_the_credential_all_and_the_readers_read_nothing_for_the_worl
     cred = zk_auth.ZkCredential("gs", "pw")
     ops = "digest:" + zk_auth.digest_id("ops", "x")
     readers = zk_auth.parse_readers(f"{ops}, sasl:auditor,x509:CN=ops,ip:10.0.0.0/8")
+    assert zk_auth.parse_readers("sasl:zk/host.example@EXAMPLE.COM")  # a Kerberos principal
     acl = zk_auth.acl_for(cred, readers)
     assert acl[0] == ACL(Permissions.ALL, Id("digest", cred.digest_id))
     assert [(a.perms, a.id.scheme) for a in acl[1:]] == [
@@ -155,3 +176,9 @@ def test_security_from_the_environment(tmp_path, monkeypatch):
     ]
     # an explicit digest= wins over the file
     assert ZkSecurity.from_env(("other", "pw2")).credential.user == "other"
+    assert ZkSecurity.from_env().needs_provider  # the sasl: reader: the server needs its provider
+    assert not ZkSecurity(ZkSecurity.from_env().credential).needs_provider  # digest alone
+    path.write_text("sasl:gs:pw\n")
+    kw = ZkSecurity.from_env().kazoo()
+    assert "auth_data" not in kw and kw["sasl_options"]["username"] == "gs"
+    assert [a.id for a in kw["default_acl"]] == [Id("sasl", "gs"), Id("sasl", "ops")]
