@@ -56,6 +56,9 @@ from tests.kafka_helpers import (
 )
 from tests.snapshots import zk_tree
 
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_acl_enforcement")
+
 REPO = Path(__file__).resolve().parents[3]
 ANONYMOUS = "User:ANONYMOUS"
 KP = dict(

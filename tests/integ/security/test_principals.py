@@ -48,6 +48,9 @@ from tests.kafka_helpers import (
 from tests.snapshots import changes, zk_tree
 from zk_rebalance.layout import offset_path as legacy_offset_path
 
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_principals")
+
 USERS = ("alice", "bob", "admin")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 TOPIC, HIDDEN = "clicks", "secret"  # alice may read the first; nobody but admin the second
