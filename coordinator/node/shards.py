@@ -188,7 +188,7 @@ class ShardLeadership:
         cfg = self.config
         store = self.node.store
         if self.node._need_register:
-            await store.register(self.node.host, self.node.port, kafka=self.node.kafka_endpoint)
+            await store.register_again()  # as at start: the same addresses and security protocols
             self.node._need_register = False
         now = time.monotonic()
         live_set = set(store.coordinators) | {cfg.node_id}

@@ -106,6 +106,8 @@ class CoordinatorStore(GroupData):
         self.registrations: dict[int, CoordinatorRecord] = {}
         self._watches: list[object] = []
         self._listeners: list[Callable[[], None]] = []
+        # The last registration's host, port, Kafka endpoint and protocols (`register_again`).
+        self._registered: tuple[str, int, KafkaEndpoint | None, dict[str, str]] | None = None
 
     # -- start and listeners -----------------------------------------------------------------
 
@@ -144,6 +146,15 @@ class CoordinatorStore(GroupData):
         create that landed before it is found again as this session's own znode).
         """
         protocols = _protocol_fields(protocol, kafka_protocol, kafka)
+        self._registered = (host, port, kafka, protocols)
+        await _retrying("registering", lambda: self._register(host, port, wait_s, kafka, protocols))
+
+    async def register_again(self, wait_s: float = 30.0) -> None:
+        """Register as the last `register` did, each listener's security protocol included: after a
+        new ZooKeeper session (the registrations, ephemeral, went with the old one)."""
+        if self._registered is None:
+            raise RuntimeError("register_again before register")
+        host, port, kafka, protocols = self._registered
         await _retrying("registering", lambda: self._register(host, port, wait_s, kafka, protocols))
 
     async def _register(
