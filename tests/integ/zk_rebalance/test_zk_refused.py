@@ -38,6 +38,9 @@ from topics.log import Log
 from zk_rebalance.layout import TopicCount, encode_registration
 from zk_rebalance.member import ZkMemberState
 
+# The module's tests share its server: they run on one worker, which starts it once.
+pytestmark = pytest.mark.xdist_group("test_zk_refused")
+
 PASSWORDS = {"gs": "gs-secret-1", "ops": "ops-secret-2", "mallory": "not-gs-3"}
 NOAUTH = r"^ZooKeeper refused the request: NoAuth on /\S+ \(.*--zk-auth-file"
 REFUSED_WITHIN_S = 5.0
