@@ -38,8 +38,9 @@ from topics.log import Log
 from zk_rebalance.layout import TopicCount, encode_registration
 from zk_rebalance.member import ZkMemberState
 
-# The module's tests share its server: they run on one worker, which starts it once.
-pytestmark = pytest.mark.xdist_group("test_zk_refused")
+# The module's tests share its server: they run on one worker, which starts it once (but for
+# the `consume` test, which runs in the Spark lane).
+shared = pytest.mark.xdist_group("test_zk_refused")
 
 PASSWORDS = {"gs": "gs-secret-1", "ops": "ops-secret-2", "mallory": "not-gs-3"}
 NOAUTH = r"^ZooKeeper refused the request: NoAuth on /\S+ \(.*--zk-auth-file"
@@ -147,6 +148,7 @@ def _children(tree: Tree, path: str) -> list[str]:
 @pytest.mark.parametrize(
     "user", [None, "ops", "mallory"], ids=["no-credential", "read-only-operator", "other-user"]
 )
+@shared
 def test_a_consumer_the_tree_refuses_raises_one_noauth_line_at_poll(tree, user, monkeypatch, clean_exit):
     _as(monkeypatch, tree, user)
     before = zk_tree(tree.zk)
@@ -189,6 +191,7 @@ def _consumer(tree: Tree, group: str, topic: str = "clicks", **membership) -> Co
     )
 
 
+@shared
 def test_a_member_refused_after_it_claimed_releases_its_znodes(tree, monkeypatch, clean_exit):
     """The operator may register and claim in a group whose ids and owners are open, but not read
     the offsets only `gs` may: refused after claiming (the offsets are read after the claim), the
@@ -213,6 +216,7 @@ def test_a_member_refused_after_it_claimed_releases_its_znodes(tree, monkeypatch
         c.close()
 
 
+@shared
 def test_a_stable_member_refused_in_a_later_rebalance_stops_and_releases_its_znodes(
     tree, monkeypatch, clean_exit
 ):
@@ -251,6 +255,7 @@ def test_a_stable_member_refused_in_a_later_rebalance_stops_and_releases_its_zno
         c.close()
 
 
+@shared
 def test_manual_assignment_offsets_say_noauth_in_one_line(tree, monkeypatch, clean_exit):
     _as(monkeypatch, tree, None)
     c = Consumer("billing", rebalancer="zk", zk=tree.zk, log=tree.log, enable_auto_commit=False)
