@@ -280,14 +280,33 @@ def remove(topics, groups, cluster, pattern_type, force, zk, **entries) -> None:
     client, store = _connect(zk, writes=False)
     try:
         targets = request.patterns or tuple(_selected(store.load_all(), request, pattern_type.lower()))
-        for pattern in targets:
-            if everything:
-                question = f"Are you sure you want to delete all ACLs for resource `{pattern}`?"
-            else:
-                listed = "".join(f"\n \t{e}" for e in sorted(request.entries, key=lambda e: e.sort_key()))
-                question = f"Are you sure you want to remove ACLs:{listed}\n from resource `{pattern}`?"
-            if force or click.confirm(question, default=False):
-                store.remove(pattern, None if everything else request.entries)
+        confirmed = [p for p in targets if force or _confirm(_question(p, None if everything else request))]
+        for pattern in confirmed:  # every answer first: a refusal midway removes nothing
+            store.remove(pattern, None if everything else request.entries)
         _print({p: e for p in targets if (e := store.read(p)[0])})
     finally:
         _close(client)
+
+
+def _question(pattern, request: _Request | None) -> str:
+    """kafka-acls.sh's question before removing the ACLs of `pattern` (all of them: no request)."""
+    if request is None:
+        return f"Are you sure you want to delete all ACLs for resource `{pattern}`?"
+    listed = "".join(f"\n \t{e}" for e in sorted(request.entries, key=lambda e: e.sort_key()))
+    return f"Are you sure you want to remove ACLs:{listed}\n from resource `{pattern}`?"
+
+
+def _confirm(question: str) -> bool:
+    """Ask on a terminal (the question on stderr: stdout is the command's result); read the answer
+    without asking when stdin is a pipe or a file. No answer at all (stdin closed) is one line that
+    says how to go on, instead of a question on stdout followed by `aborted`."""
+    stdin = click.get_text_stream("stdin")
+    if stdin.isatty():
+        return click.confirm(question, default=False, err=True)
+    answer = stdin.readline(64)
+    if not answer:
+        raise click.ClickException(
+            "acls remove asks before removing and standard input is closed: pass --force to remove "
+            "without asking, or answer y on standard input"
+        )
+    return answer.strip().lower() in ("y", "yes")

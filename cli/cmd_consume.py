@@ -3,6 +3,7 @@ group under any scheme and writes every record exactly once."""
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -179,7 +180,9 @@ def consume(
     if sys.stderr.isatty():
         click.echo(err=True)
     if job is not None and job.query.exception() is not None:
-        raise GroupshiftError(f"the streaming query failed: {_first_line(job.query.exception())}")
+        failure = job.query.exception()
+        said = _reader_error(failure)  # e.g. ZooKeeper's NoAuth met by the group member
+        raise GroupshiftError(said or f"the streaming query failed: {_first_line(failure)}")
     seconds = time.monotonic() - progress.started
     click.echo(
         f"consumed {progress.records:,} records in {progress.batches} batches "
@@ -192,8 +195,13 @@ def _watch(job, stop: dict, until_idle: float | None) -> None:
     """Print a line per progress report of the query until stopped, failed or idle."""
     shown = None
     idle_since = time.monotonic()
+    from pyspark.errors import StreamingQueryException
+
     while not stop["now"] and job.query.isActive:
-        job.query.awaitTermination(0.2)
+        try:
+            job.query.awaitTermination(0.2)
+        except StreamingQueryException:
+            return  # the query failed: the command says why, in one line
         last = job.query.lastProgress
         progress = job.progress()
         if not progress.settled or (progress.lag or 0) > 0:
@@ -212,6 +220,34 @@ def _watch(job, stop: dict, until_idle: float | None) -> None:
                 click.echo(line.lstrip("\r"), err=True)
         if until_idle is not None and time.monotonic() - idle_since >= until_idle:
             return
+
+
+# The last line of a Python traceback, `module.Class: message`, of an error raised by our packages.
+_RAISED = re.compile(
+    r"^((?:core|coordinator|migrate|pipeline|security|topics|zk_rebalance)(?:\.\w+)*)\.(\w+): (\S.*)$"
+)
+MAX_MESSAGE = 1000
+
+
+def _reader_error(exc: BaseException) -> str | None:
+    """The message of the `GroupshiftError` (an error the user can act on, e.g. ZooKeeper's NoAuth)
+    the stream reader raised, which Spark wraps with the reader's whole traceback; None when the
+    query failed for another reason."""
+    import importlib
+
+    from core.errors import GroupshiftError
+
+    for line in reversed(str(exc).splitlines()):
+        m = _RAISED.match(line.strip())
+        if not m:
+            continue
+        try:
+            cls = getattr(importlib.import_module(m.group(1)), m.group(2), None)
+        except ImportError:
+            continue
+        if isinstance(cls, type) and issubclass(cls, GroupshiftError):
+            return m.group(3)[:MAX_MESSAGE]
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -333,3 +333,5 @@ async def _run(node, metrics_port) -> None:
         log.info("metrics on http://%s:%d/metrics", node.config.metrics_host, node.metrics_port)
     log.info("started in %.2fs", time.monotonic() - started, extra={"metrics_port": node.metrics_port})
     await node.wait_stopped()
+    if node.failure is not None:  # ZooKeeper refused one of its tasks: one line, exit code 1
+        raise node.failure

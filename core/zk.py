@@ -44,9 +44,16 @@ class ZooKeeperNoAuth(GroupshiftError):
     """ZooKeeper refused a request under the znode's ACL (`NoAuth`), or refused the credential."""
 
 
-def refused_by_acl(exc: BaseException) -> ZooKeeperNoAuth:
+#: kazoo's refusals: no retry succeeds until an operator changes an ACL or the credential, so a
+#: long-lived task that meets one stops (with `refused_by_acl`'s line) instead of retrying.
+KAZOO_REFUSALS = (NoAuthError, AuthFailedError)
+#: the same, or groupshift's one-line form of them.
+REFUSALS = (*KAZOO_REFUSALS, ZooKeeperNoAuth)
+
+
+def refused_by_acl(exc: BaseException, znode: str | None = None) -> ZooKeeperNoAuth:
     """kazoo's `NoAuthError` (or `AuthFailedError`) as one line saying which credential this
-    process used and what to do."""
+    process used and what to do; `znode`, when known, is the path the refused request named."""
     path = os.environ.get(zk_auth.ENV_AUTH_FILE)
     used = f"the credential in {path}" if path else "no credential"
     if isinstance(exc, AuthFailedError):
@@ -56,8 +63,9 @@ def refused_by_acl(exc: BaseException) -> ZooKeeperNoAuth:
             "run SASL (docs/security.md); fix the file, or pass --zk-auth-file FILE (or set "
             f"${zk_auth.ENV_AUTH_FILE}) naming another"
         )
+    on = f" on {znode}" if znode else ""
     return ZooKeeperNoAuth(
-        "ZooKeeper refused the request: NoAuth (the znode's ACL does not let this client read or "
+        f"ZooKeeper refused the request: NoAuth{on} (the znode's ACL does not let this client read or "
         f"change it); this process used {used}: pass --zk-auth-file FILE (or set "
         f"${zk_auth.ENV_AUTH_FILE}) naming the {zk_auth.CREDENTIAL_FORMS} of the user that wrote this tree"
     )

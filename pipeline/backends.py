@@ -20,7 +20,8 @@ ZooKeeper client; with `offsets_only` the member is not started and serves only 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from core.errors import GroupshiftError
@@ -181,7 +182,8 @@ BACKENDS: dict[Rebalancer, Factory] = {
 
 
 class ZkOffsets:
-    """Scheme one's offsets without membership (manual assignment): `/consumers/<g>/offsets/<t>/<p>`."""
+    """Scheme one's offsets without membership (manual assignment): `/consumers/<g>/offsets/<t>/<p>`.
+    A request ZooKeeper refuses raises `core.zk.ZooKeeperNoAuth` (also on `commit_async`'s thread)."""
 
     def __init__(self, zk: Any, group_id: str):
         self.zk, self.group_id = zk, group_id
@@ -193,8 +195,9 @@ class ZkOffsets:
         for tp, om in offsets.items():
             off = om.offset if isinstance(om, OffsetAndMetadata) else int(om)
             path = offset_path(self.group_id, tp.topic, tp.partition)
-            self.zk.ensure_path(path)
-            self.zk.set(path, str(off).encode())
+            with _refusals(path):
+                self.zk.ensure_path(path)
+                self.zk.set(path, str(off).encode())
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         from kazoo.exceptions import NoNodeError
@@ -203,8 +206,10 @@ class ZkOffsets:
 
         out: dict[TopicPartition, int | None] = {}
         for tp in partitions:
+            path = offset_path(self.group_id, tp.topic, tp.partition)
             try:
-                data, _ = self.zk.get(offset_path(self.group_id, tp.topic, tp.partition))
+                with _refusals(path):
+                    data, _ = self.zk.get(path)
                 text = data.decode().strip()
                 out[tp] = int(text) if text.lstrip("-").isdigit() and int(text) >= 0 else None
             except NoNodeError:
@@ -213,6 +218,17 @@ class ZkOffsets:
 
     def close(self) -> None:
         pass
+
+
+@contextmanager
+def _refusals(path: str) -> Iterator[None]:
+    """kazoo's NoAuth (or AuthFailed) on `path` as groupshift's one-line `ZooKeeperNoAuth`."""
+    from core.zk import KAZOO_REFUSALS, refused_by_acl
+
+    try:
+        yield
+    except KAZOO_REFUSALS as exc:
+        raise refused_by_acl(exc, path) from None
 
 
 def connect_string(client: Any) -> str:

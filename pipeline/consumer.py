@@ -276,6 +276,8 @@ class Consumer:
                 member.poll(max(deadline - time.monotonic(), 0.0), join_timeout=0.0 if fetchable else wait)
                 if busy and not fetchable:
                     wait = 0.0  # the slice went to the rebalance
+            elif getattr(member, "fatal_error", None) is not None:
+                raise member.fatal_error  # scheme one's member stopped: ZooKeeper refused it
             if first:
                 first = False
                 self._maybe_auto_commit()

@@ -66,6 +66,26 @@ class ClientSecurity:
     def sasl(self) -> bool:
         return self.protocol.startswith("SASL_")
 
+    @property
+    def principal(self) -> str:
+        """The principal a node's ACLs see for this client (docs/security.md): the SASL user, else
+        the client certificate's subject, else `User:ANONYMOUS`; `User:?` when the certificate
+        cannot be read (it is refused then anyway)."""
+        if self.sasl:
+            return f"User:{self.username}"
+        if self.tls and self.cert:
+            from cryptography import x509
+
+            from security.tls import rfc2253
+
+            try:
+                with open(self.cert, "rb") as f:
+                    pem = f.read(MAX_FILE_BYTES)
+                return "User:" + rfc2253(x509.load_pem_x509_certificate(pem).subject)
+            except (OSError, ValueError):
+                return "User:?"
+        return "User:ANONYMOUS"
+
     def ssl_context(self) -> ssl.SSLContext | None:
         """A client TLS context (None for a plaintext protocol)."""
         if not self.tls:

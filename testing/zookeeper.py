@@ -8,6 +8,7 @@ stops it, and swept by `testing.leftovers.sweep_leftovers()` once the owner proc
     with ZkServer.start_single() as zk:                 # a standalone server (tls=, sasl= to secure it)
         client = core.zk.connect(zk.connect_string)
         zk.pause(); zk.unpause(); zk.cut_clients(); zk.restore_clients()
+        expire_session(zk.connect_string, client)      # the client gets a new session
 
 A 3-node ensemble of these servers: `testing.ensemble.ZkEnsemble`.
 """
@@ -128,6 +129,17 @@ class ServerTls:
         "mkdir -p /data/tls; printf '%s' \"$ZK_TLS_SERVER_PEM\" > /data/tls/server.pem; "
         "printf '%s' \"$ZK_TLS_CA_PEM\" > /data/tls/ca.pem; "
     )
+
+
+def expire_session(hosts: str, client) -> None:
+    """Expire the kazoo `client`'s session for real: a second client joins that session (its id
+    and password) and closes it, as kazoo's own test harness does."""
+    from kazoo.client import KazooClient
+
+    twin = KazooClient(hosts=hosts, client_id=client.client_id)
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
 
 
 @dataclass(frozen=True)

@@ -83,11 +83,14 @@ def kafka_node(
 
 
 @contextlib.contextmanager
-def kafka_node_in(zk: str, tmp_path: Path, *extra: str, data: Path | None = None) -> Iterator[NodeProcess]:
-    """`kafka_node` on the log root `data` (default `tmp_path/data`), created; its output in `tmp_path`."""
+def kafka_node_in(
+    zk: str, tmp_path: Path, *extra: str, data: Path | None = None, **listeners: str
+) -> Iterator[NodeProcess]:
+    """`kafka_node` on the log root `data` (default `tmp_path/data`), created; its output in
+    `tmp_path`; `listeners`: `listen=`, `kafka_listen=` as `kafka_node` takes them."""
     data = data or tmp_path / "data"
     data.mkdir()
-    with kafka_node(zk, data, tmp_path / "node-1.log", *extra) as proc:
+    with kafka_node(zk, data, tmp_path / "node-1.log", *extra, **listeners) as proc:
         yield proc
 
 
@@ -131,6 +134,47 @@ class Polling(threading.Thread):
         self.stop.set()
         self.join(30)
         assert not self.is_alive() and self.error is None, self.error
+
+
+def kp_consume(c, count: int, timeout: float = 30.0) -> list[bytes]:
+    """Poll a kafka-python consumer until `count` values arrived or `timeout` passed."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        got += [r.value for rs in c.poll(timeout_ms=KAFKA_PYTHON_POLL_MS).values() for r in rs]
+    return got
+
+
+def ck_error(c, timeout: float = 20.0):
+    """The first error event a confluent-kafka consumer reports (AssertionError if none in `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and m.error():
+            return m.error()
+    raise AssertionError("no error reported")
+
+
+def assert_group_admin_refused(kp_admin, ck_admin, group: str) -> None:
+    """kafka-python's `KafkaAdminClient` (closed here) and confluent-kafka's `AdminClient` are both
+    refused describing and deleting `group` (GROUP_AUTHORIZATION_FAILED), and ListGroups leaves it
+    out (a client lists only the groups it may describe)."""
+    import pytest
+    from confluent_kafka import KafkaException
+    from kafka.errors import GroupAuthorizationFailedError
+
+    try:
+        with pytest.raises(GroupAuthorizationFailedError):
+            kp_admin.describe_groups([group])
+        with pytest.raises(GroupAuthorizationFailedError):
+            kp_admin.delete_groups([group])
+        assert group not in {g["group_id"] for g in kp_admin.list_groups()}
+    finally:
+        kp_admin.close()
+    for futures in (ck_admin.describe_consumer_groups([group]), ck_admin.delete_consumer_groups([group])):
+        with pytest.raises(KafkaException) as refused:
+            futures[group].result(timeout=30)
+        assert refused.value.args[0].name() == "GROUP_AUTHORIZATION_FAILED"
 
 
 def ck_poll(c, timeout: float = 0.1) -> list[bytes]:

@@ -18,6 +18,9 @@ Threads, as in 0.8 with zkclient: a ZooKeeper event thread (watch re-arming, ses
 `handleNewSession` runs its rebalance right there), the `<id>_watcher_executor` thread (event
 coalescing, one `syncedRebalance` per batch of events) and an auto-commit thread. ZooKeeper
 calls block and retry until connected (zkclient's `retryUntilConnected`), without time limit.
+A request ZooKeeper refuses (`NoAuth` under a znode's ACL, or `AuthFailed`) is not retried: a
+member whose own threads meet one stops for good (`ZkMemberState.REFUSED`, `fatal_error`), and
+`commit()`, `committed()` and `wait_for_stable()` raise that `ZooKeeperNoAuth`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import zk_rebalance.fencing as fencing
 from core.errors import CommitFailed
 from core.membership import RebalanceListener
 from core.types import TopicPartition
-from core.zk import connect
+from core.zk import ZooKeeperNoAuth, connect
 from zk_rebalance.assignors import partition_assignor
 from zk_rebalance.events import EventLog
 from zk_rebalance.layout import (
@@ -149,6 +152,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
         self._data_paths: set[str] = set()
         self._wildcard_topics: list[str] = []
         self._last_error: Exception | None = None
+        self.fatal_error: ZooKeeperNoAuth | None = None  # what stopped the member for good
         self._stable = threading.Event()
         self._zkc: ZkCalls | None = None
         self._threads: list[threading.Thread] = []
@@ -222,8 +226,10 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
         Faithful: unconditional writes of owned partitions whose offset changed; partitions not
         in the local registry are skipped (0.8 commits only its registry). With
         `fence_commits`, a stale `generation`, a partition not owned or a changed owner epoch
-        raises `CommitFailed`. Blocks while ZooKeeper is unreachable (0.8 does too).
+        raises `CommitFailed`. Blocks while ZooKeeper is unreachable (0.8 does too). A refused
+        write, or a member stopped by a refusal, raises `ZooKeeperNoAuth`.
         """
+        self._raise_if_refused()
         if self.fence_commits and generation is not None and generation != self._generation:
             raise CommitFailed(
                 f"commit for generation {generation} refused: {self.consumer_id} is at generation "
@@ -249,21 +255,32 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
                             "the group rebalanced - its new owner commits from here on"
                         )
             work = [(tp, off, self._registry[tp].epoch) for tp, off in todo.items() if tp in self._registry]
-        self._commit(work, reason="commit")
+        try:
+            self._commit(work, reason="commit")
+        except Closing:
+            self._raise_if_refused()  # stopped by a refusal while this commit waited
+            raise
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The offsets stored in ZooKeeper (None where nothing was committed)."""
+        self._raise_if_refused()
         out: dict[TopicPartition, int | None] = {}
-        for tp in partitions:
-            data = self._zkc.read_maybe(offset_path(self.group, tp.topic, tp.partition))
-            out[tp] = int(data[0]) if data and data[0] else None
+        try:
+            for tp in partitions:
+                data = self._zkc.read_maybe(offset_path(self.group, tp.topic, tp.partition))
+                out[tp] = int(data[0]) if data and data[0] else None
+        except Closing:
+            self._raise_if_refused()
+            raise
         return out
 
     def wait_for_stable(self, timeout: float = 30.0) -> bool:
         """True once the latest rebalance succeeded and no event is pending; raises the last
-        `ConsumerRebalanceFailed` if the member gave up; False on timeout."""
+        `ConsumerRebalanceFailed` if the member gave up, its `ZooKeeperNoAuth` if it stopped;
+        False on timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            self._raise_if_refused()
             if self.is_stable():
                 return True
             if self.state is ZkMemberState.FAILED and self._last_error and not self._triggered:
@@ -317,11 +334,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
             if self._lease_timer:
                 self._lease_timer.cancel()
             if self.zk is not None:
-                try:
-                    self.zk.stop()
-                    self.zk.close()
-                except Exception:  # a dead connection must not stop the shutdown
-                    log.debug("closing the ZooKeeper client failed", exc_info=True)
+                self._close_session()
         finally:
             self._rebalance_lock.release()
         self._zk_events.put(None)
@@ -350,15 +363,66 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
             "require_brokers": self.require_brokers,
         }
 
+    # -- a refusal: the member stops ---------------------------------------------------------------
+    def _raise_if_refused(self) -> None:
+        if self.fatal_error is not None:
+            raise self.fatal_error
+
+    def _stop_refused(self, exc: ZooKeeperNoAuth, thread: str) -> None:
+        """ZooKeeper refused a request of the member's own threads: it can no longer take part in
+        the group, so it stops for good instead of retrying or dying with a traceback. Every blocked
+        call gives up, fetching stops, the partitions are reported lost (their offsets cannot be
+        written), and the session is closed, which deletes the registration and owner znodes it
+        holds; `fatal_error` keeps the one-line error for the caller."""
+        with self._cond:
+            if self.fatal_error is not None or self._shutting_down:
+                return  # already stopped, or close() is under way
+            self.fatal_error = exc
+            self._cond.notify_all()
+        self._closing.set()  # the other threads' ZooKeeper calls give up (Closing)
+        self.events.emit("refused", thread=thread, error=str(exc))
+        log.info("%s stopped: %s", self.consumer_id, exc)  # the caller raises it; no second line
+        with self._rebalance_lock:
+            if self.state is not ZkMemberState.CLOSED:
+                self._transition(ZkMemberState.REFUSED)
+            with self._lock:
+                lost = set(self._fetching) | set(self._registry)
+                self._registry.clear()
+            self._stop_fetchers("refused", notify=False)
+            if self._lease_timer:
+                self._lease_timer.cancel()
+            try:
+                if lost and self.listener:
+                    self.listener.on_partitions_lost(lost)
+            except Exception:  # the listener's own failure must not keep the session open
+                log.exception("the rebalance listener of %s failed", self.consumer_id)
+            finally:
+                self._close_session()
+        self._zk_events.put(None)  # ends the event thread
+
+    def _close_session(self) -> None:
+        try:
+            self.zk.stop()
+            self.zk.close()
+        except Exception:  # a dead connection must not stop the shutdown
+            log.debug("closing the ZooKeeper client failed", exc_info=True)
+
     # -- startup, registration -----------------------------------------------------------------
     def _executor_loop(self) -> None:
+        try:
+            self._executor_work()
+        except ZooKeeperNoAuth as exc:
+            self._stop_refused(exc, "watcher_executor")
+        except Closing:
+            pass
+
+    def _executor_work(self) -> None:
+        """Register and rebalance, then one `syncedRebalance` per batch of ZooKeeper events."""
         try:
             self._register()
             self._reinitialize()
         except ConsumerRebalanceFailed as exc:
             self._record_failure(exc)
-        except Closing:
-            return
         while not self._closing.is_set() and not self._shutting_down:
             with self._cond:
                 self._cond.wait_for(lambda: self._triggered or self._shutting_down, timeout=1.0)
@@ -371,8 +435,8 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
                 self._synced_rebalance(why)
             except ConsumerRebalanceFailed as exc:
                 self._record_failure(exc)
-            except Closing:
-                return
+            except (Closing, ZooKeeperNoAuth):
+                raise
             except Exception:
                 log.exception("error during syncedRebalance")
 
@@ -512,6 +576,9 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
             try:
                 self._commit_registry("auto")
             except Closing:
+                return
+            except ZooKeeperNoAuth as exc:
+                self._stop_refused(exc, "autocommit")
                 return
             except CommitFailed as exc:
                 log.warning("auto-commit refused: %s", exc)

@@ -18,6 +18,7 @@ from kazoo.exceptions import (
 
 import zk_rebalance.fencing as fencing
 from core.types import TopicPartition
+from core.zk import ZooKeeperNoAuth
 from topics.registry import decode_assignment
 from zk_rebalance.assignors import View, group_decision, thread_sort_key
 from zk_rebalance.layout import (
@@ -44,7 +45,7 @@ class RebalanceMixin:
     # -- syncedRebalance -----------------------------------------------------------------------
     def _synced_rebalance(self, trigger: str) -> None:
         with self._rebalance_lock:
-            if self._shutting_down:
+            if self._shutting_down or self.fatal_error is not None:
                 return
             self._transition(ZkMemberState.REBALANCING)
             self._stable.clear()
@@ -61,7 +62,7 @@ class RebalanceMixin:
                 done, error = False, None
                 try:
                     done = self._rebalance(rnd, attempt)
-                except Closing:
+                except (Closing, ZooKeeperNoAuth):  # closing, or refused: no attempt can succeed
                     raise
                 except Exception as exc:  # NoNode mid-iteration, the assignor's require(), bad JSON...
                     error = f"{type(exc).__name__}: {exc}"

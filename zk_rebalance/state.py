@@ -14,6 +14,8 @@ A `ZkGroupMember` (zk_rebalance/member.py) is in one `ZkMemberState`; `ENTERED_F
     REBALANCING     ──a rebalance that ended unresolved─▶ REBALANCING
     REBALANCING     ──an attempt claimed everything─────▶ STABLE
     REBALANCING     ──every attempt failed──────────────▶ FAILED
+    STARTING, REBALANCING, STABLE, FAILED
+                    ──ZooKeeper refused a request───────▶ REFUSED
     any but CLOSED  ──close()───────────────────────────▶ CLOSED
 
 >>> ENTERED_FROM.entered_from(ZkMemberState.STABLE) == frozenset({ZkMemberState.REBALANCING})
@@ -53,12 +55,16 @@ class ZkMemberState(Enum):
     STABLE = "stable"
     #: ConsumerRebalanceFailed: owns nothing until the next ZooKeeper event. Entered from: Rebalancing.
     FAILED = "failed"
+    #: ZooKeeper refused a request of the member's own threads (`NoAuth` under a znode's ACL, or
+    #: `AuthFailed`): stopped for good, its session closed, `fatal_error` says why; only close()
+    #: is left. Entered from: Starting, Rebalancing, Stable or Failed.
+    REFUSED = "refused"
     #: `close()`: fetchers stopped, offsets committed, session closed. Terminal.
     #: Entered from: any state but Closed.
     CLOSED = "closed"
 
 
-NEW, STARTING, REBALANCING, STABLE, FAILED, CLOSED = ZkMemberState
+NEW, STARTING, REBALANCING, STABLE, FAILED, REFUSED, CLOSED = ZkMemberState
 
 
 class IllegalZkMemberTransition(IllegalTransition):
@@ -72,6 +78,7 @@ ENTERED_FROM: Transitions[ZkMemberState] = Transitions(
         REBALANCING: {STARTING, STABLE, FAILED, REBALANCING},
         STABLE: {REBALANCING},
         FAILED: {REBALANCING},
+        REFUSED: {STARTING, REBALANCING, STABLE, FAILED},
         CLOSED: set(ZkMemberState) - {CLOSED},
     },
     IllegalZkMemberTransition,

@@ -16,6 +16,7 @@ import time
 
 from kazoo.protocol.states import EventType, KazooState
 
+from core.zk import ZooKeeperNoAuth
 from zk_rebalance.layout import (
     BROKER_IDS,
     BROKER_TOPICS,
@@ -206,6 +207,9 @@ class WatchesMixin:
                 elif item[0] == "data":
                     self._data_event(item[1])
             except Closing:
+                return
+            except ZooKeeperNoAuth as exc:  # refused: the member stops (no retry can succeed)
+                self._stop_refused(exc, "zk_event_thread")
                 return
             except Exception:  # zkclient logs listener errors and carries on
                 log.exception("error in the ZooKeeper event thread of %s", self.consumer_id)

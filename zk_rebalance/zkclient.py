@@ -4,9 +4,11 @@ Kafka 0.8 wraps every ZooKeeper call in zkclient, which retries on connection lo
 expiry until it is connected again, with no time limit. kazoo's blocking calls, by contrast, can
 hang forever when a request is queued in a session that then expires (a kazoo behaviour). `ZkCalls`
 issues async requests, waits in short slices, re-issues after connection loss or a lost session,
-and aborts only when its owner closes. Every request is written to the event log (`zk` events:
-op and path, plus the rebalance round and attempt when made by a rebalance), which is what H3
-counts.
+and aborts only when its owner closes. ZooKeeper's refusals (`NoAuth` under a znode's ACL, or
+`AuthFailed` for the credential) are not retried: they raise `core.zk.ZooKeeperNoAuth`, one line
+naming the znode and what to do, which the member turns into a clean stop. Every request is
+written to the event log (`zk` events: op and path, plus the rebalance round and attempt when made
+by a rebalance), which is what H3 counts.
 
     calls = ZkCalls(kazoo_client, event_log, closing=threading.Event())
     calls.read_maybe("/consumers/g/offsets/t/0")     # ("42", ZnodeStat) or None
@@ -20,6 +22,7 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
+    AuthFailedError,
     ConnectionClosedError,
     ConnectionLoss,
     NoNodeError,
@@ -27,8 +30,9 @@ from kazoo.exceptions import (
     RolledBackError,
     SessionExpiredError,
 )
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import KazooState, KeeperState
 
+from core.zk import KAZOO_REFUSALS, ZooKeeperNoAuth, refused_by_acl
 from zk_rebalance.events import EventLog
 
 _RETRYABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
@@ -61,11 +65,15 @@ class ZkCalls:
                 self.lost_count += 1
 
     def call(self, op: str, path: str, fn: Callable, *args, **kw):
-        """One logical request, re-issued until it completes; application errors (NoNode...) raise."""
+        """One logical request, re-issued until it completes; application errors (NoNode...) raise,
+        ZooKeeper's refusals as `ZooKeeperNoAuth`."""
         while True:
             while not self.connected.is_set():
                 if self.closing.is_set():
                     raise Closing()
+                if self.client.client_state == KeeperState.AUTH_FAILED:
+                    # kazoo stops reconnecting once the server refused the credential
+                    raise self.refused(op, path, AuthFailedError())
                 self.connected.wait(0.1)
             if self.closing.is_set():
                 raise Closing()
@@ -80,12 +88,19 @@ class ZkCalls:
                         break  # queued in a session that expired: kazoo dropped it; re-issue
                 else:
                     return result.get()
+            except KAZOO_REFUSALS as exc:
+                raise self.refused(op, path, exc) from None
             except _RETRYABLE:
                 self.connected.wait(0.1)
             except ConnectionClosedError:
                 if self.closing.is_set():
                     raise Closing() from None
                 time.sleep(0.1)
+
+    def refused(self, op: str, path: str, exc: Exception) -> ZooKeeperNoAuth:
+        """The one-line error for a refused request, logged as a `zk_refused` event."""
+        self.events.emit("zk_refused", op=op, path=path, error=type(exc).__name__)
+        return refused_by_acl(exc, path)
 
     def get_children(self, path: str, watch=None) -> list[str]:
         return self.call("getChildren", path, self.client.get_children_async, path, watch=watch)
@@ -132,14 +147,19 @@ class ZkCalls:
         self.call("sync", path, self.client.sync_async, path)
 
     def multi(self, path: str, build: Callable) -> list:
-        """A transaction built by `build(tx)`; returns kazoo's per-op results (exceptions on failure)."""
+        """A transaction built by `build(tx)`; returns kazoo's per-op results (exceptions on failure).
+        An op refused by a znode's ACL raises `ZooKeeperNoAuth` instead."""
 
         def commit_async():
             tx = self.client.transaction()
             build(tx)
             return tx.commit_async()
 
-        return self.call("multi", path, commit_async)
+        results = self.call("multi", path, commit_async)
+        refused = next((r for r in results if isinstance(r, KAZOO_REFUSALS)), None)
+        if refused is not None:
+            raise self.refused("multi", path, refused)
+        return results
 
 
 def failed(results: list) -> list[Exception]:

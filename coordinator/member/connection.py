@@ -242,9 +242,12 @@ def zk_bootstrap(zk) -> list[tuple[str, int]]:
     """Coordinator nodes registered in ZooKeeper (`/groupshift/coordinators/ids/<node>`).
 
     Empty while ZooKeeper is away (not connected, or the session expired under the call): the
-    caller goes on with its bootstrap list instead of blocking or failing with kazoo's error.
+    caller goes on with its bootstrap list instead of blocking or failing with kazoo's error. A
+    refusal is no absence: ZooKeeper's NoAuth (or AuthFailed) raises `core.zk.ZooKeeperNoAuth`.
     """
     from kazoo.exceptions import KazooException
+
+    from core.zk import KAZOO_REFUSALS, refused_by_acl
 
     if not zk.connected:
         return []
@@ -252,6 +255,8 @@ def zk_bootstrap(zk) -> list[tuple[str, int]]:
     try:
         for rec in registered_nodes(zk):
             nodes.append((rec.host, rec.port))
+    except KAZOO_REFUSALS as exc:
+        raise refused_by_acl(exc, COORDINATORS_PATH) from None
     except KazooException:
         pass  # the nodes read so far
     return nodes

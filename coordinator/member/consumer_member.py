@@ -69,6 +69,7 @@ from coordinator.wire.schema import (
 )
 from core.errors import CommitFailed, GroupshiftError, RebalanceFailed
 from core.types import OffsetAndMetadata, TopicPartition
+from core.zk import REFUSALS, ZooKeeperNoAuth, refused_by_acl
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,10 @@ class CoordinatorMember(ClassicProtocol):
                 self._partitions_for,
                 self._assignors.get(gen.protocol_name),
             )
+        except REFUSALS as exc:
+            # Refused, not away (the ACL does not change by itself): fatal, as a refused group is.
+            self._fail(exc if isinstance(exc, ZooKeeperNoAuth) else refused_by_acl(exc))
+            return None
         except KazooException as exc:
             # ZooKeeper is away (topic sizes unreadable): not the assignor's fault, join again.
             log.warning(

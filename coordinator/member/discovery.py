@@ -9,7 +9,8 @@ coordinator moves (`_control_request`). It looks on the nodes it learned from th
 (DescribeCluster on every discovery and every `metadata_max_age_ms`: `nodes.py`), then on those
 registered in ZooKeeper, then on its bootstrap addresses, so nodes replaced at new addresses do not
 strand it. NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE (`errors.coordinator_moved`) or a dropped
-connection make it look again; the membership survives (the group lives in ZooKeeper).
+connection make it look again; the membership survives (the group lives in ZooKeeper). ZooKeeper
+refusing to list the nodes (NoAuth) is fatal, as a refused group is: `fatal_error` says why.
 
 It shares the member's lock, state and counters (`GroupMember.__init__` sets them up); nothing
 here sends a group request.
@@ -38,6 +39,7 @@ from coordinator.wire import codec as wire
 from coordinator.wire import errors as E
 from coordinator.wire.schema import DescribeClusterRequest, FindCoordinatorRequest, Message
 from core.errors import GroupshiftError
+from core.zk import ZooKeeperNoAuth
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,7 @@ class CoordinatorDiscovery:
     stats: dict[str, int]
     fatal_error: BaseException | None
     refused: Callable[[str], None]  # the coordinator's ACLs refused the group: fatal
+    _fail: Callable[[BaseException], None]  # the member stops for good with this error
 
     def _init_discovery(self, zk, bootstrap: Sequence[str] | str | None, metadata_max_age_ms: int) -> None:
         """The discovery's own state; `GroupMember.__init__` calls it once, after the lock exists."""
@@ -167,7 +170,12 @@ class CoordinatorDiscovery:
 
     def _find_coordinator(self) -> bool:
         self.stats["coordinator_lookups"] += 1
-        for host, port in self._candidate_nodes():
+        try:
+            candidates = self._candidate_nodes()
+        except ZooKeeperNoAuth as exc:  # its ACL does not change by itself: no retry can succeed
+            self._fail(exc)
+            return False
+        for host, port in candidates:
             try:
                 conn = Connection(host, port, self.client_id, security=self.security)
                 try:

@@ -28,6 +28,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 
+from core.zk import KAZOO_REFUSALS
 from security.acl_store import CHANGE_ROOTS, AclStore, change_seq
 from security.acls import AclError, Authorizer, ResourcePattern
 
@@ -101,6 +102,8 @@ class AclCache:
             self._wake.clear()
             try:
                 await self._step()
+            except KAZOO_REFUSALS:
+                raise  # no retry can read them: the node stops rather than enforce stale ACLs
             except (KazooException, AclError, OSError, TimeoutError) as exc:
                 log.warning("reading ACL changes failed (%s); trying again", exc)
             except Exception:  # noqa: BLE001 - the ACLs must keep following ZooKeeper

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.kafka_wire.offsets_topic import OFFSETS_TOPIC, offset_key, offset_value, partition_for
 from core.types import TopicPartition
+from core.zk import REFUSALS
 from topics import registry
 from topics.errors import TopicAlreadyExists
 
@@ -123,5 +124,7 @@ class OffsetsMirror:
                     await asyncio.to_thread(self.ensure_topic)
                 if self._pending:
                     await asyncio.to_thread(self.flush)
+            except REFUSALS:
+                raise  # not away: refused (the node stops, saying so)
             except Exception as exc:  # noqa: BLE001 - ZooKeeper or disk away: try again next time
                 log.warning("offsets mirror: %s", exc, extra={"event": "offsets_mirror_failed"})

@@ -39,6 +39,7 @@ from coordinator.wire.errors import (
     NOT_LEADER_OR_FOLLOWER,
     REQUEST_TIMED_OUT,
 )
+from coordinator.wire.schema import DeleteGroupsResponse, DeleteGroupsResult
 from core.errors import GroupshiftError
 from topics.registry import TOPICS_PATH, decode_assignment, topic_path
 
@@ -49,11 +50,15 @@ class CoreOutputs:
     """Applying the core's outputs (see the module docstring); a base of `CoordinatorNode`."""
 
     def _apply(self, outputs: list) -> None:
+        deletes: dict[str, asyncio.Task] | None = None  # this batch's group deletions, by group
+        held: list[Respond] = []
         for out in outputs:
             kind = type(out)
             if kind is Respond:
                 token = out.request_token
-                if isinstance(token, Pending):
+                if type(out.body) is DeleteGroupsResponse:
+                    held.append(out)  # answered once the deletions it reports are in ZooKeeper
+                elif isinstance(token, Pending):
                     token.conn.answer(token, out.body)
             elif kind is StateChanged:
                 self._state_changed(out)
@@ -69,7 +74,25 @@ class CoreOutputs:
                     )
                     token.conn.close()
             else:
-                self._spawn(self._persist(out))
+                task = self._spawn(self._persist(out))
+                if kind is DeleteGroup:
+                    deletes = deletes or {}
+                    deletes[out.group_id] = task
+        for out in held:
+            self._spawn(self._answer_deleted(out, deletes or {}))
+
+    async def _answer_deleted(self, out: Respond, deletes: dict[str, asyncio.Task]) -> None:
+        """DeleteGroups' answer after the deletions it reports succeeded, as Kafka answers after
+        its tombstones are written: a group said deleted is gone from ZooKeeper (a failed
+        deletion's group reports the store's error instead)."""
+        results = []
+        for r in out.body.results:
+            task = deletes.get(r.group_id) if not r.error_code else None
+            ok, code = await task if task is not None else (True, 0)
+            results.append(r if ok else DeleteGroupsResult(group_id=r.group_id, error_code=code))
+        token = out.request_token
+        if isinstance(token, Pending):
+            token.conn.answer(token, DeleteGroupsResponse(results=results))
 
     def _watch_topics(self, topics: tuple[str, ...]) -> None:
         """Scheme two: the node (and no member) watches the partition counts of subscribed topics."""
@@ -153,7 +176,7 @@ class CoreOutputs:
                 extra={"event": "group_state", "group": out.group_id, "old": was, "new": new.value},
             )
 
-    async def _persist(self, out: Write) -> None:
+    async def _persist(self, out: Write) -> tuple[bool, int]:
         shard = self.leadership.shard_for(out.group_id)
         st = self.leadership.leading(out.group_id)
         ok, code = False, NOT_LEADER_OR_FOLLOWER
@@ -205,3 +228,4 @@ class CoreOutputs:
         if out.token is not None:
             self._apply(self.core.persisted(out.token, ok, _now_ms(), code))
             self._schedule_timer()
+        return ok, code

@@ -27,6 +27,12 @@ taken its shards: Curator's rule), the node gives its shards up locally, at once
 answers again it re-registers if the session is new, and claims its preferred shards again with
 new epochs (reloading their groups and offsets) or hands the others over; an epoch is only ever
 used in the session that claimed it, so a write with a stale epoch is refused by ZooKeeper.
+
+ZooKeeper refusing one of the node's own tasks (`NoAuth` under a znode's ACL, or `AuthFailed`:
+ACL changes it may not read, shards it may not claim or load, the offsets topic it may not
+register) is no outage: no retry succeeds, and a node serving on stale ACLs or without its shards
+would mislead. The node stops (`refused`: shards released, `failure` the one-line
+`ZooKeeperNoAuth`, which `coordinator serve` exits with).
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ from coordinator.server_side.assigned import ServerAssignedCoordinator
 from coordinator.server_side.group_conversion import MigrationPolicy
 from coordinator.server_side.incremental_coordinator import IncrementalCoordinator
 from core.errors import GroupshiftError
-from core.zk import connect
+from core.zk import REFUSALS, ZooKeeperNoAuth, connect, refused_by_acl
 
 if TYPE_CHECKING:
     from coordinator.node.acl_cache import AclCache
@@ -120,6 +126,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: int | None = None
         self._tasks: set[asyncio.Task] = set()
+        self.failure: ZooKeeperNoAuth | None = None  # ZooKeeper refused a task of the node: it stopped
         self._wake = asyncio.Event()
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -295,8 +302,20 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
 
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled() or task.exception() is None:
+            return
+        if isinstance(task.exception(), REFUSALS):
+            self.refused(task.exception())
+        else:
             log.error("background task failed", exc_info=task.exception())
+
+    def refused(self, exc: BaseException) -> None:
+        """ZooKeeper refused one of the node's own tasks: stop, saying why in one line (see the
+        module docstring)."""
+        if self.failure is None:
+            self.failure = exc if isinstance(exc, ZooKeeperNoAuth) else refused_by_acl(exc)
+            log.error("%s", self.failure, extra={"event": "zk_refused"})
+        self.request_stop()
 
     # -- timers ------------------------------------------------------------------------------
 

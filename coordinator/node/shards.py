@@ -47,6 +47,7 @@ from coordinator.wire.errors import (
     NOT_COORDINATOR,
 )
 from core.states import IllegalTransition, Transitions
+from core.zk import REFUSALS
 
 log = logging.getLogger("coordinator.node.server")
 
@@ -174,6 +175,8 @@ class ShardLeadership:
             self.node._wake.clear()
             try:
                 await self.reconcile()
+            except REFUSALS:
+                raise  # no retry can claim or load the shard: the node stops (`refused`)
             except Exception:
                 log.exception("shard reconciliation failed")
             try:
@@ -187,7 +190,7 @@ class ShardLeadership:
         cfg = self.config
         store = self.node.store
         if self.node._need_register:
-            await store.register(self.node.host, self.node.port, kafka=self.node.kafka_endpoint)
+            await store.register_again()  # as at start: the same addresses and security protocols
             self.node._need_register = False
         now = time.monotonic()
         live_set = set(store.coordinators) | {cfg.node_id}
@@ -248,6 +251,9 @@ class ShardLeadership:
         self._unled_since.pop(shard, None)
         try:
             snapshots = await self.node.store.load_shard(shard)
+        except REFUSALS:
+            await self.drop(shard, "load refused", release=True)
+            raise
         except Exception:
             log.exception("loading shard %d failed; releasing it", shard)
             await self.drop(shard, "load failed", release=True)

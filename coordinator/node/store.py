@@ -64,6 +64,7 @@ from coordinator.layout import (
 )
 from coordinator.node.group_store import GroupData
 from coordinator.node.zk_async import NodeIdInUse, _retrying
+from core.zk import KAZOO_REFUSALS
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,8 @@ class CoordinatorStore(GroupData):
         self.registrations: dict[int, CoordinatorRecord] = {}
         self._watches: list[object] = []
         self._listeners: list[Callable[[], None]] = []
+        # The last registration's host, port, Kafka endpoint and protocols (`register_again`).
+        self._registered: tuple[str, int, KafkaEndpoint | None, dict[str, str]] | None = None
 
     # -- start and listeners -----------------------------------------------------------------
 
@@ -143,6 +146,15 @@ class CoordinatorStore(GroupData):
         create that landed before it is found again as this session's own znode).
         """
         protocols = _protocol_fields(protocol, kafka_protocol, kafka)
+        self._registered = (host, port, kafka, protocols)
+        await _retrying("registering", lambda: self._register(host, port, wait_s, kafka, protocols))
+
+    async def register_again(self, wait_s: float = 30.0) -> None:
+        """Register as the last `register` did, each listener's security protocol included: after a
+        new ZooKeeper session (the registrations, ephemeral, went with the old one)."""
+        if self._registered is None:
+            raise RuntimeError("register_again before register")
+        host, port, kafka, protocols = self._registered
         await _retrying("registering", lambda: self._register(host, port, wait_s, kafka, protocols))
 
     async def _register(
@@ -260,6 +272,9 @@ class CoordinatorStore(GroupData):
         txn.create(leader_znode, leader, ephemeral=True)
         txn.set_data(epoch_znode, str(self.node_id).encode(), version=stat.version)
         results = await self._aio(txn.commit_async())
+        refused = [r for r in results if isinstance(r, KAZOO_REFUSALS)]
+        if refused:
+            raise refused[0]  # not another node's lead: ZooKeeper's ACL, which no retry changes
         if any(isinstance(r, Exception) for r in results):
             return None
         self.leaders[shard] = record

@@ -45,6 +45,7 @@ from coordinator.layout import bridge_marker_dir, migration_path
 from core.errors import CommitFailed, GroupshiftError
 from core.membership import call_listener
 from core.types import OffsetAndMetadata, TopicPartition
+from core.zk import KAZOO_REFUSALS, refused_by_acl
 from migrate.migration import record as R
 from migrate.schemes import zkio
 from topics.registry import decode_assignment
@@ -74,10 +75,13 @@ CLAIM_RETRY_S = 0.1
 
 
 def read_record(zk: KazooClient, group: str) -> R.Migration | None:
+    """The group's migration record (None: none); ZooKeeper's refusal as `ZooKeeperNoAuth`."""
     try:
         data, _ = zk.get(migration_path(group))
     except NoNodeError:
         return None
+    except KAZOO_REFUSALS as exc:
+        raise refused_by_acl(exc, migration_path(group)) from None
     return R.decode(data, migration_path(group))
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 import socket
 import struct
 import time
@@ -51,10 +52,20 @@ _quiet.propagate = False
 
 # librdkafka's local error codes for a refused SASL authentication and a failed TLS setup
 _AUTHENTICATION, _SSL = -169, -181
+GROUP_DENIED, TOPIC_DENIED = "GROUP_AUTHORIZATION_FAILED", "TOPIC_AUTHORIZATION_FAILED"
+# Topics asked for by name when a listing lacks them: the listing leaves out the topics this
+# principal may not describe, so only a named ask tells "hidden" (TOPIC_AUTHORIZATION_FAILED)
+# from "missing".
+MAX_NAMED_ASKS = 100
 
 
 class KafkaUnreachable(GroupshiftError):
     """No broker of the bootstrap list answered in time."""
+
+
+class NotAuthorized(GroupshiftError):
+    """The broker's ACLs refuse this client's principal a group or a topic (Kafka's
+    GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED)."""
 
 
 def check_bootstrap(bootstrap: str) -> str:
@@ -117,6 +128,9 @@ class KafkaTarget:
                 "socket.connection.setup.timeout.ms": ms,
                 "socket.timeout.ms": ms,
                 "error_cb": self._on_error,
+                # Metadata asked for a topic by name must not create it (the admin client is a
+                # producer to librdkafka, whose default is to let the broker create it).
+                "allow.auto.create.topics": False,
                 **self.security.confluent(),
             }
         )
@@ -163,8 +177,14 @@ class KafkaTarget:
         if err.code() in (_AUTHENTICATION, _SSL) or "SSL handshake failed" in text:
             self._refusal = f"{err.name()}: {text}"
 
-    def partitions(self, topics: list[str] | None = None) -> dict[str, int | None]:
-        """Partition count of each topic (None where the broker does not have it); all topics if None."""
+    def partitions(
+        self, topics: list[str] | None = None, operation: str = "Describe"
+    ) -> dict[str, int | None]:
+        """Partition count of each topic (None where the broker does not have it); all topics if None.
+
+        A topic the listing lacks is asked for by name (the first MAX_NAMED_ASKS of them): one this
+        client may not describe raises `NotAuthorized` (naming `operation`, what the caller needs)
+        instead of passing for missing."""
         md = self._metadata()
         have = {
             name: len(t.partitions)
@@ -173,10 +193,32 @@ class KafkaTarget:
         }
         if topics is None:
             return have
+        for name in [t for t in topics if t not in have][:MAX_NAMED_ASKS]:
+            asked = self._metadata(name).topics.get(name)
+            if asked is not None and asked.error is not None and _err_name(asked.error) == TOPIC_DENIED:
+                raise self._denied(f"reading topic {name!r}", TOPIC_DENIED, "topic", name, operation)
         return {t: have.get(t) for t in topics}
 
+    def _denied(self, what: str, code: str, resource: str, name: str, operation: str) -> NotAuthorized:
+        """The one line for an ACL refusal: who was refused what, and the ACL that grants it."""
+        who = self.security.principal
+        return NotAuthorized(
+            f"{what} on {self.bootstrap} was refused: {code} (the broker's ACLs do not let {who} "
+            f"{operation.lower()} the {resource}); an operator grants it with `groupshift acls add "
+            f"--allow-principal {shlex.quote(who)} --operation {operation} --{resource} "
+            f"{shlex.quote(name)}` (kafka-acls.sh's options on a Kafka cluster)"
+        )
+
+    def _denied_partition(self, doing: str, group: str, k, operation: str) -> NotAuthorized:
+        """`_denied` for a partition's error in an OffsetFetch or OffsetCommit answer."""
+        code = _err_name(k.error)
+        what = f"{doing} the offset of {k.topic}:{k.partition} of group {group!r}"
+        if code == GROUP_DENIED:
+            return self._denied(what, code, "group", group, operation)
+        return self._denied(what, code, "topic", k.topic, operation)
+
     def check_partitions(self, tps: list[TopicPartition]) -> None:
-        counts = self.partitions(sorted({tp.topic for tp in tps}))
+        counts = self.partitions(sorted({tp.topic for tp in tps}), operation="Read")  # to commit
         for tp in sorted(tps):
             n = counts[tp.topic]
             if n is None:
@@ -190,12 +232,16 @@ class KafkaTarget:
                     "does not exist there"
                 )
 
-    def _result(self, futures: dict, group: str, what: str):
+    def _result(self, futures: dict, group: str, what: str, operation: str):
         KafkaException = require("confluent_kafka", "kafka").KafkaException
 
         try:
             return futures[group].result(timeout=self.timeout + 5)
         except KafkaException as exc:
+            if _err_name(exc.args[0]) == GROUP_DENIED:
+                raise self._denied(
+                    f"{what} of group {group!r}", GROUP_DENIED, "group", group, operation
+                ) from None
             raise GroupshiftError(
                 f"{what} of group {group!r} on {self.bootstrap} failed ({_reason(exc)})"
             ) from None
@@ -215,10 +261,12 @@ class KafkaTarget:
             futures = self._admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group, ask)], request_timeout=self.timeout
             )
-            got = self._result(futures, group, "reading the offsets")
+            got = self._result(futures, group, "reading the offsets", "Describe")
             for k in got.topic_partitions:
                 if k.error is not None and _err_name(k.error) == "UNKNOWN_TOPIC_OR_PART":
                     continue
+                if k.error is not None and _err_name(k.error) in (GROUP_DENIED, TOPIC_DENIED):
+                    raise self._denied_partition("reading", group, k, "Describe")
                 if k.error is not None:
                     raise GroupshiftError(
                         f"reading the offset of {k.topic}:{k.partition} of group {group!r} on "
@@ -242,6 +290,10 @@ class KafkaTarget:
                 return None
             if _err_name(exc.args[0]) == "GROUP_ID_NOT_FOUND":
                 return []
+            if _err_name(exc.args[0]) == GROUP_DENIED:
+                raise self._denied(
+                    f"describing group {group!r}", GROUP_DENIED, "group", group, "Describe"
+                ) from None
             raise GroupshiftError(
                 f"describing group {group!r} on {self.bootstrap} failed ({_reason(exc)})"
             ) from None
@@ -287,12 +339,14 @@ class KafkaTarget:
             futures = self._admin.alter_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group, chunk)], request_timeout=self.timeout
             )
-            got = self._result(futures, group, "committing the offsets")
+            got = self._result(futures, group, "committing the offsets", "Read")
             requests += 1
             for k in got.topic_partitions:
                 if k.error is None:
                     continue
                 name = _err_name(k.error)
+                if name in (GROUP_DENIED, TOPIC_DENIED):
+                    raise self._denied_partition("committing", group, k, "Read")
                 if name in _ACTIVE_ERRORS:
                     raise GroupActive(
                         f"{self.bootstrap} refused the commit into group {group!r} ({name}): the group "
@@ -321,6 +375,8 @@ class KafkaTarget:
                 return False
             if name == "GROUP_ID_NOT_FOUND":
                 return True
+            if name == GROUP_DENIED:
+                raise self._denied(f"deleting group {group!r}", name, "group", group, "Delete") from None
             if name == "NON_EMPTY_GROUP":
                 from migrate.schemes.writes import GroupActive
 
@@ -352,6 +408,14 @@ class KafkaTarget:
                 try:
                     r = f.result(timeout=self.timeout + 5)
                 except KafkaException as exc:
+                    if _err_name(exc.args[0]) == TOPIC_DENIED:
+                        raise self._denied(
+                            f"reading the log range of {tp.topic}:{tp.partition}",
+                            TOPIC_DENIED,
+                            "topic",
+                            tp.topic,
+                            "Describe",
+                        ) from None
                     raise GroupshiftError(
                         f"reading the log range of {tp.topic}:{tp.partition} on {self.bootstrap} failed "
                         f"({_reason(exc)})"

@@ -151,5 +151,6 @@ def test_bad_input_is_one_line_and_changes_nothing(namespace, args):
     lines = done.stderr.splitlines()
     assert done.returncode != 0, done.stdout
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert done.stdout == ""  # a refusal says nothing on stdout (not even remove's question)
     after = zk_tree(namespace)
     assert after == before, changes(before, after)

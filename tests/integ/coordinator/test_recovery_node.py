@@ -19,7 +19,6 @@ import time
 from collections import defaultdict
 
 import pytest
-from kazoo.client import KazooClient
 
 from coordinator.group.messages import OffsetRecord
 from coordinator.layout import offset_path, shard_of
@@ -29,6 +28,7 @@ from coordinator.node.store import CoordinatorStore
 from coordinator.node.zk_async import Fenced
 from coordinator.wire import codec as P
 from core.zk import connect
+from testing.zookeeper import expire_session
 
 SHARDS = 4
 
@@ -40,14 +40,6 @@ def wait_for(cond, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-
-
-def expire_session(hosts: str, client: KazooClient) -> None:
-    """Expire `client`'s session for real: a second client joins the session and closes it."""
-    twin = KazooClient(hosts=hosts, client_id=client.client_id)
-    twin.start(timeout=10)
-    twin.stop()
-    twin.close()
 
 
 def group_in_shard(shard: int, shards: int) -> str:

@@ -49,6 +49,9 @@ from tests.kafka_helpers import (
 )
 from tests.snapshots import zk_tree
 
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_sasl")
+
 REPO = Path(__file__).resolve().parents[3]
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 RECORDS = 40  # 20 a partition

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -21,6 +22,7 @@ from coordinator.node.store import CoordinatorStore
 from coordinator.node.zk_async import Fenced, NodeIdInUse
 from core.types import TopicPartition
 from core.zk import connect
+from testing.zookeeper import expire_session
 
 SHARDS = 4
 
@@ -70,6 +72,53 @@ def test_registration_writes_the_08_broker_json(zk, zk_connect):
         client.stop()
         client.close()
         assert not zk.exists(f"{BROKERS}/3")
+
+    run(main())
+
+
+def _timeless(registration: dict) -> dict:
+    return {k: v for k, v in registration.items() if k not in ("timestamp", "started")}
+
+
+@pytest.mark.parametrize("protocol", ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+def test_the_broker_registration_names_the_kafka_listeners_security_protocol(
+    zk, zk_connect, zk_server, protocol
+):
+    """`/brokers/ids/<n>` is Kafka 0.10's version 4 with the listener's real protocol, and still is
+    after a new ZooKeeper session (the node registers again as it did at start)."""
+    plain = protocol == "PLAINTEXT"
+
+    def registered() -> tuple[dict, dict]:
+        return json.loads(zk.get(f"{BROKERS}/4")[0]), json.loads(zk.get(f"{COORDINATORS}/4")[0])
+
+    async def main():
+        client = connect(zk_connect, session_timeout=4.0)
+        store = CoordinatorStore(client, node_id=4, shards=SHARDS)
+        await store.start()
+        native = "PLAINTEXT" if plain else "TLS"
+        await store.register(
+            "127.0.0.1", 9092, kafka=("127.0.0.1", 9093), protocol=native, kafka_protocol=protocol
+        )
+        broker, coord = registered()
+        assert broker["endpoints"] == [f"{protocol}://127.0.0.1:9093"]
+        assert broker["listener_security_protocol_map"] == {protocol: protocol}
+        assert (broker["host"], broker["port"]) == (("127.0.0.1", 9093) if plain else (None, -1))
+        assert (
+            coord.get("kafka_protocol", "PLAINTEXT") == protocol
+            and coord.get("protocol", "PLAINTEXT") == native
+        )
+
+        session = client.client_id[0]
+        await asyncio.to_thread(expire_session, zk_server.connect_string, client)
+        deadline = time.monotonic() + 30
+        while not (client.connected and client.client_id[0] != session):
+            assert time.monotonic() < deadline, "no new session"
+            await asyncio.sleep(0.05)
+        assert not zk.exists(f"{BROKERS}/4")  # gone with the old session
+        await store.register_again()
+        assert [_timeless(r) for r in registered()] == [_timeless(broker), _timeless(coord)]
+        client.stop()
+        client.close()
 
     run(main())
 

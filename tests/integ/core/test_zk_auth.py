@@ -40,6 +40,9 @@ from tests.zk_acl_helpers import ok as _ok
 from tests.zk_acl_helpers import secret as _secret
 from topics.log import Log
 
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_zk_auth")
+
 PASSWORD, OPS_PASSWORD = "gs-secret-1", "ops-secret-2"
 RECORDS = 40  # per partition, 2 partitions
 

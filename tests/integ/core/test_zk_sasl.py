@@ -38,6 +38,9 @@ from tests.zk_acl_helpers import client, every_writer, reads_and_changes_nothing
 from tests.zk_acl_helpers import ok as _ok
 from tests.zk_acl_helpers import secret as _secret
 
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_zk_sasl")
+
 PASSWORD, OPS_PASSWORD = "gs-sasl-secret-1", "ops-sasl-secret-2"
 RECORDS = 40  # over 2 partitions
 OWN, READER = ("sasl", "gs", Permissions.ALL), ("sasl", "ops", Permissions.READ)

@@ -29,6 +29,9 @@ from tests.namespaces import chroot_for, remove_namespace
 from tests.snapshots import zk_tree
 from topics.log import Log
 
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_zk_tls")
+
 HOSTS = ("127.0.0.1", "localhost")  # the server certificate's names; tests connect to 127.0.0.1
 
 

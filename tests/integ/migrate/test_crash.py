@@ -189,7 +189,9 @@ def test_coordinator_down_one_line_nothing_written_then_run_finishes(zk, zk_conn
     the dead node's session expired, the same command migrates through ZooKeeper."""
     want = offsets_for("zk", zk, "g")
     direction = ["--from", "zk", "--to", "coordinator"]
-    with CoordinatorNodes(zk_connect, count=1, zk_session_timeout_ms=4000) as nodes:
+    # The dead node's session must outlive the command's start (a Python process on a loaded
+    # machine takes seconds to reach its check), and expire soon after for the second run.
+    with CoordinatorNodes(zk_connect, count=1, zk_session_timeout_ms=8000) as nodes:
         leaders = zk.get_children("/groupshift/shards")
         assert leaders
         nodes.kill(1)

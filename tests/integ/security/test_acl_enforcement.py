@@ -45,8 +45,19 @@ from security.acls import (
     AccessControlEntry,
     ResourcePattern,
 )
-from tests.kafka_helpers import KAFKA_PYTHON_POLL_MS, ck_consume, kafka_node, new_topic, produce
+from tests.kafka_helpers import (
+    assert_group_admin_refused,
+    ck_consume,
+    ck_error,
+    kafka_node,
+    kp_consume,
+    new_topic,
+    produce,
+)
 from tests.snapshots import zk_tree
+
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_acl_enforcement")
 
 REPO = Path(__file__).resolve().parents[3]
 ANONYMOUS = "User:ANONYMOUS"
@@ -116,24 +127,6 @@ def grant(node, *acls: tuple[ResourcePattern, list[AccessControlEntry]]) -> None
     sync(node)
 
 
-def kp_consume(c: KafkaConsumer, count: int, timeout: float = 30.0) -> list[bytes]:
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        got += [r.value for rs in c.poll(timeout_ms=KAFKA_PYTHON_POLL_MS).values() for r in rs]
-    return got
-
-
-def ck_error(c: CKConsumer, timeout: float = 20.0):
-    """The first error event a confluent-kafka consumer reports."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = c.poll(0.2)
-        if m is not None and m.error():
-            return m.error()
-    raise AssertionError("no error reported")
-
-
 # ------------------------------------------------------------------------------ Kafka listener
 
 
@@ -190,27 +183,17 @@ def test_another_group_is_refused_for_join_commit_describe_and_delete(node):
     with pytest.raises(GroupAuthorizationFailedError):
         committing.commit({tp: OffsetAndMetadata(3, "", -1)})
     committing.close()
-    admin = KafkaAdminClient(bootstrap_servers=node.kafka_bootstrap, request_timeout_ms=20000)
-    try:
-        with pytest.raises(GroupAuthorizationFailedError):
-            admin.describe_groups([group])
-        with pytest.raises(GroupAuthorizationFailedError):
-            admin.delete_groups([group])
-        assert group not in {g["group_id"] for g in admin.list_groups()}  # ListGroups: describable only
-    finally:
-        admin.close()
-
     ck = CKConsumer({"bootstrap.servers": node.kafka_bootstrap, "group.id": group, **CK})
     ck.subscribe([topic])
     try:
         assert ck_error(ck).name() == "GROUP_AUTHORIZATION_FAILED"
     finally:
         ck.close()
-    ck_admin = AdminClient({"bootstrap.servers": node.kafka_bootstrap})
-    for futures in (ck_admin.describe_consumer_groups([group]), ck_admin.delete_consumer_groups([group])):
-        with pytest.raises(KafkaException) as refused:
-            futures[group].result()
-        assert refused.value.args[0].name() == "GROUP_AUTHORIZATION_FAILED"
+    assert_group_admin_refused(
+        KafkaAdminClient(bootstrap_servers=node.kafka_bootstrap, request_timeout_ms=20000),
+        AdminClient({"bootstrap.servers": node.kafka_bootstrap}),
+        group,
+    )
 
     assert zk_tree(f"{node.zk}{group_path(group)}", around=False) == before  # nothing changed
 

@@ -20,6 +20,9 @@ from tests.inspect_helpers import ok, run
 from tests.kafka_helpers import kafka_node, new_topic, produce
 from tests.snapshots import zk_tree
 
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_secured_clients")
+
 PASSWORD = "pencil"
 
 

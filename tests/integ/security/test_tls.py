@@ -50,6 +50,9 @@ from tests.kafka_helpers import (
 )
 from tests.snapshots import zk_tree
 
+# The module's tests share its servers: they run on one worker, which starts them once.
+pytestmark = pytest.mark.xdist_group("test_tls")
+
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):

@@ -85,3 +85,15 @@ def test_a_missing_or_huge_file_is_refused(tmp_path):
     big = write(tmp_path, "#" * (C.MAX_FILE_BYTES + 1))
     with pytest.raises(GroupshiftError, match="larger than"):
         C.load(big)
+
+
+def test_the_principal_the_acls_see(tmp_path):
+    from testing.certs import make_certs
+
+    certs = make_certs(tmp_path / "tls")
+    sasl = C.ClientSecurity(protocol="SASL_SSL", mechanism="PLAIN", username="alice", cert=certs.client_cert)
+    assert sasl.principal == "User:alice"  # SASL wins over a client certificate, as on the node
+    tls = C.ClientSecurity(protocol="SSL", ca=certs.ca, cert=certs.client_cert, key=certs.client_key)
+    assert tls.principal == certs.client_principal == "User:CN=alice,OU=eng"
+    assert C.ClientSecurity(protocol="SSL", cert=str(tmp_path / "gone.pem")).principal == "User:?"
+    assert C.PLAINTEXT.principal == "User:ANONYMOUS"
