@@ -183,6 +183,7 @@ class ServerAssignedCoordinator:
         """Take a group over; a server-assigned one gets its topics watched, and is rebalanced if a
         topic's size differs from what its stored assignment was made with (the draft's failover)."""
         outs = self.core.load_group(snapshot, now_ms)
+        self._rounds.pop(snapshot.group_id, None)  # no join phase survives a takeover
         record = snapshot.group
         if record is not None and record.protocol_type == SERVER_PROTOCOL_TYPE and record.members:
             used: dict[str, int] = {}
@@ -200,9 +201,14 @@ class ServerAssignedCoordinator:
         return self._translate(self.core.resume(now_ms), now_ms)
 
     def unload_group(self, group_id: str, now_ms: int) -> list[Output]:
+        # The round is forgotten after the core's last outputs are translated: a join timer that
+        # fell due while the node could not tick fires in them and may open one (a generation of
+        # the members that had rejoined), which a group loaded later under the same generation
+        # number would otherwise take over, assigning to member ids it does not have.
+        outs = self._translate(self.core.unload_group(group_id, now_ms), now_ms)
         self._rounds.pop(group_id, None)
         self._used.pop(group_id, None)
-        return self._translate(self.core.unload_group(group_id, now_ms), now_ms)
+        return outs
 
     def delete_topics(self, topics, now_ms: int) -> list[Output]:
         return self._translate(self.core.delete_topics(topics, now_ms), now_ms)
