@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     log = Path("/tmp") / f"bench-coordinator-{uuid.uuid4().hex[:6]}.log"
     if args.authorizer:
         allow(zk, "User:ANONYMOUS", groups=BENCH_GROUPS)
-    node = _start_node(zk, *(["--authorizer", "acl"] if args.authorizer else []), log_path=log)
+    node = start_node(zk, *(["--authorizer", "acl"] if args.authorizer else []), log_path=log)
     try:
         results = _run(args, node.host, node.port)
     finally:
@@ -384,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
 BENCH_GROUPS = ("hb-", "rb-")  # the prefixes of the bench's groups (heartbeats, rebalance)
 
 
-def _start_node(zk: str, *extra: str, log_path: Path, listen: str = "127.0.0.1:0") -> NodeProcess:
+def start_node(zk: str, *extra: str, log_path: Path, listen: str = "127.0.0.1:0") -> NodeProcess:
+    """Node 1 as every bench loads it: quick first rebalance, quiet log, room for the load's
+    connections (`extra`: more `coordinator serve` options)."""
     return NodeProcess.start(
         zk,
         1,
@@ -407,7 +409,7 @@ def _secured_run(args, zk_base: str, plain: dict) -> dict:
     setup = SecuredSetup(zk)
     allow(zk, f"User:{BENCH_USER}", groups=BENCH_GROUPS)
     log = Path("/tmp") / f"bench-coordinator-secured-{uuid.uuid4().hex[:6]}.log"
-    node = _start_node(zk, *setup.node_args(), listen=setup.listen, log_path=log)
+    node = start_node(zk, *setup.node_args(), listen=setup.listen, log_path=log)
     members = int(args.members.split(",")[0])
     try:
         res = asyncio.run(

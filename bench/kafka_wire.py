@@ -52,11 +52,10 @@ from kafka.protocol.consumer.group import (
     SyncGroupResponse,
 )
 
-from bench.coordinator import SESSION_MS, HeartbeatLoad, form_group, measure_heartbeats
+from bench.coordinator import SESSION_MS, HeartbeatLoad, form_group, measure_heartbeats, start_node
 from bench.secured import USER as BENCH_USER
 from bench.secured import SecuredSetup, allow, open_stream
 from coordinator.member.wire_client import heartbeat_body
-from coordinator.node.process import NodeProcess
 from coordinator.wire import codec as P
 from core.types import TopicPartition
 from core.zk import connect
@@ -284,19 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         zk = server.connect_string
     zk = f"{zk}/bench-kafka-wire-{uuid.uuid4().hex[:8]}"
     data = Path(tempfile.mkdtemp(prefix="groupshift-kbench-"))
-    node = NodeProcess.start(
+    node = start_node(
         zk,
-        1,
         "--kafka-listen",
         "127.0.0.1:0",
         "--data",
         str(data),
-        "--group-initial-rebalance-delay-ms",
-        "200",
-        "--log-level",
-        "warning",
-        "--max-connections",
-        "20000",
         log_path=Path("/tmp") / f"bench-kafka-wire-{uuid.uuid4().hex[:6]}.log",
     )
     client = connect(zk, session_timeout=10.0)
@@ -386,18 +378,11 @@ def _secured_run(args, zk_base: str, data: Path, plain: dict) -> dict:
     create_topic(client, plain["topic"], partitions=args.partitions)  # the same log root's records
     client.stop()
     client.close()
-    node = NodeProcess.start(
+    node = start_node(
         zk,
-        1,
         *setup.node_args(kafka=True),
         "--data",
         str(data),
-        "--group-initial-rebalance-delay-ms",
-        "200",
-        "--log-level",
-        "warning",
-        "--max-connections",
-        "20000",
         listen=setup.listen,
         log_path=Path("/tmp") / f"bench-kafka-wire-secured-{uuid.uuid4().hex[:6]}.log",
     )
