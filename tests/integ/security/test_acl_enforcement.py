@@ -45,6 +45,8 @@ from security.acls import (
     AccessControlEntry,
     ResourcePattern,
 )
+from tests.kafka_helpers import CONFLUENT_TEST_CONSUMER as CK
+from tests.kafka_helpers import KAFKA_PYTHON_TEST_CONSUMER as KP
 from tests.kafka_helpers import (
     assert_group_admin_refused,
     ck_consume,
@@ -61,21 +63,6 @@ pytestmark = pytest.mark.xdist_group("test_acl_enforcement")
 
 REPO = Path(__file__).resolve().parents[3]
 ANONYMOUS = "User:ANONYMOUS"
-KP = dict(
-    auto_offset_reset="earliest",
-    enable_auto_commit=False,
-    session_timeout_ms=6000,
-    heartbeat_interval_ms=300,
-    request_timeout_ms=20000,
-    fetch_max_wait_ms=200,
-)
-CK = {
-    "auto.offset.reset": "earliest",
-    "enable.auto.commit": False,
-    "session.timeout.ms": 6000,
-    "heartbeat.interval.ms": 300,
-    "fetch.wait.max.ms": 200,
-}
 
 
 @pytest.fixture(scope="module")
