@@ -32,9 +32,15 @@ import warnings
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, InvalidACLError, NoAuthError, NoNodeError
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    InvalidACLError,
+    NoAuthError,
+    NoNodeError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KeeperState
+from kazoo.protocol.states import KazooState, KeeperState
 
 from core import zk_auth
 from core.errors import GroupshiftError, ZooKeeperUnavailable
@@ -362,6 +368,10 @@ def _check_chroot(client: KazooClient) -> bool:
         return True
     except (NoAuthError, AuthFailedError) as exc:
         raise refused_by_acl(exc) from None
+    except ConnectionClosedError:
+        if client.sasl_refused.is_set():  # the login was refused just before the read was made
+            raise refused_by_acl(AuthFailedError()) from None
+        raise
     return False
 
 
@@ -388,6 +398,10 @@ def _create_chroot(address: ZkAddress, session_timeout, connect_timeout, securit
             _check_acl_scheme(root, security.acl, address.chroot)
     except (NoAuthError, AuthFailedError) as exc:
         raise refused_by_acl(exc) from None
+    except ConnectionClosedError:
+        if root.sasl_refused.is_set():  # the login was refused just before the write was made
+            raise refused_by_acl(AuthFailedError()) from None
+        raise
     except InvalidACLError:
         raise unknown_acl_scheme(security.acl) from None
     finally:
@@ -539,12 +553,14 @@ def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> N
 
     A server that answers connects well within WAIT_NOTICE_S and nothing is printed; otherwise
     one line tells the user which address is being waited for and for how long, instead of
-    a silent pause until the timeout.
+    a silent pause until the timeout. A refused SASL login is `AuthFailedError` at once.
     """
+    refused = _watch_refusal(client)
     event = client.start_async()
     if event.wait(min(WAIT_NOTICE_S, connect_timeout)) and client.connected:
         return
-    _raise_if_refused(client)
+    if refused.is_set():
+        raise AuthFailedError()
     remaining = connect_timeout - WAIT_NOTICE_S
     if remaining <= 0:
         raise KazooTimeoutError("Connection time-out")
@@ -554,12 +570,25 @@ def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> N
         flush=True,
     )
     if not event.wait(remaining) or not client.connected:
-        _raise_if_refused(client)
+        if refused.is_set():
+            raise AuthFailedError()
         raise KazooTimeoutError("Connection time-out")
 
 
-def _raise_if_refused(client: KazooClient) -> None:
-    """A SASL login runs once the session is connected; when the server refused it, kazoo stops
-    connecting for good: say so, rather than wait out the connect timeout."""
-    if client.client_state == KeeperState.AUTH_FAILED:
-        raise AuthFailedError()
+def _watch_refusal(client: KazooClient) -> threading.Event:
+    """An event set when the server refuses the client's SASL login (`client.sasl_refused`).
+
+    The login runs once the session is connected, so `start` may already have returned; kazoo
+    then stops connecting for good, its state passing AUTH_FAILED on its way to CLOSED within a
+    millisecond: seen here as it happens, rather than polled after the fact (a call made once the
+    state is CLOSED fails as "connection closed", not as the refusal it is).
+    """
+    refused = threading.Event()
+
+    def on_state(state: KazooState) -> None:
+        if state == KazooState.LOST and client.client_state == KeeperState.AUTH_FAILED:
+            refused.set()
+
+    client.add_listener(on_state)
+    client.sasl_refused = refused
+    return refused
