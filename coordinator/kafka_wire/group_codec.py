@@ -64,11 +64,24 @@ def _count(data: bytes, pos: int, what: str, item_bytes: int) -> int:
 
 def decode_heartbeat(data: bytes, pos: int, version: int) -> S.HeartbeatRequest:
     """Heartbeat v0-v3's body at `pos` of `data`; ValueError (or struct.error: a fixed-size field
-    past the frame) if it is malformed."""
-    group_id, pos = _string(data, pos, "group_id", nullable=True)  # null: INVALID_GROUP_ID, as Kafka
-    generation_id = _I32.unpack_from(data, pos)[0]
-    member_id, pos = _string(data, pos + 4, "member_id")
-    instance_id = _string(data, pos, "group_instance_id", nullable=True)[0] if version >= 3 else None
+    past the frame) if it is malformed. The two strings every heartbeat has are read inline (the
+    listener's hottest lines); anything unusual about them goes to `_string`, which says what."""
+    size = len(data)
+    n = _I16.unpack_from(data, pos)[0]
+    end = pos + 2 + n
+    if n < 0 or end > size:
+        group_id, end = _string(data, pos, "group_id", nullable=True)  # null: INVALID_GROUP_ID, as Kafka
+    else:
+        group_id = str(data[pos + 2 : end], "utf-8")
+    generation_id = _I32.unpack_from(data, end)[0]
+    pos = end + 4
+    n = _I16.unpack_from(data, pos)[0]
+    end = pos + 2 + n
+    if n < 0 or end > size:
+        member_id, end = _string(data, pos, "member_id")
+    else:
+        member_id = str(data[pos + 2 : end], "utf-8")
+    instance_id = _string(data, end, "group_instance_id", nullable=True)[0] if version >= 3 else None
     return S.HeartbeatRequest(
         group_id=group_id, generation_id=generation_id, member_id=member_id, group_instance_id=instance_id
     )

@@ -28,7 +28,7 @@ from coordinator.kafka_wire import topic_map
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.node.kafka_data import DataPlane
 from coordinator.node.kafka_topic_ids import TopicIdResolver
-from coordinator.node.tls import tls_server_args
+from coordinator.node.tls import tls_factory
 from coordinator.wire import errors as E
 from coordinator.wire.schema import API_VERSIONS, JOIN_GROUP, JoinGroupResponse, Message
 from security.sasl import SaslSession
@@ -152,11 +152,10 @@ class KafkaListener:
         session = self.node.authenticator.session
         protocol = self.config.kafka_protocol
         return await loop.create_server(
-            lambda: KafkaConnection(self, session(protocol)),
+            tls_factory(lambda: KafkaConnection(self, session(protocol)), ssl, self.config),
             host,
             port,
             backlog=1024,
-            **tls_server_args(ssl, self.config),
         )
 
     def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None:
