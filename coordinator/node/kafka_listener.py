@@ -116,9 +116,7 @@ class KafkaConnection(Connection):
                 log.exception("cannot encode the answer to api %d v%d", api, pending.version)
                 self.close()
                 return
-            self._out.append(data)  # sent with the other answers of this read (`process`), or now
-            if not self.processing:
-                self.flush()
+            self.send_bytes(data)  # with the other answers of this read (`process`), or now
             self.node.metrics.observe(_METRIC_NAMES[api], time.perf_counter() - pending.t0, error_of(body))
         if not self.processing and self.queue and not self.closed:
             asyncio.get_running_loop().call_soon(self.process)
