@@ -7,8 +7,9 @@ already parsed and verified. Measured on the 2-core reference machine, a driver'
 first query took 8.5 s of CPU without the archive and 3.7 s with it.
 
 * `build()` (run by `scripts/setup.sh`, or `python -m pipeline.spark.cds`) writes the archive once:
-  a driver started with `-XX:ArchiveClassesAtExit` runs a warm-up (a batch query, Parquet out and
-  in, a Python data source's stream into `foreachBatch`, as `groupshift consume` does) and stops;
+  a driver started with `-XX:ArchiveClassesAtExit` runs a warm-up (`cds_warm_up`: a batch query,
+  Parquet out and in, a Python data source's stream into `foreachBatch`, as `groupshift consume`
+  does) and stops;
   the archive is written to a temporary name and renamed into place with its size in its name,
   so a reader never maps half of one.
 * `java_options()` is what `spark_session()` adds to the driver's options: the archive when one
@@ -110,7 +111,7 @@ def build(force: bool = False) -> Path | None:
     log = directory / f"{key}.log"
     with tempfile.TemporaryDirectory(prefix="groupshift-cds-") as work, open(log, "wb") as out:
         done = subprocess.run(
-            [sys.executable, "-m", "pipeline.spark.cds", "--warm-up", str(tmp), work],
+            [sys.executable, "-m", "pipeline.spark.cds_warm_up", str(tmp), work],
             stdout=out,
             stderr=subprocess.STDOUT,
             timeout=BUILD_TIMEOUT_S,
@@ -135,67 +136,7 @@ def _prune(keep: Path) -> None:
             old.unlink(missing_ok=True)
 
 
-def _warm_up(archive: str, work: str) -> None:
-    """In a driver started with `-XX:ArchiveClassesAtExit`: load the classes a consume loads."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-
-    from pipeline.spark.session import DRIVER_JAVA_OPTIONS, spark_session
-
-    class Reader(DataSourceStreamReader):
-        def initialOffset(self):
-            return {"n": 0}
-
-        def latestOffset(self):
-            return {"n": 2}
-
-        def partitions(self, start, end):
-            return [InputPartition(i) for i in range(start["n"], end["n"])]
-
-        def read(self, partition):
-            yield (partition.value, "v")
-
-        def commit(self, end):
-            pass
-
-    class Source(DataSource):
-        @classmethod
-        def name(cls):
-            return "groupshift-warm-up"
-
-        def schema(self):
-            return "n int, v string"
-
-        def streamReader(self, schema):
-            return Reader()
-
-    options = " ".join((*DRIVER_JAVA_OPTIONS, f"-XX:ArchiveClassesAtExit={archive}", "-Xlog:cds=off"))
-    spark = spark_session("groupshift-cds", **{"spark.driver.extraJavaOptions": options})
-    spark.dataSource.register(Source)
-    spark.range(1000).selectExpr("id % 7 AS k").groupBy("k").count().write.parquet(f"{work}/batch")
-    spark.read.parquet(f"{work}/batch").collect()
-
-    def write(df, batch_id):
-        df.write.mode("append").parquet(f"{work}/stream")
-
-    query = (
-        spark.readStream.format("groupshift-warm-up")
-        .load()
-        .writeStream.foreachBatch(write)
-        .option("checkpointLocation", f"{work}/checkpoint")
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
-    jvm = spark.sparkContext._gateway.proc  # the driver's JVM: it dumps the archive as it exits
-    spark.stop()
-    jvm.stdin.close()  # the gateway exits on end of input; wait for the dump to be written whole
-    jvm.wait(BUILD_TIMEOUT_S)
-
-
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--warm-up"]:
-        _warm_up(argv[1], argv[2])
-        return 0
     start = time.monotonic()
     try:
         path = build(force="--force" in argv)

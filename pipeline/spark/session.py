@@ -87,7 +87,7 @@ def spark_session(
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    from pipeline.spark import cds  # here: `python -m pipeline.spark.cds` imports this module first
+    from pipeline.spark.cds import java_options  # here: `python -m pipeline.spark.cds` imports this first
 
     running = SparkContext._active_spark_context
     if running is not None and running.master != master:
@@ -111,7 +111,7 @@ def spark_session(
         "spark.driver.host": driver_host,
         "spark.driver.bindAddress": driver_host,
         "spark.driver.memory": "512m",
-        "spark.driver.extraJavaOptions": " ".join((*DRIVER_JAVA_OPTIONS, *cds.java_options())),
+        "spark.driver.extraJavaOptions": " ".join((*DRIVER_JAVA_OPTIONS, *java_options())),
         "spark.sql.sources.partitionColumnTypeInference.enabled": "true",
         "spark.sql.streaming.noDataProgressEventInterval": "1000",  # idle progress, for --until-idle
         # An idle query asks its reader for new offsets every pollingDelay: a round trip to the
