@@ -17,11 +17,9 @@ driver writes its faults (`killed`, `paused`/`resumed`, `cut`/`restored`, `fault
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,10 +33,10 @@ import pyarrow as pa
 from coordinator.layout import shard_path
 from coordinator.node.process import CoordinatorNodeError, CoordinatorNodes
 from core.errors import GroupshiftError
-from core.lifeline import lifeline_env
 from core.scheme import Scheme
 from core.zk import connect
 from experiments import analysis
+from experiments.launcher import Launcher, Member
 from experiments.worker import ProcessingLog, scheme_of
 from testing.ensemble import ZkEnsemble
 from testing.leftovers import remove_labelled
@@ -102,6 +100,7 @@ class Lab:
         self._single: ZkServer | None = None
         self._ensemble: ZkEnsemble | None = None
         self._nodes: dict[str, CoordinatorNodes] = {}
+        self._launcher: Launcher | None = None
         self._lock = threading.Lock()  # the clusters (held while one starts)
         self._registry = threading.Lock()  # `stopping`, the groups, the node sets (held briefly)
         self.stopping = threading.Event()
@@ -122,6 +121,16 @@ class Lab:
         """Sleep, but end at once (`LabClosed`) when the lab starts stopping."""
         if self.stopping.wait(max(0.0, seconds)):
             self.check_open()
+
+    def launcher(self) -> Launcher:
+        """The fork server every member process of the run starts from (started on first use;
+        `experiments/launcher.py`)."""
+        with self._registry:
+            self.check_open()
+            if self._launcher is None:
+                (logs := self.out / "logs").mkdir(exist_ok=True)
+                self._launcher = Launcher(self.namespace, log=logs / "launcher.stderr")
+            return self._launcher
 
     # -- clusters ------------------------------------------------------------------------------
     def single(self) -> ZkServer | None:
@@ -246,6 +255,8 @@ class Lab:
                 pass
         for nodes in node_sets:
             nodes.close()
+        if self._launcher is not None:
+            self._launcher.close()
         if self._ensemble is not None:
             self._ensemble.remove()
         if self._single is not None:
@@ -318,7 +329,7 @@ class GroupRun:
         self.store = TopicStore(lab.data, self.admin)
         self.store.create_topic(self.topic, partitions=settings.partitions)
         self.producer = Producer(self.store, self.topic, settings.records_per_s)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, Member] = {}
         self.t0 = time.monotonic()
         self._next = 0
         self._tail = LogTail(self.logdir)
@@ -347,8 +358,7 @@ class GroupRun:
             member, self._next = f"m{self._next}", self._next + 1
         log = self.logdir / f"{member}.jsonl"
         zk_options = {"rebalance_backoff_ms": self.settings.zk_backoff_ms} | self.zk_options
-        cmd = [
-            sys.executable, "-m", "experiments.worker",
+        argv = [
             "--scheme", Scheme.ONE.value if scheme_of(self.scheme) is Scheme.ONE else self.scheme,
             "--zk", zk or self.zk_connect, "--data", str(self.lab.data),
             "--group", self.group, "--topic", self.topic, "--member", member, "--log", str(log),
@@ -358,26 +368,16 @@ class GroupRun:
             "--zk-options", json.dumps(zk_options),
         ]  # fmt: skip
         if self.bootstrap:
-            cmd += ["--bootstrap", self.bootstrap]
+            argv += ["--bootstrap", self.bootstrap]
         if gate is not None:  # a librdkafka member subscribes once the driver creates the file
-            cmd += ["--gate", str(gate)]
-        env = lifeline_env(dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1"))
-        extra = {"group": CUT_GID} if cut_gid else {}
+            argv += ["--gate", str(gate)]
+        launcher = self.lab.launcher()
+        launcher.wait_ready()  # not under the lock below: close() takes it
         with self.lab._registry:  # not once the lab is stopping: close() would miss it
             self.lab.check_open()
-            err = open(self.logdir / f"{member}.stderr", "ab")  # noqa: SIM115 - owned by the child
-            try:
-                self.procs[member] = subprocess.Popen(
-                    cmd,
-                    cwd=REPO,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                    **extra,
-                )
-            finally:
-                err.close()
+            self.procs[member] = launcher.spawn(
+                argv, stderr=self.logdir / f"{member}.stderr", gid=CUT_GID if cut_gid else None
+            )
         self.driver.emit("spawned", victim=member, pid=self.procs[member].pid)
         return member
 
