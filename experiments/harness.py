@@ -101,7 +101,8 @@ class Lab:
         self._ensemble: ZkEnsemble | None = None
         self._nodes: dict[str, CoordinatorNodes] = {}
         self._launcher: Launcher | None = None
-        self._lock = threading.Lock()  # the clusters (held while one starts)
+        self._lock = threading.Lock()  # the single server (held while it starts), the node sets
+        self._ensemble_lock = threading.Lock()  # held while the ensemble starts, beside the server
         self._registry = threading.Lock()  # `stopping`, the groups, the node sets (held briefly)
         self.stopping = threading.Event()
         self.runs: list[GroupRun] = []
@@ -141,7 +142,7 @@ class Lab:
             return self._single
 
     def ensemble(self) -> ZkEnsemble:
-        with self._lock:
+        with self._ensemble_lock:
             if self._ensemble is None:
                 self.check_open()
                 self._ensemble = self._owned(ZkEnsemble.start(labels={LAB_LABEL: self.tag}))
@@ -375,10 +376,12 @@ class GroupRun:
         launcher.wait_ready()  # not under the lock below: close() takes it
         with self.lab._registry:  # not once the lab is stopping: close() would miss it
             self.lab.check_open()
+            # logged first: a fork logs its own lines at once (its pid is in its "start" line), and
+            # a member counts as joined only by an assignment after its "spawned"
+            self.driver.emit("spawned", victim=member)
             self.procs[member] = launcher.spawn(
                 argv, stderr=self.logdir / f"{member}.stderr", gid=CUT_GID if cut_gid else None
             )
-        self.driver.emit("spawned", victim=member, pid=self.procs[member].pid)
         return member
 
     def live(self) -> list[str]:
