@@ -42,8 +42,10 @@ from core import lifeline
 from core.errors import GroupshiftError
 
 REPO = Path(__file__).resolve().parent.parent
-#: What a member imports (`experiments.worker` and what its consumer loads for each scheme); a module
-#: that is not installed (confluent_kafka without the kafka extra) is left to the member.
+#: What a member imports: `experiments.worker` and what its consumer loads for each scheme, some of it
+#: lazily (`pipeline.backends` imports migrate's bridge when it builds a member); named here only to be
+#: imported ahead. A module that is not installed (confluent_kafka without the kafka extra) is left
+#: to the member.
 PRELOAD = (
     "experiments.worker",
     "pipeline.consumer",
