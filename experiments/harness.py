@@ -9,7 +9,8 @@ of worker processes with a producer and faults (`GroupRun`).
         summary(run.events(), run.ends(), since=t_fault)
 
 Everything runs for real: ZooKeeper in containers (`testing/`), coordinator nodes as
-processes, each member a `python -m experiments.worker` process reading the Parquet log. The
+processes, each member an `experiments.worker` process (a fork of the run's launcher,
+`experiments/launcher.py`) reading the Parquet log. The
 driver writes its faults (`killed`, `paused`/`resumed`, `cut`/`restored`, `fault`) to
 `driver.jsonl` beside the workers' logs, with the same monotonic clock.
 """
@@ -44,7 +45,6 @@ from testing.zookeeper import ZkServer
 from topics.store import TopicStore
 from zk_rebalance.events import read_events
 
-REPO = Path(__file__).resolve().parent.parent
 CUT_GID = 64999  # the group id a member runs under when it may be cut off (iptables --gid-owner)
 NODE_OPTIONS = dict(
     shards=1,  # one shard: every group has the same coordinator, so one kill hits all of them
