@@ -37,7 +37,9 @@ class CooperativeStickyAssignor(AbstractStickyAssignor):
     name = "cooperative-sticky"
     supported_protocols = ("cooperative", "eager")
 
-    def member_data(self, subscription: Subscription) -> tuple[Sequence[TopicPartition], int]:
+    def member_data(
+        self, subscription: Subscription, names: dict[bytes, str] | None = None
+    ) -> tuple[Sequence[TopicPartition], int]:
         """Owned partitions from the subscription; generation from it, else from the user data."""
         if subscription.generation != DEFAULT_GENERATION:
             return subscription.owned_partitions, subscription.generation
