@@ -263,7 +263,7 @@ def constrained_assign(o: Ownership) -> StickyResult:
     under_min.sort(key=by_member_id)
     exactly_min.sort(key=by_member_id)
     new: list[list[TopicPartition]] = [[] for _ in range(n_members)]
-    pos = _fill_to_min_quota(unassigned, under_min, kept, min_quota, new, exactly_min)
+    pos = fill_to_min_quota(unassigned, under_min, kept, min_quota, new, exactly_min)
     # The rest: one each to the members at exactly minQuota, in queue order.
     rest = len(unassigned) - pos
     if rest > len(exactly_min):
@@ -289,7 +289,7 @@ def constrained_assign(o: Ownership) -> StickyResult:
     return StickyResult(assignment, transferring)
 
 
-def _fill_to_min_quota(
+def fill_to_min_quota(
     unassigned: list[TopicPartition],
     under_min: list[int],
     kept: list[list[TopicPartition]],
