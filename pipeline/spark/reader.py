@@ -58,6 +58,9 @@ JOIN_WAIT_MS = 200  # how long one latestOffset lets a rebalance in flight proce
 # empty batch 0, or a whole trigger interval). Bounded: a group waiting out a member that does not
 # rejoin (its session timeout), or a member left without partitions, answers later still.
 FIRST_ASSIGNMENT_WAIT_S = 5.0
+# One poll of those waits: the member's partitions stay paused, so a poll returns only when its
+# timeout runs out, not when the rebalance completes; short slices plan soon after it does.
+POLL_SLICE_MS = 20
 LEAVE_S = 20.0  # how long the reader process may take to leave the group once Spark stops it
 
 
@@ -248,7 +251,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         while (consumer.rebalance_in_progress or until_owned and not consumer.assignment()) and (
             left := deadline - time.monotonic()
         ) > 0:
-            consumer.poll(min(JOIN_WAIT_MS, max(int(left * 1000), 1)))
+            consumer.poll(min(POLL_SLICE_MS, max(int(left * 1000), 1)))
 
     def _starts(self, owned, committed, ends, earliest) -> dict[TopicPartition, int]:
         """Where partitions the group never committed start (`startingOffsets`), fixed the first time
