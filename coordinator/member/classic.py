@@ -91,11 +91,16 @@ class ClassicProtocol(GroupMember):
                 return False  # answered for a generation we already left behind
             if code in (E.NONE, E.REBALANCE_IN_PROGRESS):
                 self._last_heartbeat_ok = time.monotonic()
+            if code == E.REBALANCE_IN_PROGRESS:
+                # Only a stable member rejoins for it (as Kafka's heartbeat handler): one that has
+                # rejoined since this heartbeat went out is in that very rebalance already, and a
+                # second rejoin would make the group rebalance once more after it completes.
+                if self.state == MemberState.STABLE:
+                    self.request_rejoin("heartbeat answered REBALANCE_IN_PROGRESS")
+                return False
         if code == E.NONE:
             return True
-        if code == E.REBALANCE_IN_PROGRESS:
-            self.request_rejoin("heartbeat answered REBALANCE_IN_PROGRESS")
-        elif E.fences_member(code):
+        if E.fences_member(code):
             self._reset_generation(f"heartbeat answered {error_name(code)}")
         elif E.coordinator_moved(code):
             self.mark_coordinator_unknown(f"heartbeat answered {error_name(code)}")

@@ -97,6 +97,21 @@ class MemberThreads:
             if self.heartbeat(conn, gen):
                 self._refresh_nodes_if_due(conn)
 
+    def heartbeat_now(self) -> None:
+        """One heartbeat on the caller's thread, now, if the member is stable (the heartbeat thread
+        keeps its own schedule): a caller about to start work that no rebalance can interrupt until
+        its next poll() — the Spark source's micro-batch — learns first whether a rebalance started
+        since the last beat, instead of up to a heartbeat interval into the work. The answer is acted
+        on as the heartbeat thread's would be."""
+        with self._cv:
+            if self._closed or self.state != MemberState.STABLE or self._rejoin_needed:
+                return
+            if not self.heartbeats_now():
+                return
+            gen, conn = self._generation, self._ctl_conn
+        if conn is not None:
+            self.heartbeat(conn, gen)
+
     def _poll_expired_locked(self) -> bool:
         return (
             not self._poll_timed_out

@@ -16,6 +16,10 @@ worker) to the executors, which only call `read`. So this reader:
 * commits a batch's ends to the group fenced by the generation it was planned under — when the
   exactly-once writer asks (`pipeline.spark.commit_service`), else itself before planning the
   next batch (Spark's own `commit(end)` comes one batch late and never for the last one);
+* keeps a join short, as the group protocol allows: its first `latestOffset` waits for its first
+  partitions (no empty first batch); it heartbeats once before it plans a batch (a rebalance that
+  started meanwhile is joined now, not after the batch); and a rebalance it heard of during a batch
+  goes on as soon as the writer's commit ends the batch, on the commit service's thread;
 * leaves the group in `stop()`. Spark ends the process with SIGTERM on `query.stop()` without
   calling `stop()`, so the reader turns SIGTERM into an exit that runs it.
 """
@@ -48,7 +52,15 @@ from pipeline.spark.planning import plan
 log = logging.getLogger(__name__)
 
 SETTLED_KEPT = 64  # outcomes remembered for the writer's repeated asks (a few batches suffice)
-JOIN_WAIT_MS = 200  # how long one latestOffset lets a join in flight proceed before answering
+JOIN_WAIT_MS = 200  # how long one latestOffset lets a rebalance in flight proceed before answering
+# ... and the first one, how long it waits for the member's first partitions: until then the query
+# has nothing to plan, and a first batch planned the moment they arrive saves Spark a turn (an
+# empty batch 0, or a whole trigger interval). Bounded: a group waiting out a member that does not
+# rejoin (its session timeout), or a member left without partitions, answers later still.
+FIRST_ASSIGNMENT_WAIT_S = 5.0
+# One poll of those waits: the member's partitions stay paused, so a poll returns only when its
+# timeout runs out, not when the rebalance completes; short slices plan soon after it does.
+POLL_SLICE_MS = 20
 LEAVE_S = 20.0  # how long the reader process may take to leave the group once Spark stops it
 
 
@@ -73,6 +85,11 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._targets: dict[TopicPartition, int] | None = None
         self._settled: OrderedDict[tuple, Settled] = OrderedDict()
         self._lock = threading.Lock()
+        # One thread drives the member at a time: Spark's (planning) or the commit service's (going on
+        # with a rebalance once a batch is committed); what the latter meets is raised to Spark's next.
+        self._group = threading.RLock()
+        self._deferred: BaseException | None = None
+        self._settled_once = False  # the group has settled this member's assignment at least once
         self._state: dict = {}  # what reportLatestOffset tells Spark's progress
 
     def __getstate__(self) -> dict:
@@ -92,13 +109,14 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             o = self.options
             consumer = Consumer(o.group, list(o.topics), listener=_Pauser(self), **o.consumer_options())
             try:
-                self._service = CommitService(self._settle, self._planned_by_me)
+                self._service = CommitService(self._settle, self._planned_by_me, after=self._after_commit)
             except BaseException:
                 consumer.close(autocommit=False)
                 raise
             self._consumer = consumer
             consumer.pause(*consumer.assignment())  # what it got before the listener could see it
             _leave_on_sigterm()
+            consumer.poll(0)  # the join goes out now, while Spark prepares its first offset call
             log.info("group %s: stream reader %s joining (%s)", o.group, self.id, o.rebalancer.value)
         return self._consumer
 
@@ -144,20 +162,26 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Trigger.AvailableNow: read what the partitions hold now, then end. The member first
         waits for the group to settle its assignment (joining, or a rebalance under way), at most
         two session timeouts; a partition given to it later is read up to its end at that time."""
-        consumer = self._member()
-        deadline = time.monotonic() + 2 * self.options.session_timeout_ms / 1000
-        self._wait_for_assignment(consumer)
-        while consumer.rebalance_in_progress and time.monotonic() < deadline:
-            consumer.poll(JOIN_WAIT_MS)
-        log_ = consumer.log
-        self._targets = {tp: log_.latest(tp) for tp in consumer.assignment()}
+        with self._group:
+            consumer = self._member()
+            self._wait_for_assignment(consumer, 2 * self.options.session_timeout_ms / 1000)
+            log_ = consumer.log
+            self._targets = {tp: log_.latest(tp) for tp in consumer.assignment()}
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict | None:
+        with self._group:
+            return self._plan(start, limit)
+
+    def _plan(self, start: dict | None, limit: Any, beat: bool = True) -> dict | None:
         consumer = self._member()
         self._settle_finished(decode(start))  # the batch before ran to its end (Spark plans after it)
-        self._wait_for_assignment(consumer)
+        if self._settled_once:
+            self._wait_for_assignment(consumer, JOIN_WAIT_MS / 1000)
+        else:  # partitions may still be on their way (scheme two's incremental form frees them later)
+            self._wait_for_assignment(consumer, FIRST_ASSIGNMENT_WAIT_S, until_owned=True)
         owned = sorted(consumer.assignment())
         generation = consumer.generation
+        self._settled_once = self._settled_once or not consumer.rebalance_in_progress
         if not owned or consumer.rebalance_in_progress:
             self._state = _state(owned, generation, None, settled=False)
             return start
@@ -189,6 +213,8 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         if not p.ranges:
             return start
+        if beat and self._rebalance_started(consumer):
+            return self._plan(start, limit, beat=False)  # rejoin first, then plan on what it gives
         assert self._service is not None
         offset = StreamOffset(
             member=self.id,
@@ -199,16 +225,33 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return encode(offset)
 
+    def _rebalance_started(self, consumer: Any) -> bool:
+        """One heartbeat before a batch that no rebalance can interrupt: has one started since the
+        member's last heartbeat? (Scheme one's member hears of it at once, from ZooKeeper's watches.)"""
+        beat = getattr(consumer.membership, "heartbeat_now", None)
+        if beat is None:
+            return False
+        beat()
+        return consumer.rebalance_in_progress
+
     def reportLatestOffset(self) -> dict | None:
         """Not an offset: the member's state, shown in Spark's progress (`sources[].latestOffset`)."""
         return {"member_state": self._state} if self._state else None
 
-    def _wait_for_assignment(self, consumer: Any) -> None:
-        """Run the group's pending work (rebalances, listener callbacks) on this thread; while the
-        member waits for an assignment, give the join a short slice before answering Spark."""
+    def _wait_for_assignment(self, consumer: Any, wait_s: float, until_owned: bool = False) -> None:
+        """Run the group's pending work (rebalances, listener callbacks) on this thread; while a
+        rebalance is under way (joining included) — `until_owned`: or the member owns nothing —
+        keep driving it, for at most `wait_s` seconds."""
+        deadline = time.monotonic() + wait_s
+        with self._group:
+            deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            raise deferred
         consumer.poll(0)
-        if consumer.rebalance_in_progress:
-            consumer.poll(JOIN_WAIT_MS)
+        while (consumer.rebalance_in_progress or until_owned and not consumer.assignment()) and (
+            left := deadline - time.monotonic()
+        ) > 0:
+            consumer.poll(min(POLL_SLICE_MS, max(int(left * 1000), 1)))
 
     def _starts(self, owned, committed, ends, earliest) -> dict[TopicPartition, int]:
         """Where partitions the group never committed start (`startingOffsets`), fixed the first time
@@ -241,6 +284,22 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 slices.append(Slice(root, tp.topic, tp.partition, a, b))
         return slices
 
+    def _after_commit(self) -> None:
+        """A batch's commit is its end for the group (the member plans nothing until Spark asks for
+        the next one): a rebalance the member heard of meanwhile goes on now — the rejoin, or giving
+        up revoked partitions — while the writer publishes and Spark closes the batch, instead of at
+        the next `latestOffset`. Runs on the commit service's thread, once the writer has its answer."""
+        consumer = self._consumer
+        if consumer is None or not consumer.rebalance_in_progress:
+            return
+        with self._group:
+            if self._consumer is not consumer or self._deferred is not None:
+                return
+            try:
+                consumer.poll(0)
+            except Exception as exc:  # noqa: BLE001 - Spark's thread raises it at its next call
+                self._deferred = exc
+
     def commit(self, end: dict) -> None:
         self._settle_finished(decode(end))
 
@@ -255,10 +314,16 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("group %s: could not commit the last batch yet: %s", self.options.group, exc)
 
     def stop(self) -> None:
-        consumer, self._consumer = self._consumer, None
         if self._service is not None:
             self._service.close()
             self._service = None
+        # Not while the commit service's thread drives the member — unless that takes LEAVE_S / 2.
+        held = self._group.acquire(timeout=LEAVE_S / 2)
+        try:
+            consumer, self._consumer = self._consumer, None
+        finally:
+            if held:
+                self._group.release()
         if consumer is not None:
             log.info("group %s: stream reader %s leaving", self.options.group, self.id)
             consumer.close(autocommit=False)

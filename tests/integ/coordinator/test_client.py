@@ -330,6 +330,36 @@ def test_a_poll_that_times_out_mid_join_leaves_the_join_in_flight_for_the_next_p
         a.close()
 
 
+def test_a_rebalance_a_heartbeat_reports_after_the_member_rejoined_it_is_joined_once(zk, nodes):
+    """Kafka's heartbeat handler: REBALANCE_IN_PROGRESS makes only a stable member rejoin. A heartbeat
+    sent while stable and answered once the member has rejoined (the answer was on its way) reports
+    the rebalance the member is in already: the group completes it with one new generation, and the
+    member does not rejoin again after it."""
+    create_topic(zk, "t", partitions=2)
+    a = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000)
+    c = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000)
+    b = member(zk, nodes, poll_driven=True, max_poll_interval_ms=30_000)
+    a.start()
+    c.start()
+    try:
+        wait_for(lambda: polled(a, c) and all_stable([a, c], 2), what="a stable group of two")
+        gen, conn = a._generation, a._ctl_conn  # what a heartbeat a sends while stable carries
+        b.start()
+        # b's JoinGroup starts a rebalance; a rejoins in its poll(), c does not poll: the group waits.
+        wait_for(lambda: polled(a, b) and a.state == MemberState.PREPARING_REBALANCE, what="a rejoined")
+        joins = a.stats["joins"]
+        assert not a.heartbeat(conn, gen)  # REBALANCE_IN_PROGRESS, answered to a member that rejoined
+        wait_for(lambda: polled(a, b, c) and all_stable([a, b, c], 2), what="a stable group of three")
+        settled = a.generation
+        for _ in range(5):  # a few heartbeat intervals
+            polled(a, b, c)
+        assert (a.stats["joins"], a.generation, b.generation) == (joins, settled, settled)
+        assert not a.rebalance_in_progress
+    finally:
+        for m in (b, c, a):
+            m.close()
+
+
 def test_a_pending_response_is_collected_in_slices_and_responses_come_back_in_order(zk, nodes):
     """`Connection.send` + `PendingResponse.result(timeout)`: a parked JoinGroup is collected by a
     later call (None meanwhile), and pipelined responses are matched to their requests."""
