@@ -16,7 +16,12 @@ consumers' own clients) has the same `--session-ms` timeout. Then ZooKeeper goes
 Measured from ZooKeeper's return (it answers `ruok` to clients): (a) the node answering
 FindCoordinator with itself and JoinGroup with MEMBER_ID_REQUIRED (scheme three only: scheme one
 has no node); (b) the group consuming again: every partition has delivered a record and had a
-commit succeed after the return. Targets (issue 11): (a) < 2 s, (b) < 10 s.
+commit written by its owner after the return (`Worker`: scheme one's member skips, without an
+error, a commit of a partition it does not own, which it does between an expiry and its next
+rebalance). Targets: (a) < 2 s, (b) < 10 s (issue 11); (c) scheme three after an expiry < 5 s
+(issue 32). Scheme one after an expiry has no target: it is as fast as 0.8's rebalance on every
+re-registration allows (docs/recovery.md, Timings). The last lines give each measure's worst run
+against its target, with the ratio and `met` or `MISSED`.
 """
 
 from __future__ import annotations
@@ -46,19 +51,35 @@ from topics.registry import create_topic
 
 TARGET_NODE_S = 2.0
 TARGET_GROUP_S = 10.0
+TARGET_EXPIRED_THREE_S = 5.0
 # The schemes compared, as the output names them (three: range, the consumer's default assignor).
 COMPARED = {Scheme.ONE: "one", Scheme.THREE_EAGER: "three"}
 
 
 class Worker(threading.Thread):
-    """poll and commit; remember when each partition last delivered and last committed."""
+    """poll and commit; remember when each partition last delivered and last committed.
+
+    A commit counts for a partition only when it was written by the partition's owner. Scheme
+    one's member (0.8) skips, without an error, the partitions it does not own, and it goes on
+    fetching across a session expiry with an empty registry: after an expiry its commits count
+    only once it has rebalanced in the new session (`min_generation`, set when the outage starts)
+    and owns the partition (`positions()`, its registry) when the commit starts."""
 
     def __init__(self, consumer: Consumer):
         super().__init__(daemon=True)
         self.consumer = consumer
         self.delivered: dict[TopicPartition, float] = {}
         self.committed: dict[TopicPartition, float] = {}
+        self.min_generation: int | None = None
         self.stop_event = threading.Event()
+
+    def owned(self) -> set[TopicPartition] | None:
+        """The partitions a commit now writes (None: all it is given, scheme three's fencing)."""
+        if self.min_generation is None:
+            return None
+        if self.consumer.generation < self.min_generation:
+            return set()
+        return set(self.consumer.membership.positions())
 
     def run(self) -> None:
         while not self.stop_event.is_set():
@@ -71,13 +92,15 @@ class Worker(threading.Thread):
             for tp in got:
                 self.delivered[tp] = now
             if got:
+                owned = self.owned()
                 try:
                     self.consumer.commit()
                 except GroupshiftError:
                     continue
                 done = time.monotonic()
                 for tp in got:
-                    self.committed[tp] = done
+                    if owned is None or tp in owned:
+                        self.committed[tp] = done
         try:
             self.consumer.close()
         except GroupshiftError:
@@ -182,6 +205,9 @@ def run(server: ZkServer, scheme: Scheme, kind: str, args, tmp: Path) -> dict:
             result["error"] = "the group did not form within 60 s"
             return result
         time.sleep(1.0)
+        if scheme is Scheme.ONE and kind == "expired":
+            for w in workers:  # its partitions are claimed again by a rebalance in the new session
+                w.min_generation = w.consumer.generation + 1
         back = outage(server, kind, args.outage_s, session_s)
         if nodes is not None:
             served = wait(lambda: node_serves(nodes), 60)
@@ -253,24 +279,48 @@ def main(argv: list[str] | None = None) -> int:
                     print(json.dumps(r), file=sys.stderr, flush=True)
     finally:
         server.remove()
-    targets = {
-        f"(a) node serving < {TARGET_NODE_S:g} s after ZooKeeper returns": all(
-            r.get("node_s") is not None and r["node_s"] < TARGET_NODE_S
-            for r in results
-            if r["scheme"] == COMPARED[Scheme.THREE_EAGER]
+    three = COMPARED[Scheme.THREE_EAGER]
+    expired_one = [r for r in results if r["outage"] == "expired" and r["scheme"] == COMPARED[Scheme.ONE]]
+    targets = [
+        (
+            "(a) node serving after ZooKeeper returns",
+            [r.get("node_s") for r in results if r["scheme"] == three],
+            TARGET_NODE_S,
         ),
-        f"(b) group consuming < {TARGET_GROUP_S:g} s after ZooKeeper returns (both schemes)": all(
-            r.get("group_s") is not None and r["group_s"] < TARGET_GROUP_S for r in results
+        (
+            "(b) group consuming after ZooKeeper returns, both schemes",
+            [r.get("group_s") for r in results],
+            TARGET_GROUP_S,
         ),
-    }
+        (
+            "(c) scheme three's group consuming after an expiry",
+            [r.get("group_s") for r in results if r["outage"] == "expired" and r["scheme"] == three],
+            TARGET_EXPIRED_THREE_S,
+        ),
+    ]
+    verdicts = {name: _verdict(values, target) for name, values, target in targets if values}
     if args.json:
-        Path(args.json).write_text(json.dumps({"results": results, "targets": targets}, indent=2))
+        Path(args.json).write_text(json.dumps({"results": results, "targets": verdicts}, indent=2))
     print(f"outage {args.outage_s:g} s, session timeout {args.session_ms} ms, {args.consumers} consumers")
     print(table(results))
     print()
-    for name, ok in targets.items():
-        print(f"{'PASS' if ok else 'FAIL'}  {name}")
-    return 0
+    for r in expired_one:
+        took = _s(r.get("group_s"))
+        print(f"scheme one's group consuming after an expiry: {took} (no target: docs/recovery.md)")
+    for name, v in verdicts.items():
+        print(f"{name}: worst {_s(v['worst'])} / target {v['target']:g} s = {v['ratio']}: {v['verdict']}")
+    return 0 if all(v["verdict"] == "met" for v in verdicts.values()) else 1
+
+
+def _verdict(values: list[float | None], target: float) -> dict:
+    worst = None if any(v is None for v in values) else max(values)
+    ok = worst is not None and worst < target
+    return {
+        "worst": worst,
+        "target": target,
+        "ratio": _ratio(worst, target),
+        "verdict": "met" if ok else "MISSED",
+    }
 
 
 if __name__ == "__main__":
