@@ -16,7 +16,7 @@ from tests.zk_proxy import ZkProxy
 def test_an_unanswered_reconnect_is_tried_again_within_the_bound_and_keeps_the_session(
     zk_server, monkeypatch
 ):
-    monkeypatch.setattr(zk_reconnect, "RECONNECT_ATTEMPT_S", 0.2)
+    monkeypatch.setattr(zk_reconnect, "RECONNECT_ANSWER_S", 0.2)
     proxy = ZkProxy(zk_server.host, zk_server.port)
     client = connect(f"127.0.0.1:{proxy.port}", session_timeout=6.0)
     try:
