@@ -44,6 +44,8 @@ from kazoo.protocol.states import KazooState, KeeperState
 
 from core import zk_auth
 from core.errors import GroupshiftError, ZooKeeperUnavailable
+from core.zk_reconnect import CONNECTION_RETRY, bound_reconnects
+from core.zk_reconnect import handler as reconnect_handler
 
 
 class ZooKeeperNoAuth(GroupshiftError):
@@ -116,8 +118,6 @@ ENV_CONNECT_TIMEOUT_MS = "GROUPSHIFT_ZK_CONNECT_TIMEOUT_MS"
 ENV_GIVE_UP_MS = "GROUPSHIFT_ZK_GIVE_UP_MS"
 SESSION_TIMEOUT_S = 10.0
 MIN_ENV_MS, MAX_ENV_MS = 100, 3_600_000
-# Reconnect quickly: kazoo's default backoff grows to an hour between attempts.
-CONNECTION_RETRY = dict(max_tries=-1, delay=0.1, backoff=1.5, max_delay=1.0)
 # A connect slower than this prints what it waits for (a reachable server answers in milliseconds).
 WAIT_NOTICE_S = 1.0
 MAX_HOSTS = 64
@@ -516,11 +516,13 @@ def _start(hosts, session_timeout, connect_timeout, security: ZkSecurity, read_o
         logger=_KazooLog(),
         hosts=hosts,
         timeout=session_timeout,
+        handler=reconnect_handler(),
         connection_retry=dict(CONNECTION_RETRY),
         command_retry=dict(max_tries=3, delay=0.1, backoff=2, max_delay=1.0),
         read_only=read_only,
         **security.kazoo(),
     )
+    bound_reconnects(client)  # a session is reconnected within about a second of ZooKeeper's return
     try:
         _start_waiting(client, hosts, connect_timeout)
     except AuthFailedError as exc:

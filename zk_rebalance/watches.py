@@ -3,9 +3,11 @@
 Watches are one-shot in ZooKeeper and kazoo drops them on every disconnect; zkclient keeps its
 listeners subscribed and re-arms them (`exists` + `getChildren`/`readData`) on each event. This
 mixin does the same on the member's ZooKeeper event thread: it re-arms, logs a `watch` event and
-sets the rebalance flag (`rebalanceEventTriggered`). Session expiry runs `handleNewSession` and
-`fireAllEvents`; a reconnect in the same session replays changes the server would have
-re-delivered (SetWatches); `stop_fetch_on_disconnect` turns a long SUSPENDED into lost ownership.
+sets the rebalance flag (`rebalanceEventTriggered`). Session expiry runs `handleNewSession`: the
+member registers again, re-arms every watch and rebalances once (0.8 rebalanced once more when
+zkclient's `fireAllEvents` re-delivered the watches); a reconnect in the same session replays
+changes the server would have re-delivered (SetWatches); `stop_fetch_on_disconnect` turns a long
+SUSPENDED into lost ownership.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from zk_rebalance.layout import (
     BROKER_IDS,
     BROKER_TOPICS,
     ids_dir,
+    topic_path,
 )
 from zk_rebalance.state import ConsumerRebalanceFailed
 from zk_rebalance.zkclient import Closing
@@ -77,7 +80,13 @@ class WatchesMixin:
             self._trigger("lease_expired")  # if the session survived after all, reclaim on reconnect
 
     def _handle_new_session(self) -> None:
-        """`ZKSessionExpireListener.handleNewSession`, then zkclient's `fireAllEvents`."""
+        """`ZKSessionExpireListener.handleNewSession`: register again at once, then rebalance once.
+
+        0.8 rebalanced here, then once more on its executor when zkclient's `fireAllEvents`
+        re-delivered every watch of the new session: a second release-read-claim round over what
+        the first had just read. Here every watch is armed again first (kazoo dropped them with
+        the session), so the one rebalance covers what they would report, and a trigger left
+        pending from the old session; a change after they are armed fires them as usual."""
         self.events.emit("session_expired", session=self._session_id)
         log.info(  # the typo is 0.8's
             "ZK expired; release old broker parition ownership; re-register consumer %s", self.consumer_id
@@ -86,18 +95,26 @@ class WatchesMixin:
             self._registry.clear()  # resetState: fetchers keep running (faithful)
         try:
             self._register()
+            self._rearm_all()
+            with self._cond:
+                self._triggered = False  # what it was set for is read by the rebalance below
             self._synced_rebalance("new_session")
         except ConsumerRebalanceFailed as exc:
             self._record_failure(exc)
         except Closing:
             return
-        self._fire_all()
 
-    def _fire_all(self) -> None:
+    def _rearm_all(self) -> None:
+        """Arm every watch in the new session, what it covers now as the baseline of the next event;
+        a wildcard subscription takes in the topics created meanwhile."""
         for path in sorted(self._child_paths):
-            self._child_event(path, fired_all=True)
+            children = self._subscribe_children(path)
+            if path == BROKER_TOPICS and self.subscription.is_wildcard:
+                self._wildcard_topics = self._allowed_topics(children)
+                self._data_paths.update(topic_path(t) for t in self._wildcard_topics)
         for path in sorted(self._data_paths):
-            self._data_event(path, fired_all=True)
+            stat = self._zkc.exists(path, watch=self._watch_cb)
+            self._last_mzxid[path] = stat.mzxid if stat else -1
 
     def _rearm_after_reconnect(self) -> None:
         """Same session: the server would re-deliver watches whose nodes changed meanwhile (SetWatches)."""
@@ -138,21 +155,20 @@ class WatchesMixin:
         stat = self._zkc.exists(path, watch=self._watch_cb)
         self._last_mzxid[path] = stat.mzxid if stat else -1
 
-    def _child_event(self, path: str, fired_all: bool = False) -> None:
+    def _child_event(self, path: str) -> None:
         """zkclient: re-arm (`exists` + `getChildren` with a watch), then call the listener."""
         self._zkc.exists(path, watch=self._watch_cb)
         children = self._zkc.children_maybe(path, watch=self._watch_cb)
         before = self._last_children.get(path, [])
-        self._on_children(path, children, before, fired_all)
+        self._on_children(path, children, before)
 
-    def _on_children(self, path: str, children: list[str], before: list[str], fired_all=False) -> None:
+    def _on_children(self, path: str, children: list[str], before: list[str]) -> None:
         self._last_children[path] = children
         kind = {ids_dir(self.group): "ids", BROKER_TOPICS: "topics", BROKER_IDS: "brokers"}.get(path, "child")
         self.events.emit(
             "watch",
             kind=kind,
             path=path,
-            fired_all=fired_all,
             count=len(children),
             joined=sorted(set(children) - set(before)),
             left=sorted(set(before) - set(children)),
@@ -162,29 +178,32 @@ class WatchesMixin:
         else:
             self._trigger(kind)
 
-    def _data_event(self, path: str, fired_all: bool = False) -> None:
+    def _data_event(self, path: str) -> None:
         """zkclient: `exists` re-arms, then `readData`; a deleted topic only logs a warning."""
         stat = self._zkc.exists(path, watch=self._watch_cb)
         self._last_mzxid[path] = stat.mzxid if stat else -1
         if stat is None:
-            self.events.emit("watch", kind="topic", path=path, deleted=True, fired_all=fired_all)
+            self.events.emit("watch", kind="topic", path=path, deleted=True)
             log.warning("topic %s was deleted", path)
             return
         if self._zkc.read_maybe(path) is None:
             return
-        self.events.emit("watch", kind="topic", path=path, deleted=False, fired_all=fired_all)
+        self.events.emit("watch", kind="topic", path=path, deleted=False)
         self._trigger("topic")
 
     def _topic_event(self, all_topics: list[str]) -> None:
         """`ZookeeperTopicEventWatcher` → `WildcardStreamsHandler.handleTopicEvent`."""
-        filt = self.subscription.filter
-        allowed = sorted(t for t in all_topics if filt.allows(t, self.exclude_internal_topics))
+        allowed = self._allowed_topics(all_topics)
         if allowed != self._wildcard_topics:
             self._wildcard_topics = allowed
             try:
                 self._reinitialize()  # subscribes the new topics and rebalances on this thread
             except ConsumerRebalanceFailed as exc:
                 self._record_failure(exc)
+
+    def _allowed_topics(self, all_topics: list[str]) -> list[str]:
+        filt = self.subscription.filter
+        return sorted(t for t in all_topics if filt.allows(t, self.exclude_internal_topics))
 
     def _trigger(self, why: str) -> None:
         """`rebalanceEventTriggered`: set the flag; the executor runs one rebalance per batch."""

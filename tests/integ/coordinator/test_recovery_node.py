@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from collections import defaultdict
@@ -29,6 +28,7 @@ from coordinator.node.zk_async import Fenced
 from coordinator.wire import codec as P
 from core.zk import connect
 from testing.zookeeper import expire_session
+from tests.zk_proxy import ZkProxy
 
 SHARDS = 4
 
@@ -109,69 +109,6 @@ def test_a_node_reclaims_its_own_leadership_with_a_new_epoch(zk_connect):
 # ---------------------------------------------------------------------------------------------
 
 
-class Proxy:
-    """A TCP forwarder to ZooKeeper that the test can cut (connections reset, new ones refused)."""
-
-    def __init__(self, host: str, port: int):
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.blocked = False
-        self.conns: list[socket.socket] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.blocked:
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                self.conns += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        self.blocked = True
-        with self.lock:
-            conns, self.conns = self.conns, []
-        for s in conns:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def restore(self) -> None:
-        self.blocked = False
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
-
-
 def events(path) -> list[dict]:
     out = []
     for line in path.read_text().splitlines():
@@ -227,7 +164,7 @@ NODE_ARGS = (
 def test_two_nodes_never_both_lead_a_shard_across_an_expiry(zk_server, zk_connect, tmp_path):
     chroot = zk_connect[len(zk_server.connect_string) :]
     host, port = zk_server.connect_string.rsplit(":", 1)
-    proxy = Proxy(host, int(port))
+    proxy = ZkProxy(host, int(port))
     groups = [group_in_shard(s, 8) for s in range(8)]
     nodes: list[NodeProcess] = []
     probes: list[tuple[str, bool, bool]] = []
