@@ -1,8 +1,9 @@
 """A migration killed at any step: `migrate run` again finishes it, `migrate rollback` undoes it.
 
 The test hook `GROUPSHIFT_MIGRATE_EXIT_AT=k` ends the `groupshift migrate` process at its k-th
-checkpoint (a step boundary: after the lock, before and after each record transition, before and
-after each copy transaction), as a kill would: no cleanup, the lock left behind. Scheme one to
+checkpoint (a step boundary: before and after each write of the record — the first takes the
+lock, the last releases it — and before and after each copy transaction), as a kill would: no
+cleanup, the lock left behind. Scheme one to
 scheme three is killed at every named checkpoint (tests/kill_sweep.py), the way back at spot
 checks around the copy and the switch. One group per kill point, so the killed runs, the resumes
 and the rollbacks each run side by side.
@@ -83,8 +84,8 @@ def checkpoints_of_one_run(zk, source: str, dest: str) -> list[str]:
 def test_killed_at_a_checkpoint_run_again_finishes_and_rollback_undoes(zk, zk_connect, source, dest, choose):
     names = checkpoints_of_one_run(zk, source, dest)
     points = choose(names)
-    if choose is every_named:  # every step of the state machine, the lock and the copy
-        steps = {"locked", "before:frozen", "copy:1", "before:switched", "switched", "done"}
+    if choose is every_named:  # every write of the record (the lock with the first), and the copy
+        steps = {"before:frozen", "frozen", "copy:1", "copied", "before:done", "done"}
         assert steps <= set(points.values()), points
     want = {}
     killed = {}
@@ -170,6 +171,66 @@ def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
         zk.stop()
     finally:
         server.remove()
+
+
+def test_a_commit_while_the_run_is_stopped_stops_it_before_the_switch(zk, zk_connect):
+    """Runs stopped at a checkpoint (SIGSTOP) while the world changes under them, all side by side:
+    a consumer commits to the source after the copy's last transaction, before the source is read
+    again (a new offset, the same offset again, a new partition; and the way back, from the
+    coordinator's store in the middle of the copy), or someone writes a partition of the
+    destination an earlier copy transaction wrote. Each run ends with one line and exit 1 before
+    the switch; `rollback` then leaves the destination empty."""
+    a0 = TP("a", 0)
+    to_coord = ["--from", "zk", "--to", "coordinator", "--batch", BATCH]
+    cases = {  # group: (direction, where to stop, what happens meanwhile, what the refusal says)
+        "moved": (
+            to_coord,
+            "copied",
+            lambda: legacy.write_offsets(zk, "moved", {a0: 5}, batch=10),
+            "a-0",
+        ),
+        "again": (  # the same offset: a commit all the same
+            to_coord,
+            "copied",
+            lambda: zk.set("/consumers/again/offsets/a/0", str(want["again"][a0]).encode()),
+            "a-0: 1001 -> 1001 (committed again)",
+        ),
+        "added": (
+            to_coord,
+            "copied",
+            lambda: legacy.write_offsets(zk, "added", {TP("a", 9): 1}, batch=10),
+            "a-9: None -> 1",
+        ),
+        "back": (
+            ["--from", "coordinator", "--to", "zk", "--batch", BATCH],
+            "copy:1",
+            lambda: commit(zk, "coordinator", "back", {a0: 5}),
+            "changed since it was frozen",
+        ),
+        "dest": (
+            to_coord,
+            "copy:1",
+            lambda: commit(zk, "coordinator", "dest", {a0: 5}),
+            "differ after the copy",
+        ),
+    }
+    want = {g: offsets_for("coordinator" if g == "back" else "zk", zk, g) for g in cases}
+    procs = {g: spawn(zk_connect, "run", g, *d, stop_at=at) for g, (d, at, _, _) in cases.items()}
+    for g, proc in procs.items():
+        assert stopped(proc), (g, proc.communicate())
+        cases[g][2]()
+        proc.send_signal(signal.SIGCONT)
+    for g, (code, err) in finish(procs).items():
+        last = err.strip().splitlines()[-1]
+        assert code == 1 and last.startswith("error: ") and "Traceback" not in err, (g, code, err)
+        assert cases[g][3] in last and ("changed since it was frozen" in last or g == "dest"), (g, err)
+        rec, _ = offline.read_record(zk, g)
+        assert rec.state in (R.FROZEN, R.COPIED), (g, rec.state)  # not switched
+        assert offline.lock_holder(zk, g) is None, g
+    undo = {g: spawn(zk_connect, "rollback", g) for g in cases}
+    for g, (code, err) in finish(undo).items():
+        assert code == 0, (g, err)
+        assert offline.offsets(zk, "zk" if g == "back" else "coordinator", g) == {}, g
 
 
 def group_subtrees(zk_connect: str, group: str) -> dict:
