@@ -25,10 +25,9 @@ from kazoo.client import KazooClient
 from core.errors import GroupshiftError, UnknownGroup
 from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate.migration import bridge, offline
+from migrate.migration import bridge, offline, report
 from migrate.migration import record as R
 from migrate.migration.look import Look, look
-from migrate.migration.look import sides as read_sides
 from migrate.migration.offline import (
     MigrationBusy,
     _dead_here,
@@ -40,7 +39,7 @@ from migrate.migration.offline import (
     offsets,
     read_record,
 )
-from migrate.migration.sides import Side, check_kind, kind_of, kind_refusal
+from migrate.migration.sides import Side, check_kind, kind_of, kind_refusal, read_side
 from migrate.schemes import coordinator_store, writes, zk_store
 
 SETTLE_S = 30.0  # how long `run` waits for the members' commits to bring the coordinator level
@@ -61,7 +60,15 @@ def check_args(source: str | Rebalancer, dest: str | Rebalancer, legacy_assignor
 
 def behind(zk: KazooClient, group: str) -> dict[TopicPartition, tuple[int, int | None]]:
     """Partitions whose coordinator offset is not (yet) the legacy one: tp -> (legacy, coordinator)."""
-    return _lag(*read_sides(zk, group, Rebalancer.ZK, Rebalancer.COORDINATOR))
+    return _lag(*_legacy_then_coordinator(zk, group))
+
+
+def _legacy_then_coordinator(zk: KazooClient, group: str) -> tuple[Side, Side]:
+    """Both sides, the legacy one first: a bridged member commits there first, then to the
+    coordinator, so reading the coordinator's side after gives the commit in between time to land
+    (read together, a member committing all the time would almost always look behind)."""
+    legacy = read_side(zk, Rebalancer.ZK, group)
+    return legacy, read_side(zk, Rebalancer.COORDINATOR, group)
 
 
 def _lag(src: Side, dst: Side) -> dict[TopicPartition, tuple[int, int | None]]:
@@ -122,10 +129,7 @@ def plan(
         "record": rec.state if rec else None,
         "steps": list(steps),
         "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
-        "offsets": [
-            {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
-            for tp in sorted(src)
-        ],
+        "offsets": report.offset_rows(src, dst),
     }
 
 
@@ -197,9 +201,8 @@ def run(
     )
     try:
         # planned and bridged in one write with the lock: the legacy offsets just read are the snapshot
-        st.take(
-            R.advance(planned, R.BRIDGED, _now(), snapshot=R.as_rows(seen.src.values())), holder, seen.missing
-        )
+        st.will_take(holder, seen.missing)
+        st.write(R.advance(planned, R.BRIDGED, _now(), snapshot=R.as_rows(seen.src.values())))
         return _advance(st, wait_s, settle_s, progress)
     finally:
         st.unlock()
@@ -287,7 +290,7 @@ def _settle(st: _Run, settle_s: float, progress) -> None:
     (through the node, which refuses such a commit once a member joined)."""
     deadline = time.monotonic() + settle_s
     while True:
-        src, dst = read_sides(st.zk, st.group, Rebalancer.ZK, Rebalancer.COORDINATOR)
+        src, dst = _legacy_then_coordinator(st.zk, st.group)
         lag, total = _lag(src, dst), len(src.offsets)
         if progress is not None and total:
             progress(total - len(lag), total)

@@ -57,7 +57,7 @@ from migrate.migration.sides import (
     parse,
     side_reader,
 )
-from migrate.schemes import writes, zkio
+from migrate.schemes import writes, zk_store, zkio
 
 EXIT_CODE = 99
 _reached = 0  # checkpoints this process passed (the k of GROUPSHIFT_MIGRATE_EXIT_AT=k)
@@ -94,13 +94,17 @@ def _holder_text(h: dict) -> str:
 
 
 class _Run:
-    """One process's hold on a group's migration: the lock, the record and its version."""
+    """One process's hold on a group's migration: the lock, the record and its version.
+
+    A resumed run takes the lock on its own (`lock`); a fresh one takes it with the record's
+    first write (`will_take`): on its own (`write`), or riding with the copy (`write_ops`)."""
 
     def __init__(self, zk: KazooClient, group: str, say):
         self.zk, self.group, self.say = zk, group, say
         self.rec: R.Migration | None = None
         self.version = -1
         self.locked = False
+        self.taking: tuple[dict | None] | None = None  # (a dead run's lock to delete) until taken
 
     def _lock_data(self) -> bytes:
         return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since_ms": _now()}).encode()
@@ -123,32 +127,15 @@ class _Run:
             return
         raise MigrationBusy(f"the migration lock of {self.group!r} could not be taken; run again")
 
-    def take(self, new: R.Migration, holder: dict | None, missing: list[str]) -> None:
-        """The lock and the record's first write of this run in one `multi`: a fresh run's
-        `planned` and `frozen`. `holder`: the lock a dead process on this host left (deleted in
-        it); `missing`: the shared containers to create first (`look.record_reader` read both)."""
+    def will_take(self, holder: dict | None, missing: list[str]) -> None:
+        """The next write of the record takes the lock (`holder`: a lock a dead process on this
+        host left, deleted in it); `missing`: the shared containers, created now."""
         for path in missing:
             try:
                 self.zk.create(path, b"")
             except NodeExistsError:
                 pass
-        checkpoint(f"before:{new.state}")
-        txn = self.zk.transaction()
-        if holder is not None:
-            txn.delete(migration_lock_path(self.group), version=holder["version"])
-        txn.create(migration_lock_path(self.group), self._lock_data(), ephemeral=True)
-        self._record_op(txn, new)
-        results = _commit(txn)
-        if any(isinstance(r, Exception) for r in results):
-            holder = lock_holder(self.zk, self.group)
-            if holder is not None and not _dead_here(holder):
-                raise _busy(self.group, holder)
-            raise MigrationBusy(
-                f"the migration record or lock of {self.group!r} changed under this run; "
-                "check `migrate status` and run again"
-            )
-        self.locked = True
-        self.wrote(new)
+        self.taking = (holder,)
 
     def unlock(self) -> None:
         if not self.locked:
@@ -159,41 +146,59 @@ class _Run:
             pass
         self.locked = False
 
-    def record_ops(self, new: R.Migration) -> list[tuple]:
-        """`zk_store.run_ops` ops writing `new`, guarded by the lock and the record's version."""
-        path, data = migration_path(self.group), R.encode(new)
-        write = ("create", path, data) if self.version < 0 else ("set", path, data, self.version)
-        return [("check", migration_lock_path(self.group), 0), write]
-
-    def _record_op(self, txn, new: R.Migration) -> None:
-        path = migration_path(self.group)
-        if self.version < 0:
-            txn.create(path, R.encode(new))
-        else:
-            txn.set_data(path, R.encode(new), version=self.version)
+    def write_ops(self, new: R.Migration, *, taken: bool = False) -> list[tuple]:
+        """`zk_store.run_ops` ops writing `new`: guarded by the lock and the record's version, or,
+        while this run has not taken the lock yet, taking it. `taken`: as the write after the one
+        that takes it (a copy's last transaction when its first took the lock)."""
+        lock, path, data = migration_lock_path(self.group), migration_path(self.group), R.encode(new)
+        version = self.version + 1 if taken else self.version
+        record = ("create", path, data) if version < 0 else ("set", path, data, version)
+        if self.taking is None or taken:
+            return [("check", lock, 0), record]
+        holder = self.taking[0]
+        dead = [("delete", lock, holder["version"])] if holder is not None else []
+        return [*dead, ("ephemeral", lock, self._lock_data()), record]
 
     def write(self, new: R.Migration, *, release: bool = False) -> None:
-        """One write of the record: one multi, guarded by the lock and the record's version; with
-        `release`, the lock is deleted in it (the run's last write)."""
+        """One write of the record: one multi (`write_ops`); with `release`, the lock is deleted
+        in it (the run's last write)."""
         checkpoint(f"before:{new.state}")
-        txn = self.zk.transaction()
-        txn.check(migration_lock_path(self.group), version=0)
-        self._record_op(txn, new)
-        if release:
-            txn.delete(migration_lock_path(self.group), version=0)
-        results = _commit(txn)
+        ops = self.write_ops(new) + ([("delete", migration_lock_path(self.group), 0)] if release else [])
+        results = _commit(zk_store.transaction(self.zk, ops))
         if any(isinstance(r, Exception) for r in results):
-            raise MigrationBusy(
-                f"the migration record of {self.group!r} changed under this run ({results!r}); "
-                "check `migrate status` and run again"
-            )
-        self.locked = self.locked and not release
+            raise self.refused(results)
         self.wrote(new)
+        self.locked = self.locked and not release
 
-    def wrote(self, new: R.Migration) -> None:
-        """`new` is stored (one write may carry several transitions: each is said)."""
+    def refused(self, why) -> GroupshiftError:
+        """The error for a write of the record that ZooKeeper refused (`why`: its results, or the
+        error of a copy transaction that carried the record): another run took the lock meanwhile,
+        or the record changed under this run."""
+        if self.taking is not None:
+            try:
+                holder = lock_holder(self.zk, self.group)
+            except GroupshiftError:
+                holder = None
+            if holder is not None and not _dead_here(holder):
+                return _busy(self.group, holder)
+        if isinstance(why, GroupshiftError):
+            return why
+        return MigrationBusy(
+            f"the migration record of {self.group!r} changed under this run ({why!r}); "
+            "check `migrate status` and run again"
+        )
+
+    def wrote(self, new: R.Migration, copy_line: str | None = None) -> None:
+        """`new` is stored (one write may carry several transitions: each is said, and
+        `copy_line`, the copy's summary, before `copied`)."""
+        if self.taking is not None:
+            self.taking, self.locked = None, True
         fresh = self.rec is None or self.rec.state in R.TERMINAL  # a new migration replaces the record
-        for state, _ in new.history[0 if fresh else len(self.rec.history) :] or new.history[-1:]:
+        states = [s for s, _ in new.history[0 if fresh else len(self.rec.history) :] or new.history[-1:]]
+        for state in states:
+            if copy_line and (state == R.COPIED or R.COPIED not in states):
+                self.say(copy_line)
+                copy_line = None
             self.say(f"migrate {self.group}: {state}")
         self.rec, self.version = new, self.version + 1
         checkpoint(new.state)
@@ -267,13 +272,15 @@ def run(
             f"group {group!r} already has {len(dst)} committed offset(s) under {dest.value}; "
             "pass --overwrite to replace them (a rollback restores them)"
         )
-    # The offsets `look` read are the snapshot (planned and frozen are one write) and the copy's
-    # baseline; their mzxids are what the source must still show before the switch.
+    # The offsets `look` read are the snapshot and the copy's baseline; their mzxids are what the
+    # source must still show before the switch. Planned and frozen are one write, which takes the
+    # lock (with the copy's first transaction when that is written in ZooKeeper).
     planned = R.new(group, source.value, dest.value, mode, _now(), dst, seen.dst.exists, overwrite)
     st.rec, st.version = rec, seen.version
+    st.will_take(seen.holder, seen.missing)
     try:
-        st.take(R.advance(planned, R.FROZEN, _now(), snapshot=R.as_rows(src)), seen.holder, seen.missing)
-        return _advance(st, batch, progress, seen.src, seen.dst)
+        frozen = R.advance(planned, R.FROZEN, _now(), snapshot=R.as_rows(src))
+        return _advance(st, batch, progress, seen.src, seen.dst, frozen)
     finally:
         st.unlock()
 
@@ -301,25 +308,32 @@ def _clear_dead_lock(zk: KazooClient, group: str) -> None:
 FOLD_RECORD_BYTES = 256 * 1024
 
 
-def _advance(st: _Run, batch: int, progress, src: Side | None = None, dst: Side | None = None) -> R.Migration:
+def _advance(
+    st: _Run,
+    batch: int,
+    progress,
+    src: Side | None = None,
+    dst: Side | None = None,
+    frozen: R.Migration | None = None,
+) -> R.Migration:
     """Carry the migration on from its recorded state; `src`, `dst`: both sides as this run read
-    them a moment ago, before freezing (a fresh run), else they are read now, under the lock."""
+    them a moment ago, before freezing (a fresh run), else they are read now, under the lock;
+    `frozen`: a fresh run's first record, not written yet (the write that takes the lock)."""
     zk, g = st.zk, st.group
-    m = st.rec
-    assert m is not None
-    if m.state == R.PLANNED:  # a run killed between planning and freezing (older versions)
-        check_idle(zk, g, m.source, m.dest)
+    if frozen is None and st.rec.state == R.PLANNED:  # killed between planning and freezing (older versions)
+        check_idle(zk, g, st.rec.source, st.rec.dest)
         checkpoint("before:snapshot")
-        snap = offsets(zk, m.source, g)
-        R.check_bound(len(snap), f"group {g!r} under {m.source}")
-        st.write(R.advance(m, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
-    want = R.as_offsets(st.rec.snapshot)
+        snap = offsets(zk, st.rec.source, g)
+        R.check_bound(len(snap), f"group {g!r} under {st.rec.source}")
+        st.write(R.advance(st.rec, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
+    m = frozen or st.rec
+    want = R.as_offsets(m.snapshot)
     if src is None or dst is None:  # resumed: a consumer may have committed since the snapshot
-        src, dst = read_sides(zk, g, parse(st.rec.source), parse(st.rec.dest))
-        _check_snapshot(st.rec, src.values())
+        src, dst = read_sides(zk, g, parse(m.source), parse(m.dest))
+        _check_snapshot(m, src.values())
     pending: list[R.State] = []  # transitions proven, not written yet: they ride with the next write
-    if st.rec.state in (R.FROZEN, R.COPIED):
-        pending = _copy(st, want, dst, batch, progress)
+    if m.state in (R.FROZEN, R.COPIED):
+        pending = _copy(st, m, want, dst, batch, progress)
     if st.rec.state == R.VERIFIED or R.VERIFIED in pending:
         switch(st, src, dst, pending)
     elif st.rec.state == R.SWITCHED:
@@ -358,54 +372,61 @@ def _check_source(zk: KazooClient, m: R.Migration, want: dict[TopicPartition, in
         raise moved
 
 
-def _copy(st: _Run, want: dict[TopicPartition, int], dst: Side, batch: int, progress) -> list[R.State]:
+def _copy(
+    st: _Run, m: R.Migration, want: dict[TopicPartition, int], dst: Side, batch: int, progress
+) -> list[R.State]:
     """Write what the destination lacks; returns the transitions proven and not yet written.
 
-    The record's `copied` (and `verified`, when the last transaction wrote every partition) rides
-    with the last copy transaction when that is written in ZooKeeper; partitions it did not write
-    are read back once (`proof.read_back`)."""
-    zk, m = st.zk, st.rec
+    `m`: the record as it is (or as this run's first write, not done yet, will store it). Written
+    in ZooKeeper, the copy carries the record: its last transaction moves it to `copied` (and
+    `verified` when it wrote every partition), and its first takes the lock and stores the
+    record when this run has not yet. Partitions the last transaction did not write are read
+    back once (`proof.read_back`)."""
+    zk = st.zk
     todo = {tp: want[tp] for tp in R.diff(want, dst.values())}
     batch = max(1, min(batch, writes.BATCH))
     back = proof.read_back(want, todo, batch)
     states = ([R.COPIED] if m.state == R.FROZEN else []) + ([] if back else [R.VERIFIED])
+    new, known = _through(m, states), dst.known()
+    fold = bool(todo and states) and writes.in_zookeeper(m.dest, known)
+    fold = fold and len(R.encode(new)) <= FOLD_RECORD_BYTES
+    if st.taking is not None and not fold:
+        st.write(m)  # the lock and the record's first write on their own
     checkpoint("before:copy")
     if todo:
-        new = _through(m, states)
-        fold = bool(states) and len(R.encode(new)) <= FOLD_RECORD_BYTES
+        first, last = (), ()
+        if fold and st.taking is not None and len(todo) > batch:
+            first, last = st.write_ops(m), st.write_ops(new, taken=True)
+        elif fold:
+            last = st.write_ops(new)
         n = [0]
         started = time.monotonic()
 
         def step(done: int, total: int) -> None:
             n[0] += 1
+            if n[0] == 1 and first:
+                st.wrote(m)
             if progress is not None:
                 progress(done, total)
             checkpoint(f"copy:{n[0]}")
 
-        how, folded = writes.write_known(
-            zk,
-            m.dest,
-            m.group,
-            todo,
-            dst.known(),
-            last=st.record_ops(new) if fold else (),
-            progress=step,
-            batch=batch,
-        )
-        secs = max(time.monotonic() - started, 1e-6)
-        st.say(f"migrate {m.group}: copied {len(todo)} offsets {how} ({len(todo) / secs:,.0f} partitions/s)")
-        if fold and folded:
-            st.wrote(new)
-            states = []
-    if back:
-        have = _read_back(zk, dst, back)
-        bad = R.diff({tp: want[tp] for tp in back}, have)
-        if bad:
-            tp = bad[0]
-            raise GroupshiftError(
-                f"{len(bad)} partition(s) differ after the copy ({tp.topic}-{tp.partition}: "
-                f"source {want[tp]}, destination {have.get(tp)}); run again to copy them again, or roll back"
+        try:
+            how = writes.write_known(
+                zk, m.dest, m.group, todo, known, first=first, last=last, progress=step, batch=batch
             )
+        except GroupshiftError as exc:
+            raise st.refused(exc) from None
+        secs = max(time.monotonic() - started, 1e-6)
+        line = f"migrate {m.group}: copied {len(todo)} offsets {how} ({len(todo) / secs:,.0f} partitions/s)"
+        if fold:
+            st.wrote(new, line)
+            states = []
+        else:
+            st.say(line)
+    if back:
+        differ = proof.copy_differs(want, back, _read_back(zk, dst, back))
+        if differ:
+            raise differ
         states.append(R.VERIFIED)
     return states
 

@@ -53,6 +53,20 @@ def read_back(
     return sorted(tp for tp in want if tp not in last)
 
 
+def copy_differs(
+    want: dict[TopicPartition, int], back: list[TopicPartition], have: dict[TopicPartition, int]
+) -> GroupshiftError | None:
+    """The refusal when partitions read back after the copy (`back`, found `have`) are not `want`'s."""
+    bad = [tp for tp in back if have.get(tp) != want[tp]]
+    if not bad:
+        return None
+    tp = bad[0]
+    return GroupshiftError(
+        f"{len(bad)} partition(s) differ after the copy ({tp.topic}-{tp.partition}: "
+        f"source {want[tp]}, destination {have.get(tp)}); run again to copy them again, or roll back"
+    )
+
+
 def source_moved(
     group: str, scheme: str, before: dict[TopicPartition, Committed], now: dict[TopicPartition, Committed]
 ) -> GroupshiftError | None:

@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 
 from core.errors import GroupshiftError, UnknownGroup
 from core.scheme import Rebalancer
+from core.types import TopicPartition
 from migrate.migration import bridge
 from migrate.migration import record as R
 from migrate.migration.look import Look, lock_holder, look, read_record
@@ -52,10 +53,6 @@ def plan(
         ),
         (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
     ]
-    rows = [
-        {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
-        for tp in sorted(src)
-    ]
     return {
         "group": group,
         "from": source.value,
@@ -67,8 +64,16 @@ def plan(
         "record": rec.state if rec else None,
         "steps": [s for s in R.ORDER if not resuming or R.ORDER.index(s) > R.ORDER.index(rec.state)],
         "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
-        "offsets": rows,
+        "offsets": offset_rows(src, dst),
     }
+
+
+def offset_rows(src: dict[TopicPartition, int], dst: dict[TopicPartition, int]) -> list[dict]:
+    """`plan`'s rows: every partition of the source, its offset on both sides."""
+    return [
+        {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
+        for tp in sorted(src)
+    ]
 
 
 def _kind_checks(seen: Look) -> list[tuple]:

@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from core.errors import GroupshiftError, UnknownGroup
 from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate.migration import offline, proof, sides
+from migrate.migration import offline, proof, report, sides
 from migrate.migration import record as R
 from migrate.migration.kafka_target import KafkaTarget, check_bootstrap
 from migrate.migration.look import record_reader
@@ -138,10 +138,6 @@ def plan(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str, 
         ("no unfinished migration with other arguments", _conflict(rec, source, bootstrap) is None, ""),
         (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
     ]
-    rows = [
-        {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
-        for tp in sorted(src)
-    ]
     return {
         "group": group,
         "from": source.value,
@@ -154,7 +150,7 @@ def plan(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str, 
         "record": rec.state if rec else None,
         "steps": [s for s in R.ORDER if not resuming or R.ORDER.index(s) > R.ORDER.index(rec.state)],
         "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
-        "offsets": rows,
+        "offsets": report.offset_rows(src, dst),
     }
 
 
@@ -232,7 +228,8 @@ def run(
         st.rec, st.version = rec, version
         try:
             # planned and frozen in one write with the lock: the offsets just read are the snapshot
-            st.take(R.advance(new, R.FROZEN, offline._now(), snapshot=R.as_rows(src)), holder, missing)
+            st.will_take(holder, missing)
+            st.write(R.advance(new, R.FROZEN, offline._now(), snapshot=R.as_rows(src)))
             return _advance(st, t, batch, progress, seen, dst)
         finally:
             st.unlock()
@@ -275,14 +272,9 @@ def _advance(
         if todo:
             _copy(st, t, todo, batch, progress)
         back = proof.read_back(want, todo, batch)
-        have = t.offsets(g, back) if back else {}
-        bad = R.diff({tp: want[tp] for tp in back}, have)
-        if bad:
-            tp = bad[0]
-            raise GroupshiftError(
-                f"{len(bad)} partition(s) differ after the copy ({tp.topic}-{tp.partition}: "
-                f"source {want[tp]}, destination {have.get(tp)}); run again to copy them again, or roll back"
-            )
+        differ = proof.copy_differs(want, back, t.offsets(g, back) if back else {})
+        if differ:
+            raise differ
         pending = ([R.COPIED] if st.rec.state == R.FROZEN else []) + [R.VERIFIED]
     if st.rec.state == R.VERIFIED or pending:
         t.check_idle(g)

@@ -127,31 +127,38 @@ def write_known(
     offsets: dict[TopicPartition, int],
     known: Known,
     *,
+    first: list[tuple] | tuple = (),
     last: list[tuple] | tuple = (),
     progress=None,
     batch: int = BATCH,
-) -> tuple[str, bool]:
+) -> str:
     """`commit` for a caller that checked the group is inactive and read it (`known`) a moment ago.
 
-    Written in ZooKeeper (scheme one, or no node leads the shard), the final transaction also
-    carries the `last` ops (`zk_store.run_ops`); returns (how it was written, whether they were).
-    Every transaction applied whole: the destination holds exactly `offsets`, each set with the
-    version `known` read (a writer in between fails the transaction instead of being overwritten).
+    Written in ZooKeeper (`in_zookeeper`), the first transaction also carries the `first` ops and
+    the final one the `last` ops (`zk_store.run_ops`); returns how it was written. Every
+    transaction applied whole: the destination holds exactly `offsets`, each set with the version
+    `known` read (a writer in between fails the transaction instead of being overwritten).
     """
     batch = max(1, min(batch, BATCH))
     if not known.exists and not known.shared:  # created apart: other groups' writes may race for it
         zkio.ensure_shared(zk, SHARED[store_of(scheme)])
     if store_of(scheme) is Rebalancer.ZK:
         ops = zk_store.offset_ops(group, offsets, known.leaves, known.exists)
-        n = zk_store.run_ops(zk, ops, batch=batch, progress=progress, last=last)
-        return f"in ZooKeeper ({n} transaction{'s' if n != 1 else ''})", True
+        n = zk_store.run_ops(zk, ops, batch=batch, progress=progress, first=first, last=last)
+        return f"in ZooKeeper ({n} transaction{'s' if n != 1 else ''})"
     if known.leader is not None:
+        assert not first and not last, "a write through the node carries no ZooKeeper ops"
         _commit_via(known.leader, group, offsets, progress, batch)
-        return f"through coordinator {known.leader.address}", False
+        return f"through coordinator {known.leader.address}"
     guard = (epoch_path(known.shard), known.epoch_version) if known.epoch_version >= 0 else None
     ops = _coordinator_ops(group, offsets, known.leaves, known.exists)
-    n = zk_store.run_ops(zk, ops, batch=batch, guard=guard, progress=progress, last=last)
-    return _fenced(known.shard, n), True
+    n = zk_store.run_ops(zk, ops, batch=batch, guard=guard, progress=progress, first=first, last=last)
+    return _fenced(known.shard, n)
+
+
+def in_zookeeper(scheme: str | Rebalancer, known: Known) -> bool:
+    """`write_known` writes in ZooKeeper (and carries other ops), not through a coordinator node."""
+    return store_of(scheme) is Rebalancer.ZK or known.leader is None
 
 
 def _commit_via(

@@ -242,35 +242,24 @@ def run_ops(
     batch: int,
     guard: tuple | None = None,
     progress=None,
+    first: list[tuple] | tuple = (),
     last: list[tuple] | tuple = (),
 ) -> int:
     """Run `ops` as `multi` transactions of at most `batch` ops each, not counting the parents
-    they create ("mkdir"), each led by `guard` (a check op). `last` ops close the final
-    transaction (a migration's record moves with its last copy transaction). Ops:
-    ("create"|"set"|"delete"|"check", path, ...), ("mkdir", path).
+    they create ("mkdir"), each led by `guard` (a check op). `first` ops open the first
+    transaction and `last` ops close the final one (a migration's lock and record move with its
+    copy). Ops: ("create"|"set"|"delete"|"check", path, ...), ("mkdir", path), ("ephemeral",
+    path, data).
 
     `progress(done, total)` is called after each transaction. Returns the transactions used.
     """
-    chunks = _chunks(ops, batch) or ([[]] if last else [])
+    chunks = _chunks(ops, batch) or ([[]] if first or last else [])
     total = sum(op[0] != "mkdir" for op in ops)
     n = done = 0
     for i, chunk in enumerate(chunks):
         done += sum(op[0] != "mkdir" for op in chunk)
-        chunk = chunk + list(last) if i == len(chunks) - 1 else chunk
-        txn = zk.transaction()
-        if guard is not None:
-            txn.check(guard[0], version=guard[1])
-        for op in chunk:
-            if op[0] == "create":
-                txn.create(op[1], op[2])
-            elif op[0] == "mkdir":
-                txn.create(op[1], b"")
-            elif op[0] == "set":
-                txn.set_data(op[1], op[2], version=op[3])
-            elif op[0] == "delete":
-                txn.delete(op[1], version=op[2] if len(op) > 2 else -1)
-            elif op[0] == "check":
-                txn.check(op[1], version=op[2])
+        chunk = (list(first) if i == 0 else []) + chunk + (list(last) if i == len(chunks) - 1 else [])
+        txn = transaction(zk, ([("check", *guard)] if guard is not None else []) + chunk)
         zkio.requests["multi"] += 1
         zkio.requests["znodes written"] += sum(op[0] != "check" for op in chunk)
         try:
@@ -290,6 +279,27 @@ def run_ops(
         if progress is not None:
             progress(done, total)
     return n
+
+
+def transaction(zk: KazooClient, ops: list[tuple]):
+    """A kazoo transaction of `run_ops`'s ops (not committed)."""
+    txn = zk.transaction()
+    for op in ops:
+        if op[0] == "create":
+            txn.create(op[1], op[2])
+        elif op[0] == "ephemeral":
+            txn.create(op[1], op[2], ephemeral=True)
+        elif op[0] == "mkdir":
+            txn.create(op[1], b"")
+        elif op[0] == "set":
+            txn.set_data(op[1], op[2], version=op[3])
+        elif op[0] == "delete":
+            txn.delete(op[1], version=op[2] if len(op) > 2 else -1)
+        elif op[0] == "check":
+            txn.check(op[1], version=op[2])
+        else:
+            raise ValueError(f"unknown op {op[0]!r}")
+    return txn
 
 
 def _chunks(ops: list[tuple], batch: int) -> list[list[tuple]]:

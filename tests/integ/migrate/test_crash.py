@@ -85,7 +85,7 @@ def test_killed_at_a_checkpoint_run_again_finishes_and_rollback_undoes(zk, zk_co
     names = checkpoints_of_one_run(zk, source, dest)
     points = choose(names)
     if choose is every_named:  # every write of the record (the lock with the first), and the copy
-        steps = {"before:frozen", "frozen", "copy:1", "copied", "before:done", "done"}
+        steps = {"before:copy", "frozen", "copy:1", "copied", "before:done", "done"}
         assert steps <= set(points.values()), points
     want = {}
     killed = {}

@@ -197,7 +197,7 @@ def test_bad_input_one_line_nothing_changed(zk, zk_connect, zk_server):
     one_line_failure(r)
     # an unfinished migration refuses one in the other direction, and a second run while it is held
     assert migrate(
-        "run", "taken", *to_coord, "--overwrite", zk_connect=zk_connect, exit_at="frozen"
+        "run", "taken", *to_coord, "--overwrite", zk_connect=zk_connect, exit_at="copy:1"
     ).returncode
     # The killed run's ephemeral lock lives until ZooKeeper expires its session: wait for that,
     # so the snapshot below does not race ZooKeeper's own deletion of it.
