@@ -100,9 +100,8 @@ def _leaf(tp: TopicPartition) -> tuple[str, str]:
 def offsets_of(read: zkio.Leaves) -> dict[TopicPartition, Committed]:
     out: dict[TopicPartition, Committed] = {}
     for (topic, p), (data, stat) in read.leaves.items():
-        text = data.decode("utf-8", "replace").strip()
-        if p.isdigit() and text.lstrip("-").isdigit():
-            out[TopicPartition(topic, int(p))] = Committed(int(text), stat.mtime, stat.mzxid)
+        if p.isdigit() and data.strip().lstrip(b"-").isdigit():
+            out[TopicPartition(topic, int(p))] = Committed(int(data), stat.mtime, stat.mzxid)
     return out
 
 
