@@ -95,10 +95,11 @@ def sides(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer) -> 
 
 
 def recheck(zk: KazooClient, src: Side, dst: Side | None) -> tuple[Side, Side | None]:
-    """The source read again (its partitions `src` saw in the first round, beside their listings)
-    and the destination's group and members (not its offsets; None: not in ZooKeeper), together:
-    one round when the source gained no partition and the shards are known."""
-    now_src = side_reader(src.scheme, src.group, known=src.offsets, shard=_shard(src))
+    """The source read again (its partitions `src` saw in the first round, beside their listings;
+    left undecoded: `proof.rewritten` compares the znodes) and the destination's group and members
+    (not its offsets; None: not in ZooKeeper), together: one round when the source gained no
+    partition and the shards are known."""
+    now_src = side_reader(src.scheme, src.group, known=src.offsets, decode=False, shard=_shard(src))
     if dst is None:
         return zkio.staged(zk, now_src)[0], None
     now_dst = side_reader(dst.scheme, dst.group, with_offsets=False, shard=_shard(dst))

@@ -347,9 +347,10 @@ def switch(st: _Run, src: Side, dst: Side | None, pending: list[R.State]) -> Non
     done in one write that releases the lock."""
     now_src, now_dst = recheck(st.zk, src, dst)
     check_sides_idle(now_src, now_dst)
-    moved = proof.source_moved(st.group, st.rec.source, src.offsets, now_src.offsets)
-    if moved:
-        raise moved
+    if proof.rewritten(src.leaves, now_src.leaves):
+        moved = proof.source_moved(st.group, st.rec.source, src.offsets, now_src.decoded())
+        if moved:  # else only znodes that hold no offset changed
+            raise moved
     st.write(_through(st.rec, [*pending, R.SWITCHED, R.DONE]), release=True)
 
 

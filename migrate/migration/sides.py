@@ -87,6 +87,11 @@ class Side:
     def values(self) -> dict[TopicPartition, int]:
         return {tp: c.offset for tp, c in self.offsets.items()}
 
+    def decoded(self) -> dict[TopicPartition, Committed]:
+        """The offsets of `leaves` (what `offsets` holds when read with `decode`)."""
+        store = zk_store if store_of(self.scheme) is Rebalancer.ZK else coordinator_store
+        return store.offsets_of(self.leaves)
+
     def known(self) -> writes.Known:
         """What a write to this side needs to know of it (`writes.write_known`)."""
         return writes.Known(
@@ -101,12 +106,14 @@ def side_reader(
     known: Iterable[TopicPartition] = (),
     only: Iterable[TopicPartition] | None = None,
     with_offsets: bool = True,
+    decode: bool = True,
     shard: int | None = None,
 ) -> zkio.Reader:
     """Reader (`zkio.staged`) of a `Side`: three rounds (list the offsets' topics, their
     partitions, read the offsets), the group's other znodes beside them. `known` partitions (read
     before) are read in the first round, so a re-read of a side whose partitions did not change
-    (and whose `shard` is known) takes one; `only`: no other offsets are read."""
+    (and whose `shard` is known) takes one; `only`: no other offsets are read; not `decode`: the
+    offsets are left as read (`leaves`; `decoded` decodes them)."""
     scheme = parse(scheme)
     side = Side(scheme, group)
     zk_side = store_of(scheme) is Rebalancer.ZK
@@ -128,7 +135,7 @@ def side_reader(
         side.stored = _decode_stored(top)
     side.shared = container is not None
     side.exists = top is not None
-    side.offsets = store.offsets_of(leaves)
+    side.offsets = store.offsets_of(leaves) if decode else {}
     side.leaves = leaves
     return side
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from kazoo.protocol.states import ZnodeStat
 
 from core.types import TopicPartition as TP
 from migrate.migration import proof
+from migrate.schemes import zkio
 from migrate.schemes.model import Committed
 
 A0, A1, B0 = TP("a", 0), TP("a", 1), TP("b", 0)
@@ -55,3 +57,24 @@ def test_the_recorded_snapshot_compares_offsets_only():
 )
 def test_what_the_last_copy_transaction_did_not_write_is_read_back(todo, batch, back):
     assert proof.read_back([A0, A1, B0], todo, batch) == back
+
+
+def _read(**mzxids: int) -> zkio.Leaves:
+    """Offset znodes `t/<p>` as read, each with its mzxid."""
+    return zkio.Leaves(
+        frozenset(),
+        {("t", p.lstrip("p")): (b"5", ZnodeStat(0, z, 0, 0, 0, 0, 0, 0, 1, 0, 0)) for p, z in mzxids.items()},
+    )
+
+
+@pytest.mark.parametrize(
+    "now, changed",
+    [
+        pytest.param(_read(p0=7, p1=8), False, id="as-read"),
+        pytest.param(_read(p0=7, p1=9), True, id="written-again"),
+        pytest.param(_read(p0=7), True, id="removed"),
+        pytest.param(_read(p0=7, p1=8, p2=3), True, id="added"),
+    ],
+)
+def test_the_source_read_again_is_compared_znode_by_znode(now, changed):
+    assert proof.rewritten(_read(p0=7, p1=8), now) is changed
