@@ -8,7 +8,9 @@ batch: three rounds (list the offsets' topics, list their partitions, read the o
 sides together, plus a DescribeGroups for a side whose shard a coordinator node leads. The
 offsets come with their znodes' mzxid (`Committed.order`), which `recheck` compares before the
 switch: it reads the partitions seen beside their listings and the members of both sides, in one
-round when nothing was added.
+round when nothing was added — or only the members, when a watch set on the source's offsets
+before they were read (`look(..., watch=True)`, `migrate.schemes.subtree`) proves that nothing
+changed since.
 
     seen = look(zk, "billing", Rebalancer.ZK, Rebalancer.COORDINATOR)
     seen.record, seen.holder, seen.src.offsets, seen.dst.leader
@@ -27,6 +29,7 @@ from core.scheme import Rebalancer
 from migrate.migration import record as R
 from migrate.migration.sides import Side, side_reader
 from migrate.schemes import zkio
+from migrate.schemes.subtree import Subtree
 
 # The containers every group's record and lock share (created once, before the first lock).
 SHARED = (ROOT, MIGRATIONS, MIGRATION_LOCKS)
@@ -80,10 +83,11 @@ def lock_holder(zk: KazooClient, group: str) -> dict | None:
     return zkio.staged(zk, record_reader(group))[0][2]
 
 
-def look(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer) -> Look:
-    """The record, the lock and both sides, read together."""
+def look(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer, *, watch: bool = False) -> Look:
+    """The record, the lock and both sides, read together; `watch`: with a watch on the source's
+    offsets set before they are read (`Side.watch`: the caller closes it)."""
     (rec, version, holder, missing), src, dst = zkio.staged(
-        zk, record_reader(group), side_reader(source, group), side_reader(dest, group)
+        zk, record_reader(group), side_reader(source, group, watch=watch), side_reader(dest, group)
     )
     return Look(rec, version, holder, missing, src, dst)
 
@@ -94,16 +98,35 @@ def sides(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer) -> 
     return src, dst
 
 
-def recheck(zk: KazooClient, src: Side, dst: Side | None) -> tuple[Side, Side | None]:
-    """The source read again (its partitions `src` saw in the first round, beside their listings;
-    left undecoded: `proof.rewritten` compares the znodes) and the destination's group and members
-    (not its offsets; None: not in ZooKeeper), together: one round when the source gained no
+def recheck(
+    zk: KazooClient, src: Side, dst: Side | None, watch: Subtree | None = None
+) -> tuple[Side, Side | None]:
+    """The source again and the destination's group and members (not its offsets; `dst` None: not
+    in ZooKeeper), as they are now.
+
+    With a `watch` on the source's offsets set before `src` was read, one small round reads the
+    members and, when the watch proves that nothing changed below the offsets since (it is
+    trusted and saw no event up to that round's answer), the source's offsets are `src`'s. Else
+    they are read again (their partitions `src` saw in the first round, beside their listings;
+    left undecoded: `proof.rewritten` compares the znodes): one round when the source gained no
     partition and the shards are known."""
-    now_src = side_reader(src.scheme, src.group, known=src.offsets, decode=False, shard=_shard(src))
+    if watch is not None:
+        now_src, now_dst = _sides(
+            zk, side_reader(src.scheme, src.group, with_offsets=False, shard=_shard(src)), dst
+        )
+        if watch.trusted() and watch.changed is None:
+            now_src.offsets, now_src.leaves = src.offsets, src.leaves
+            return now_src, now_dst
+    now = side_reader(src.scheme, src.group, known=src.offsets, decode=False, shard=_shard(src))
+    return _sides(zk, now, dst)
+
+
+def _sides(zk: KazooClient, src_reader: zkio.Reader, dst: Side | None) -> tuple[Side, Side | None]:
     if dst is None:
-        return zkio.staged(zk, now_src)[0], None
-    now_dst = side_reader(dst.scheme, dst.group, with_offsets=False, shard=_shard(dst))
-    got_src, got_dst = zkio.staged(zk, now_src, now_dst)
+        return zkio.staged(zk, src_reader)[0], None
+    got_src, got_dst = zkio.staged(
+        zk, src_reader, side_reader(dst.scheme, dst.group, with_offsets=False, shard=_shard(dst))
+    )
     return got_src, got_dst
 
 

@@ -42,7 +42,7 @@ from core.scheme import Rebalancer
 from core.types import TopicPartition
 from migrate.migration import proof
 from migrate.migration import record as R
-from migrate.migration.look import SHARED, lock_holder, look, read_record, recheck
+from migrate.migration.look import SHARED, Look, lock_holder, look, read_record, recheck
 from migrate.migration.look import sides as read_sides
 from migrate.migration.sides import (
     Side,
@@ -58,6 +58,7 @@ from migrate.migration.sides import (
     side_reader,
 )
 from migrate.schemes import writes, zk_store, zkio
+from migrate.schemes.subtree import Subtree
 
 EXIT_CODE = 99
 _reached = 0  # checkpoints this process passed (the k of GROUPSHIFT_MIGRATE_EXIT_AT=k)
@@ -228,7 +229,16 @@ def run(
         raise GroupshiftError(
             "migrate.migration.offline.run migrates offline; --mode live is migrate.migration.live.run"
         )
-    seen = look(zk, group, source, dest)
+    seen = look(zk, group, source, dest, watch=True)  # the watch spares the source's second read
+    try:
+        return _run(zk, seen, mode, overwrite, batch, say, progress)
+    finally:
+        if seen.src.watch is not None:
+            seen.src.watch.close()
+
+
+def _run(zk: KazooClient, seen: Look, mode: str, overwrite: bool, batch: int, say, progress) -> R.Migration:
+    group, source, dest = seen.src.group, seen.src.scheme, seen.dst.scheme
     rec = seen.record
     why = R.conflict(rec, source.value, dest.value, mode)
     if why:
@@ -258,7 +268,7 @@ def run(
             if st.rec is None or st.rec.state in R.TERMINAL:
                 raise MigrationBusy(f"the migration of {group!r} finished meanwhile; see `migrate status`")
             say(f"migrate {group}: resuming from {st.rec.state}")
-            return _advance(st, batch, progress)
+            return _advance(st, batch, progress, watch=seen.src.watch)
         finally:
             st.unlock()
     src, dst = seen.src.values(), seen.dst.values()
@@ -280,7 +290,7 @@ def run(
     st.will_take(seen.holder, seen.missing)
     try:
         frozen = R.advance(planned, R.FROZEN, _now(), snapshot=R.as_rows(src))
-        return _advance(st, batch, progress, seen.src, seen.dst, frozen)
+        return _advance(st, batch, progress, seen.src, seen.dst, frozen, seen.src.watch)
     finally:
         st.unlock()
 
@@ -315,10 +325,12 @@ def _advance(
     src: Side | None = None,
     dst: Side | None = None,
     frozen: R.Migration | None = None,
+    watch: Subtree | None = None,
 ) -> R.Migration:
     """Carry the migration on from its recorded state; `src`, `dst`: both sides as this run read
     them a moment ago, before freezing (a fresh run), else they are read now, under the lock;
-    `frozen`: a fresh run's first record, not written yet (the write that takes the lock)."""
+    `frozen`: a fresh run's first record, not written yet (the write that takes the lock);
+    `watch`: on the source's offsets, set before this run read them (`look.recheck`)."""
     zk, g = st.zk, st.group
     if frozen is None and st.rec.state == R.PLANNED:  # killed between planning and freezing (older versions)
         check_idle(zk, g, st.rec.source, st.rec.dest)
@@ -335,17 +347,19 @@ def _advance(
     if m.state in (R.FROZEN, R.COPIED):
         pending = _copy(st, m, want, dst, batch, progress)
     if st.rec.state == R.VERIFIED or R.VERIFIED in pending:
-        switch(st, src, dst, pending)
+        switch(st, src, dst, pending, watch)
     elif st.rec.state == R.SWITCHED:
         st.write(R.advance(st.rec, R.DONE, _now()), release=True)
     return st.rec
 
 
-def switch(st: _Run, src: Side, dst: Side | None, pending: list[R.State]) -> None:
+def switch(
+    st: _Run, src: Side, dst: Side | None, pending: list[R.State], watch: Subtree | None = None
+) -> None:
     """Both sides idle and the source as this run read it (`src`; one batched read with the
-    destination's members, `dst`: None when it is not in ZooKeeper), then `pending`, switched and
-    done in one write that releases the lock."""
-    now_src, now_dst = recheck(st.zk, src, dst)
+    destination's members, `dst`: None when it is not in ZooKeeper; `watch`: `look.recheck`),
+    then `pending`, switched and done in one write that releases the lock."""
+    now_src, now_dst = recheck(st.zk, src, dst, watch)
     check_sides_idle(now_src, now_dst)
     if proof.rewritten(src.leaves, now_src.leaves):
         moved = proof.source_moved(st.group, st.rec.source, src.offsets, now_src.decoded())

@@ -26,12 +26,12 @@ import msgspec
 from kazoo.client import KazooClient
 
 from coordinator.group.records import GroupRecord
-from coordinator.layout import decode_group, group_path
+from coordinator.layout import decode_group, group_path, offsets_dir
 from core.errors import GroupshiftError
 from core.scheme import MIGRATABLE, Rebalancer, store_of
 from core.types import TopicPartition
 from migrate.migration import record as R
-from migrate.schemes import coordinator_store, writes, zk_store, zkio
+from migrate.schemes import coordinator_store, subtree, writes, zk_store, zkio
 from migrate.schemes.model import Committed
 from zk_rebalance.layout import ids_dir
 
@@ -83,6 +83,7 @@ class Side:
     leader: coordinator_store.Leader | None = None
     epoch_version: int = -1
     shared: bool = True  # the container of every group of its store exists (`writes.SHARED`)
+    watch: subtree.Subtree | None = None  # on the offsets, set before they were read
 
     def values(self) -> dict[TopicPartition, int]:
         return {tp: c.offset for tp, c in self.offsets.items()}
@@ -107,13 +108,15 @@ def side_reader(
     only: Iterable[TopicPartition] | None = None,
     with_offsets: bool = True,
     decode: bool = True,
+    watch: bool = False,
     shard: int | None = None,
 ) -> zkio.Reader:
     """Reader (`zkio.staged`) of a `Side`: three rounds (list the offsets' topics, their
     partitions, read the offsets), the group's other znodes beside them. `known` partitions (read
     before) are read in the first round, so a re-read of a side whose partitions did not change
     (and whose `shard` is known) takes one; `only`: no other offsets are read; not `decode`: the
-    offsets are left as read (`leaves`; `decoded` decodes them)."""
+    offsets are left as read (`leaves`; `decoded` decodes them); `watch`: a `subtree.Subtree`
+    watch on the offsets is set before they are read (`Side.watch`)."""
     scheme = parse(scheme)
     side = Side(scheme, group)
     zk_side = store_of(scheme) is Rebalancer.ZK
@@ -122,17 +125,24 @@ def side_reader(
     store = zk_store if zk_side else coordinator_store
     reads = store.offsets_reader(group, known, only) if with_offsets else zkio.result(zkio.no_leaves())
     shared = ("get", writes.SHARED[store_of(scheme)][-1])
+    base = zk_store.offsets_dir(group) if zk_side else offsets_dir(group_path(group))
+    watching = [("watch", base)] if watch and with_offsets else []
     if zk_side:
-        tops = zkio.read_all([shared, ("get", zk_store.group_dir(group)), ("children", ids_dir(group))])
-        (container, top, ids), leaves = yield from zkio.together(tops, reads)
+        tops = zkio.read_all(
+            [*watching, shared, ("get", zk_store.group_dir(group)), ("children", ids_dir(group))]
+        )
+        (*watched, container, top, ids), leaves = yield from zkio.together(tops, reads)
         side.ids = sorted(ids or [])
     else:
-        tops = zkio.read_all([shared, ("get", group_path(group))])
+        tops = zkio.read_all([*watching, shared, ("get", group_path(group))])
         lead = coordinator_store.leader_reader(group, shard)
-        (container, top), (side.shard, side.leader, side.epoch_version), leaves = yield from zkio.together(
-            tops, lead, reads
-        )
+        (
+            (*watched, container, top),
+            (side.shard, side.leader, side.epoch_version),
+            leaves,
+        ) = yield from zkio.together(tops, lead, reads)
         side.stored = _decode_stored(top)
+    side.watch = watched[0] if watched else None
     side.shared = container is not None
     side.exists = top is not None
     side.offsets = store.offsets_of(leaves) if decode else {}

@@ -15,6 +15,7 @@ source has and any the broker lists; a rollback commits them again, or deletes t
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import msgspec
@@ -173,66 +174,71 @@ def run(
     source = check_args(source)
     bootstrap = check_bootstrap(bootstrap)
     _check_not_itself(zk, group, source, bootstrap)
-    (rec, version, holder, missing), seen = zkio.staged(zk, record_reader(group), side_reader(source, group))
-    why = _conflict(rec, source, bootstrap)
-    if why:
-        raise MigrationBusy(why)
-    with KafkaTarget(bootstrap, security=security) as t:
-        if _already_done(t, rec, source) and not overwrite:
-            offline._clear_dead_lock(zk, group)
-            say(f"migrate {group}: already done from {source.value} to kafka at {bootstrap}; nothing to do")
-            return rec
-        resuming = rec is not None and rec.state not in R.TERMINAL
-        if holder is not None and not offline._dead_here(holder):
-            raise MigrationBusy(
-                f"a migration of group {group!r} is already running ({offline._holder_text(holder)}); "
-                "wait for it to finish"
-            )
-        if not resuming and not seen.exists:
-            raise UnknownGroup(
-                f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
-            )
-        sides.check_sides_idle(seen, None)
-        if resuming:
-            t.check_idle(group)
-        else:
-            src = seen.values()
-            if not src:
-                raise GroupshiftError(
-                    f"group {group!r} has no committed offsets under {source.value}; nothing to migrate"
+    # the watch on the source's offsets spares their second read before the switch (`look.recheck`)
+    (rec, version, holder, missing), seen = zkio.staged(
+        zk, record_reader(group), side_reader(source, group, watch=True)
+    )
+    with seen.watch or contextlib.nullcontext():  # closed when the run ends
+        why = _conflict(rec, source, bootstrap)
+        if why:
+            raise MigrationBusy(why)
+        with KafkaTarget(bootstrap, security=security) as t:
+            if _already_done(t, rec, source) and not overwrite:
+                offline._clear_dead_lock(zk, group)
+                done = f"already done from {source.value} to kafka at {bootstrap}; nothing to do"
+                say(f"migrate {group}: {done}")
+                return rec
+            resuming = rec is not None and rec.state not in R.TERMINAL
+            if holder is not None and not offline._dead_here(holder):
+                raise MigrationBusy(
+                    f"a migration of group {group!r} is already running ({offline._holder_text(holder)}); "
+                    "wait for it to finish"
                 )
-            R.check_bound(len(src), f"group {group!r} under {source.value}")
-            t.check_partitions(list(src))
-            dst = t.offsets(group, list(src))
-            t.check_idle(group, dst)
-            if dst and not overwrite:
-                raise GroupshiftError(
-                    f"group {group!r} already has {len(dst)} committed offset(s) on {bootstrap}; "
-                    "pass --overwrite to replace them (a rollback restores them)"
+            if not resuming and not seen.exists:
+                raise UnknownGroup(
+                    f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
                 )
-        st = offline._Run(zk, group, say)
-        if resuming:
-            st.lock()
-            try:
-                st.rec, st.version = offline.read_record(zk, group)  # re-read under the lock
-                if st.rec is None or st.rec.state in R.TERMINAL:
-                    raise MigrationBusy(
-                        f"the migration of {group!r} finished meanwhile; see `migrate status`"
+            sides.check_sides_idle(seen, None)
+            if resuming:
+                t.check_idle(group)
+            else:
+                src = seen.values()
+                if not src:
+                    raise GroupshiftError(
+                        f"group {group!r} has no committed offsets under {source.value}; nothing to migrate"
                     )
-                say(f"migrate {group}: resuming from {st.rec.state}")
-                return _advance(st, t, batch, progress)
+                R.check_bound(len(src), f"group {group!r} under {source.value}")
+                t.check_partitions(list(src))
+                dst = t.offsets(group, list(src))
+                t.check_idle(group, dst)
+                if dst and not overwrite:
+                    raise GroupshiftError(
+                        f"group {group!r} already has {len(dst)} committed offset(s) on {bootstrap}; "
+                        "pass --overwrite to replace them (a rollback restores them)"
+                    )
+            st = offline._Run(zk, group, say)
+            if resuming:
+                st.lock()
+                try:
+                    st.rec, st.version = offline.read_record(zk, group)  # re-read under the lock
+                    if st.rec is None or st.rec.state in R.TERMINAL:
+                        raise MigrationBusy(
+                            f"the migration of {group!r} finished meanwhile; see `migrate status`"
+                        )
+                    say(f"migrate {group}: resuming from {st.rec.state}")
+                    return _advance(st, t, batch, progress, watch=seen.watch)
+                finally:
+                    st.unlock()
+            new = R.new(group, source.value, DEST, "offline", offline._now(), dst, bool(dst), overwrite)
+            new = msgspec.structs.replace(new, bootstrap=bootstrap)
+            st.rec, st.version = rec, version
+            try:
+                # planned and frozen in one write with the lock: the offsets just read are the snapshot
+                st.will_take(holder, missing)
+                st.write(R.advance(new, R.FROZEN, offline._now(), snapshot=R.as_rows(src)))
+                return _advance(st, t, batch, progress, seen, dst, seen.watch)
             finally:
                 st.unlock()
-        new = R.new(group, source.value, DEST, "offline", offline._now(), dst, bool(dst), overwrite)
-        new = msgspec.structs.replace(new, bootstrap=bootstrap)
-        st.rec, st.version = rec, version
-        try:
-            # planned and frozen in one write with the lock: the offsets just read are the snapshot
-            st.will_take(holder, missing)
-            st.write(R.advance(new, R.FROZEN, offline._now(), snapshot=R.as_rows(src)))
-            return _advance(st, t, batch, progress, seen, dst)
-        finally:
-            st.unlock()
 
 
 def _already_done(t: KafkaTarget, rec: R.Migration | None, source: Rebalancer) -> bool:
@@ -247,7 +253,13 @@ def _already_done(t: KafkaTarget, rec: R.Migration | None, source: Rebalancer) -
 
 
 def _advance(
-    st, t: KafkaTarget, batch: int, progress, src: sides.Side | None = None, have: dict | None = None
+    st,
+    t: KafkaTarget,
+    batch: int,
+    progress,
+    src: sides.Side | None = None,
+    have: dict | None = None,
+    watch=None,
 ) -> R.Migration:
     """Carry the migration on from its recorded state (as `offline._advance`: the commit answers
     prove what the last OffsetCommit wrote, the rest is fetched back once, and the source is read
@@ -278,7 +290,7 @@ def _advance(
         pending = ([R.COPIED] if st.rec.state == R.FROZEN else []) + [R.VERIFIED]
     if st.rec.state == R.VERIFIED or pending:
         t.check_idle(g)
-        offline.switch(st, src, None, pending)
+        offline.switch(st, src, None, pending, watch)
     elif st.rec.state == R.SWITCHED:
         st.write(R.advance(st.rec, R.DONE, offline._now()), release=True)
     return st.rec

@@ -37,6 +37,7 @@ from kazoo.protocol.states import KazooState, ZnodeStat
 
 from core.errors import ZooKeeperUnavailable
 from core.zk import ENV_GIVE_UP_MS, connect, env_seconds
+from migrate.schemes import subtree
 
 # Pipelined requests in flight at once (bounds client memory; ZooKeeper answers them in order).
 PIPELINE = 2_000
@@ -108,7 +109,8 @@ def close(zk: KazooClient) -> None:
         zk.close()
 
 
-# One read: ("get", path) -> (data, stat), or ("children", path) -> [names]; None: no such znode.
+# One read: ("get", path) -> (data, stat), or ("children", path) -> [names]; None: no such znode;
+# ("watch", path) -> a `subtree.Subtree`.
 Read = tuple[str, str]
 # A reader: yields the reads of a round, is sent their results, returns what it read.
 Reader = Generator[list[Read], list, object]
@@ -140,9 +142,15 @@ def children(zk: KazooClient, path: str) -> list[str] | None:
 
 def read(zk: KazooClient, reads: Sequence[Read]) -> list:
     """Every read's result, in order (gets and listings mixed), pipelined; None where the znode
-    does not exist."""
+    does not exist. A ("watch", path) read sets a `subtree.Subtree` watch on the path before the
+    others are sent (it covers them) and returns it."""
     if not reads:
         return []
+    if any(kind == "watch" for kind, _ in reads):
+        watches = {i: subtree.watch(zk, p) for i, (kind, p) in enumerate(reads) if kind == "watch"}
+        requests["watches"] += len(watches)
+        rest = iter(read(zk, [r for r in reads if r[0] != "watch"]))
+        return [watches[i] if i in watches else next(rest) for i in range(len(reads))]
     requests["znodes read"] += len(reads)
     if len(reads) > 1 and getattr(zk, "_groupshift_multi_read", True):
         try:
@@ -330,7 +338,9 @@ def _multi_read(zk: KazooClient, reads: Sequence[Read]) -> list:
         requests["multiRead"] += 1
     out: list = []
     for ar in pending:
-        for result in ar.get(timeout=REQUEST_TIMEOUT_S):
+        answers = ar.get(timeout=REQUEST_TIMEOUT_S)
+        zk._groupshift_multi_read_proven = True  # a 3.6+ server (`subtree` trusts its watches then)
+        for result in answers:
             if isinstance(result, NoNodeError):
                 out.append(None)
             elif isinstance(result, Exception):

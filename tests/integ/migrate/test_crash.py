@@ -50,10 +50,12 @@ def offsets_for(scheme: str, zk, group: str) -> dict[TP, int]:
     return want
 
 
-def spawn(zk_connect: str, *args: str, exit_at=None, stop_at=None) -> subprocess.Popen:
+def spawn(zk_connect: str, *args: str, exit_at=None, stop_at=None, session_ms=None) -> subprocess.Popen:
     env = dict(os.environ)
     for name in ("GROUPSHIFT_ZK", "GROUPSHIFT_MIGRATE_EXIT_AT", "GROUPSHIFT_MIGRATE_STOP_AT"):
         env.pop(name, None)
+    if session_ms is not None:  # outlives a ZooKeeper restart
+        env["GROUPSHIFT_ZK_SESSION_TIMEOUT_MS"] = str(session_ms)
     if exit_at is not None:
         env["GROUPSHIFT_MIGRATE_EXIT_AT"] = str(exit_at)
     if stop_at is not None:
@@ -231,6 +233,46 @@ def test_a_commit_while_the_run_is_stopped_stops_it_before_the_switch(zk, zk_con
     for g, (code, err) in finish(undo).items():
         assert code == 0, (g, err)
         assert offline.offsets(zk, "zk" if g == "back" else "coordinator", g) == {}, g
+
+
+@pytest.mark.faults
+def test_the_watch_on_the_source_lost_with_the_connection_the_source_is_read_again():
+    """A run watches the source's offsets instead of reading them again before the switch; the
+    watch goes with the connection. Two runs stopped after the copy while ZooKeeper restarts (their
+    connections are cut, their sessions live on), a consumer commits to one of the sources, and
+    the runs go on: the one whose source moved is refused (the commit made no event: the source
+    is read again), the other finishes."""
+    server = ZkServer.start_single()  # its own: this test restarts it
+    try:
+        root = connect(server.connect_string)
+        root.ensure_path("/lost-watch")
+        root.stop()
+        zk_connect = server.connect_string + "/lost-watch"
+        zk = connect(zk_connect)
+        want = {g: offsets_for("zk", zk, g) for g in ("quiet", "moved")}
+        direction = ["--from", "zk", "--to", "coordinator", "--batch", BATCH]
+        procs = {
+            g: spawn(zk_connect, "run", g, *direction, stop_at="copied", session_ms=60_000) for g in want
+        }
+        assert all(stopped(p) for p in procs.values()), {g: p.poll() for g, p in procs.items()}
+        server.stop()
+        server.start()
+        server.wait_until(server.ruok, 60, "ZooKeeper back")
+        deadline = time.monotonic() + 60
+        while not zk.connected and time.monotonic() < deadline:
+            time.sleep(0.1)
+        legacy.write_offsets(zk, "moved", {TP("a", 0): 5}, batch=10)
+        for p in procs.values():
+            p.send_signal(signal.SIGCONT)
+        done = finish(procs)
+        assert done["quiet"][0] == 0, done["quiet"]
+        assert offline.offsets(zk, "coordinator", "quiet") == want["quiet"]
+        code, err = done["moved"]
+        assert code == 1 and "changed since it was frozen" in err.strip().splitlines()[-1], (code, err)
+        assert offline.read_record(zk, "moved")[0].state == R.COPIED  # not switched
+        zk.stop()
+    finally:
+        server.remove()
 
 
 def group_subtrees(zk_connect: str, group: str) -> dict:
