@@ -345,7 +345,7 @@ def _advance(
         _check_snapshot(m, src.values())
     pending: list[R.State] = []  # transitions proven, not written yet: they ride with the next write
     if m.state in (R.FROZEN, R.COPIED):
-        pending = _copy(st, m, want, dst, batch, progress)
+        pending = _copy(st, m, want, dst, batch, progress, lambda: switch_checks(st, src, dst, watch))
     if st.rec.state == R.VERIFIED or R.VERIFIED in pending:
         switch(st, src, dst, pending, watch)
     elif st.rec.state == R.SWITCHED:
@@ -356,16 +356,21 @@ def _advance(
 def switch(
     st: _Run, src: Side, dst: Side | None, pending: list[R.State], watch: Subtree | None = None
 ) -> None:
-    """Both sides idle and the source as this run read it (`src`; one batched read with the
-    destination's members, `dst`: None when it is not in ZooKeeper; `watch`: `look.recheck`),
-    then `pending`, switched and done in one write that releases the lock."""
+    """`switch_checks`, then `pending`, switched and done in one write that releases the lock."""
+    switch_checks(st, src, dst, watch)
+    st.write(_through(st.rec, [*pending, R.SWITCHED, R.DONE]), release=True)
+
+
+def switch_checks(st: _Run, src: Side, dst: Side | None, watch: Subtree | None = None) -> None:
+    """What the switch needs: both sides idle and the source as this run read it (`src`; one
+    batched read with the destination's members, `dst`: None when it is not in ZooKeeper;
+    `watch`: `look.recheck`)."""
     now_src, now_dst = recheck(st.zk, src, dst, watch)
     check_sides_idle(now_src, now_dst)
     if proof.rewritten(src.leaves, now_src.leaves):
-        moved = proof.source_moved(st.group, st.rec.source, src.offsets, now_src.decoded())
+        moved = proof.source_moved(src.group, src.scheme.value, src.offsets, now_src.decoded())
         if moved:  # else only znodes that hold no offset changed
             raise moved
-    st.write(_through(st.rec, [*pending, R.SWITCHED, R.DONE]), release=True)
 
 
 def _through(m: R.Migration, states: list[R.State]) -> R.Migration:
@@ -388,7 +393,13 @@ def _check_source(zk: KazooClient, m: R.Migration, want: dict[TopicPartition, in
 
 
 def _copy(
-    st: _Run, m: R.Migration, want: dict[TopicPartition, int], dst: Side, batch: int, progress
+    st: _Run,
+    m: R.Migration,
+    want: dict[TopicPartition, int],
+    dst: Side,
+    batch: int,
+    progress,
+    checks=lambda: None,
 ) -> list[R.State]:
     """Write what the destination lacks; returns the transitions proven and not yet written.
 
@@ -396,21 +407,32 @@ def _copy(
     in ZooKeeper, the copy carries the record: its last transaction moves it to `copied` (and
     `verified` when it wrote every partition), and its first takes the lock and stores the
     record when this run has not yet. Partitions the last transaction did not write are read
-    back once (`proof.read_back`)."""
+    back once (`proof.read_back`). A fresh run whose copy is one transaction makes the switch's
+    `checks` first and switches with it: the lock is taken and released in it, the record goes
+    from planned to done."""
     zk = st.zk
     todo = {tp: want[tp] for tp in R.diff(want, dst.values())}
     batch = max(1, min(batch, writes.BATCH))
     back = proof.read_back(want, todo, batch)
+    known = dst.known()
+    in_zk = bool(todo) and writes.in_zookeeper(m.dest, known)
+    whole = st.taking is not None and in_zk and not back  # fresh, one transaction proving everything
     states = ([R.COPIED] if m.state == R.FROZEN else []) + ([] if back else [R.VERIFIED])
-    new, known = _through(m, states), dst.known()
-    fold = bool(todo and states) and writes.in_zookeeper(m.dest, known)
-    fold = fold and len(R.encode(new)) <= FOLD_RECORD_BYTES
+    new = _through(m, states + ([R.SWITCHED, R.DONE] if whole else []))
+    fold = in_zk and bool(states) and len(R.encode(new)) <= FOLD_RECORD_BYTES
+    if whole and fold:
+        states.extend([R.SWITCHED, R.DONE])
+    else:
+        whole, new = False, _through(m, states)
     if st.taking is not None and not fold:
         st.write(m)  # the lock and the record's first write on their own
     checkpoint("before:copy")
     if todo:
         first, last = (), ()
-        if fold and st.taking is not None and len(todo) > batch:
+        if whole:
+            checks()  # the switch's, just before the transaction that switches
+            last = [*st.write_ops(new), ("delete", migration_lock_path(st.group), 0)]
+        elif fold and st.taking is not None and len(todo) > batch:
             first, last = st.write_ops(m), st.write_ops(new, taken=True)
         elif fold:
             last = st.write_ops(new)
@@ -435,6 +457,7 @@ def _copy(
         line = f"migrate {m.group}: copied {len(todo)} offsets {how} ({len(todo) / secs:,.0f} partitions/s)"
         if fold:
             st.wrote(new, line)
+            st.locked = st.locked and not whole  # released with the switch
             states = []
         else:
             st.say(line)
