@@ -4,9 +4,10 @@ Its own ZooKeeper container. The source groups (Kafka 0.8 layout, no members) ar
 first and not timed. Timed, group by group: `migrate.migration.offline.run` (checks, lock, record,
 the copy in `multi` transactions of 1,000 ops, the proof that the destination holds the source's
 offsets and that the source did not move), `migrate.migration.report.verify` (the separate
-command: both sides read again), and the ceiling: a plain loop of `multi` transactions creating
-1,000 znodes each, as many znodes as the migration wrote (interleaved, so that on a shared
-machine the three see the same load).
+command: both sides read again), and the ceiling: the same znodes as the copy writes (the
+coordinator's offset records at the same depth, their parents with them) created in a plain loop
+of `multi` transactions of 1,000, nothing else (interleaved, so that on a shared machine the
+three see the same load).
 Target: the migration, which proves its copy (docs/migrate.md#performance), < 10 s and within 2x
 of the ceiling; migrate + verify is printed beside it.
 
@@ -22,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from coordinator.group.records import OffsetRecord  # noqa: E402
+from coordinator.layout import encode_offset, group_path, offset_path, offsets_dir, znode_name  # noqa: E402
 from core.scheme import Rebalancer  # noqa: E402
 from core.types import TopicPartition  # noqa: E402
 from core.zk import connect  # noqa: E402
@@ -49,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
 
         # Group by group: migrate it, verify it, then write as many znodes in a plain loop (the
         # ceiling), so that on a shared machine all three see the same load.
-        zk.ensure_path("/ceiling")
         migrated = verified_s = ceiling_s = 0.0
         ran: dict = {}
         verified: dict = {}
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             _add(verified, before)
             assert v["equal"] and v["partitions"] == args.partitions, g
             start = time.perf_counter()
-            _ceiling(zk, i, args.partitions)
+            _ceiling(zk, i, tps)
             ceiling_s += time.perf_counter() - start
         took = migrated + verified_s
         zk.stop()
@@ -91,13 +93,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def _ceiling(zk, i: int, partitions: int) -> None:
-    """The ceiling for one group: the same number of znode creates, 1,000 per multi, nothing else."""
-    zk.create(f"/ceiling/{i}", b"")
-    for chunk in zkio.chunked(range(partitions), writes.BATCH):
+def _ceiling(zk, i: int, tps: list[TopicPartition]) -> None:
+    """The ceiling for one group: the znodes the copy writes — the coordinator's offset records of
+    as many partitions, at the same depth, with their parents — created in `multi`s of 1,000
+    partitions, nothing else (no read, no record)."""
+    group, now = f"ceiling-{i:03d}", int(time.time() * 1000)
+    gpath = group_path(group)
+    topics = sorted({tp.topic for tp in tps})
+    for n, chunk in enumerate(zkio.chunked(sorted(tps), writes.BATCH)):
         txn = zk.transaction()
-        for p in chunk:
-            txn.create(f"/ceiling/{i}/{p}", b'{"offset": 1234567, "metadata": "", "commit_ts": 0}')
+        if n == 0:  # the parents, with the first partitions, as the copy makes them
+            for path in [
+                gpath,
+                offsets_dir(gpath),
+                *(f"{offsets_dir(gpath)}/{znode_name(t)}" for t in topics),
+            ]:
+                txn.create(path, b"")
+        for tp in chunk:
+            txn.create(
+                offset_path(group, *tp),
+                encode_offset(OffsetRecord(tp.topic, tp.partition, 1234567, "", now), -1),
+            )
         txn.commit()
 
 
