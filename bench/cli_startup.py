@@ -9,10 +9,15 @@ them — and is timed from spawn to exit, median of 10 runs (after one run not c
 to its `listening on` line, median of 5, each in a fresh chroot (as each test has): with the
 default 50 shards and with the tests' settings (`coordinator.node.process.TEST_DEFAULTS`).
 
-Targets: each command < 250 ms and < 4x the bare interpreter measured in the same run; a node
-ready < 0.6 s.
+A Spark driver (`pipeline.spark.spark_session` and a first small query, in a fresh process as
+`groupshift consume` starts one) is timed with the class-data-sharing archive that
+`scripts/setup.sh` writes (`pipeline.spark.cds`) and without it, alternately, median of 3 each:
+the JVM's CPU seconds up to the first result, and the wall time.
 
-    .venv/bin/python -m bench.cli_startup [--runs 10] [--node-runs 5]
+Targets: each command < 250 ms and < 4x the bare interpreter measured in the same run; a node
+ready < 0.6 s; a Spark driver with the archive at most 0.6x the JVM CPU of one without.
+
+    .venv/bin/python -m bench.cli_startup [--runs 10] [--node-runs 5] [--spark-runs 3]
 """
 
 from __future__ import annotations
@@ -38,6 +43,21 @@ from coordinator.node.process import LISTENING, TEST_DEFAULTS, serve_command  # 
 COMMAND_TARGET_S = 0.25
 BARE_RATIO_TARGET = 4.0
 NODE_TARGET_S = 0.6
+SPARK_CPU_RATIO_TARGET = 0.6
+
+# A driver as `groupshift consume` starts one; prints the JVM's CPU seconds and the wall time.
+SPARK_DRIVER = """
+import os, sys, time
+start = time.perf_counter()
+from pipeline.spark import spark_session
+spark = spark_session("bench-startup")
+spark.range(1000).selectExpr("id % 7 AS k").groupBy("k").count().collect()
+took = time.perf_counter() - start
+jvm = spark.sparkContext._gateway.proc.pid
+fields = open(f"/proc/{jvm}/stat").read().rsplit(")", 1)[1].split()
+print((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), took)
+spark.stop()
+"""
 
 # (label, arguments after `-m cli`, the exit code it must end with)
 COMMANDS = [
@@ -112,6 +132,51 @@ def _bytecode(env: dict[str, str]) -> str:
     return f"not cached, every process compiles the modules it imports: {settings}"
 
 
+def _spark_driver(env: dict[str, str], cache: str) -> tuple[float, float]:
+    """(JVM CPU seconds, wall seconds) of a driver's start and first query, with `cache` as
+    GROUPSHIFT_CACHE (where the archive is looked for)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SPARK_DRIVER],
+        cwd=REPO,
+        env=dict(env, GROUPSHIFT_CACHE=cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the Spark driver failed:\n{done.stderr[-2000:]}")
+    cpu, wall = done.stdout.split()
+    return float(cpu), float(wall)
+
+
+def _spark(env: dict[str, str], runs: int) -> bool:
+    from pipeline.spark import cds
+
+    archive = cds.archive_path()
+    if archive is None:
+        print("Spark driver: no class-data-sharing archive (run scripts/setup.sh): MISSED")
+        return False
+    empty = tempfile.mkdtemp(prefix="groupshift-bench-no-cds-")
+    try:
+        got: dict[str, list[tuple[float, float]]] = {"with": [], "without": []}
+        for _ in range(runs):  # alternately, so that both see the same load
+            got["with"].append(_spark_driver(env, str(archive.parent.parent)))
+            got["without"].append(_spark_driver(env, empty))
+    finally:
+        shutil.rmtree(empty, ignore_errors=True)
+    cpu = {k: statistics.median(c for c, _ in v) for k, v in got.items()}
+    wall = {k: statistics.median(w for _, w in v) for k, v in got.items()}
+    for k in ("without", "with"):
+        print(f"{'Spark driver, ' + k + ' the archive':<36} {cpu[k]:7.2f} s JVM CPU  {wall[k]:6.2f} s wall")
+    ratio = cpu["with"] / cpu["without"]
+    met = ratio <= SPARK_CPU_RATIO_TARGET
+    print(
+        f"{'Spark driver CPU, with / without':<36} {ratio:7.2f}x (target <= {SPARK_CPU_RATIO_TARGET:g}x; "
+        f"median of {runs}; {archive.name}): {_verdict(met)}"
+    )
+    return met
+
+
 def _verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
@@ -120,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10, help="Runs per command (median).")
     ap.add_argument("--node-runs", type=int, default=5, help="Coordinator node starts (median).")
+    ap.add_argument("--spark-runs", type=int, default=3, help="Spark drivers of each kind (0: none).")
     args = ap.parse_args(argv)
 
     def interrupted(signum, frame):
@@ -160,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{label:<36} {ready * 1000:7.1f} ms  {ready / NODE_TARGET_S:5.2f} of the 600 ms target "
                 f"(spawn to 'listening on', median of {args.node_runs}; {shown}): {_verdict(met)}"
             )
+        if args.spark_runs:
+            ok &= _spark(env, args.spark_runs)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         ok = False
@@ -167,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up is not interrupted again
         subprocess.run([*cli, "zk", "stop"], cwd=REPO, env=env, capture_output=True)
         shutil.rmtree(home, ignore_errors=True)
-    print(f"targets (commands < 250 ms and < {BARE_RATIO_TARGET:g}x bare, node < 0.6 s): {_verdict(ok)}")
+    print(
+        f"targets (commands < 250 ms and < {BARE_RATIO_TARGET:g}x bare, node < 0.6 s, Spark driver CPU "
+        f"<= {SPARK_CPU_RATIO_TARGET:g}x without the archive): {_verdict(ok)}"
+    )
     return 0 if ok else 1
 
 

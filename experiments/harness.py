@@ -9,7 +9,8 @@ of worker processes with a producer and faults (`GroupRun`).
         summary(run.events(), run.ends(), since=t_fault)
 
 Everything runs for real: ZooKeeper in containers (`testing/`), coordinator nodes as
-processes, each member a `python -m experiments.worker` process reading the Parquet log. The
+processes, each member an `experiments.worker` process (a fork of the run's launcher,
+`experiments/launcher.py`) reading the Parquet log. The
 driver writes its faults (`killed`, `paused`/`resumed`, `cut`/`restored`, `fault`) to
 `driver.jsonl` beside the workers' logs, with the same monotonic clock.
 """
@@ -17,11 +18,9 @@ driver writes its faults (`killed`, `paused`/`resumed`, `cut`/`restored`, `fault
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,10 +34,10 @@ import pyarrow as pa
 from coordinator.layout import shard_path
 from coordinator.node.process import CoordinatorNodeError, CoordinatorNodes
 from core.errors import GroupshiftError
-from core.lifeline import lifeline_env
 from core.scheme import Scheme
 from core.zk import connect
 from experiments import analysis
+from experiments.launcher import Launcher, Member
 from experiments.worker import ProcessingLog, scheme_of
 from testing.ensemble import ZkEnsemble
 from testing.leftovers import remove_labelled
@@ -46,7 +45,6 @@ from testing.zookeeper import ZkServer
 from topics.store import TopicStore
 from zk_rebalance.events import read_events
 
-REPO = Path(__file__).resolve().parent.parent
 CUT_GID = 64999  # the group id a member runs under when it may be cut off (iptables --gid-owner)
 NODE_OPTIONS = dict(
     shards=1,  # one shard: every group has the same coordinator, so one kill hits all of them
@@ -102,7 +100,9 @@ class Lab:
         self._single: ZkServer | None = None
         self._ensemble: ZkEnsemble | None = None
         self._nodes: dict[str, CoordinatorNodes] = {}
-        self._lock = threading.Lock()  # the clusters (held while one starts)
+        self._launcher: Launcher | None = None
+        self._lock = threading.Lock()  # the single server (held while it starts), the node sets
+        self._ensemble_lock = threading.Lock()  # held while the ensemble starts, beside the server
         self._registry = threading.Lock()  # `stopping`, the groups, the node sets (held briefly)
         self.stopping = threading.Event()
         self.runs: list[GroupRun] = []
@@ -123,6 +123,16 @@ class Lab:
         if self.stopping.wait(max(0.0, seconds)):
             self.check_open()
 
+    def launcher(self) -> Launcher:
+        """The fork server every member process of the run starts from (started on first use;
+        `experiments/launcher.py`)."""
+        with self._registry:
+            self.check_open()
+            if self._launcher is None:
+                (logs := self.out / "logs").mkdir(exist_ok=True)
+                self._launcher = Launcher(self.namespace, log=logs / "launcher.stderr")
+            return self._launcher
+
     # -- clusters ------------------------------------------------------------------------------
     def single(self) -> ZkServer | None:
         with self._lock:
@@ -132,7 +142,7 @@ class Lab:
             return self._single
 
     def ensemble(self) -> ZkEnsemble:
-        with self._lock:
+        with self._ensemble_lock:
             if self._ensemble is None:
                 self.check_open()
                 self._ensemble = self._owned(ZkEnsemble.start(labels={LAB_LABEL: self.tag}))
@@ -246,6 +256,8 @@ class Lab:
                 pass
         for nodes in node_sets:
             nodes.close()
+        if self._launcher is not None:
+            self._launcher.close()
         if self._ensemble is not None:
             self._ensemble.remove()
         if self._single is not None:
@@ -318,7 +330,7 @@ class GroupRun:
         self.store = TopicStore(lab.data, self.admin)
         self.store.create_topic(self.topic, partitions=settings.partitions)
         self.producer = Producer(self.store, self.topic, settings.records_per_s)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, Member] = {}
         self.t0 = time.monotonic()
         self._next = 0
         self._tail = LogTail(self.logdir)
@@ -347,8 +359,7 @@ class GroupRun:
             member, self._next = f"m{self._next}", self._next + 1
         log = self.logdir / f"{member}.jsonl"
         zk_options = {"rebalance_backoff_ms": self.settings.zk_backoff_ms} | self.zk_options
-        cmd = [
-            sys.executable, "-m", "experiments.worker",
+        argv = [
             "--scheme", Scheme.ONE.value if scheme_of(self.scheme) is Scheme.ONE else self.scheme,
             "--zk", zk or self.zk_connect, "--data", str(self.lab.data),
             "--group", self.group, "--topic", self.topic, "--member", member, "--log", str(log),
@@ -358,27 +369,19 @@ class GroupRun:
             "--zk-options", json.dumps(zk_options),
         ]  # fmt: skip
         if self.bootstrap:
-            cmd += ["--bootstrap", self.bootstrap]
+            argv += ["--bootstrap", self.bootstrap]
         if gate is not None:  # a librdkafka member subscribes once the driver creates the file
-            cmd += ["--gate", str(gate)]
-        env = lifeline_env(dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1"))
-        extra = {"group": CUT_GID} if cut_gid else {}
+            argv += ["--gate", str(gate)]
+        launcher = self.lab.launcher()
+        launcher.wait_ready()  # not under the lock below: close() takes it
         with self.lab._registry:  # not once the lab is stopping: close() would miss it
             self.lab.check_open()
-            err = open(self.logdir / f"{member}.stderr", "ab")  # noqa: SIM115 - owned by the child
-            try:
-                self.procs[member] = subprocess.Popen(
-                    cmd,
-                    cwd=REPO,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                    **extra,
-                )
-            finally:
-                err.close()
-        self.driver.emit("spawned", victim=member, pid=self.procs[member].pid)
+            # logged first: a fork logs its own lines at once (its pid is in its "start" line), and
+            # a member counts as joined only by an assignment after its "spawned"
+            self.driver.emit("spawned", victim=member)
+            self.procs[member] = launcher.spawn(
+                argv, stderr=self.logdir / f"{member}.stderr", gid=CUT_GID if cut_gid else None
+            )
         return member
 
     def live(self) -> list[str]:

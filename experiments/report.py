@@ -201,6 +201,9 @@ def _figure(**kwargs: Any) -> Any:
 
 def _save(fig: Any, path: Path, top: float = 1.0) -> Path:
     fig.tight_layout(rect=(0, 0, 1, top))
+    # tight_layout leaves a placeholder layout engine behind, for which savefig draws the figure
+    # once more before drawing it to the file: the same pixels, 1/6 of the report's time
+    fig.set_layout_engine(None)
     fig.savefig(path, dpi=110)
     return path
 

@@ -3,6 +3,12 @@
     results = run_experiments(["hard-kill", "zombie"], Path("out"), quick=True)
     results["scenarios"]["zombie"]["schemes"]["one"]["duplicate_committed"]
 
+Scale-up runs first, with nothing beside it (`Scenario.alone`: its figures are milliseconds and
+its server counters one scheme's); then the scenarios of each ZooKeeper cluster run in a lane of
+their own, side by side: the single server's in turn in one, the ensemble's (follower-partition) in
+the other, each with its own servers, counters and coordinator nodes. The ensemble starts beside the
+single server, and the members' fork server (`experiments/launcher.py`) does its imports meanwhile.
+
 A live progress display goes to `progress` (the CLI passes a stderr printer): one line per step,
 with the elapsed time. A scenario that fails records its error and the run goes on.
 """
@@ -13,6 +19,7 @@ import json
 import logging
 import platform
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -72,22 +79,39 @@ def run_experiments(
         "scenarios": {},
     }
     kafka = fault_settings(quick) if any(Scheme(s).kafka for s in schemes) else None
+    written = threading.Lock()
+
+    def run_one(name: str) -> None:
+        show(f"scenario {name}")
+        try:
+            body = run_scenario(ctx, name)
+        except Exception as exc:  # one broken scenario must not lose the others' figures
+            body = {"description": SCENARIOS[name].description, "error": f"{type(exc).__name__}: {exc}"}
+        show(f"scenario {name} done in {body.get('wall_s', '?')} s")
+        with written:
+            results["scenarios"][name] = body
+            _write(out, results, start)
+
     with Lab(out, zk=zk, kafka=kafka) as lab:
         ctx = Context(lab, quick=quick, schemes=tuple(schemes), progress=show)
-        show("starting ZooKeeper and two coordinator nodes")
+        lanes = _lanes(names)
+        ensemble = "ensemble" in lanes
+        show(f"starting ZooKeeper{', a 3-node ensemble' if ensemble else ''} and two coordinator nodes")
+        lab.launcher()  # the members' fork server does its imports meanwhile
+        starting = _thread(_start_ensemble, lab) if ensemble else None
         lab.nodes()
+        if starting is not None:
+            starting.join()
         results["versions"] = versions(lab)
-        for name in names:
-            show(f"scenario {name}")
-            try:
-                results["scenarios"][name] = run_scenario(ctx, name)
-            except Exception as exc:  # one broken scenario must not lose the others' figures
-                results["scenarios"][name] = {
-                    "description": SCENARIOS[name].description,
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-            show(f"scenario {name} done in {results['scenarios'][name].get('wall_s', '?')} s")
-            _write(out, results, start)
+        for name in lanes.pop(ALONE, []):
+            run_one(name)
+        # each cluster's scenarios in a lane of their own: they share no server, counter or node
+        side = [_thread(lambda lane=lane: [run_one(n) for n in lane]) for lane in list(lanes.values())[1:]]
+        for name in next(iter(lanes.values()), []):
+            run_one(name)
+        for t in side:
+            t.join()
+        results["scenarios"] = {n: results["scenarios"][n] for n in names if n in results["scenarios"]}
         results["settings"] = {"fault_scenarios": {**vars(ctx.settings)}, "quick": quick}
     results["wall_s"] = round(time.monotonic() - start, 1)
     _write(out, results, start)
@@ -97,6 +121,34 @@ def run_experiments(
         write_report(results, out)
         show(f"report written to {out / 'REPORT.md'}")
     return results
+
+
+ALONE = "alone"
+
+
+def _lanes(names: Sequence[str]) -> dict[str, list[str]]:
+    """The scenarios by lane, in order: those that run by themselves first (`Scenario.alone`), then
+    one lane per ZooKeeper cluster, the single server's first."""
+    lanes: dict[str, list[str]] = {ALONE: [], "single": []}
+    for name in names:
+        scenario = SCENARIOS[name]
+        lanes.setdefault(ALONE if scenario.alone else scenario.cluster, []).append(name)
+    return {lane: found for lane, found in lanes.items() if found}
+
+
+def _start_ensemble(lab: Lab) -> None:
+    try:
+        lab.ensemble()
+    except Exception:  # the scenario that needs it tries again and reports the error
+        pass
+
+
+def _thread(target: Callable, *args) -> threading.Thread:
+    # daemon: an interrupted run's main thread cleans up and exits without waiting for it (the lab,
+    # stopping, makes whatever it starts next fail at once)
+    t = threading.Thread(target=target, args=args, daemon=True)
+    t.start()
+    return t
 
 
 def _write(out: Path, results: dict, start: float) -> None:

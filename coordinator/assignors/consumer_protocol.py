@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from coordinator.assignors.base import Assignor, Subscription, get_assignor
+from coordinator.assignors.base import Assignor, Subscription, collector_paused, get_assignor
 from coordinator.assignors.payloads import (
     decode_subscription,
     encode_assignment,
@@ -123,19 +123,22 @@ def perform_assignment(
     member and the partition counts used (the leader watches them for changes).
     """
     assignor = assignor or get_assignor(protocol_name)
-    subscriptions = {m.member_id: decode_subscription(m.metadata, m.group_instance_id) for m in members}
-    topics = sorted({t for s in subscriptions.values() for t in s.topics})
-    counts = {}
-    for topic in topics:
-        n = partitions_for(topic)
-        if n:
-            counts[topic] = n
-    result = assignor.assign(counts, subscriptions)
-    # each member gets its assignment in the payload version it subscribed in (docs/protocol.md)
-    versions = {m.member_id: payload_version(m.metadata) for m in members}
-    return {
-        member: encode_assignment(tps, version=versions[member]) for member, tps in result.items()
-    }, counts
+    # Decoding every member's owned partitions makes as many TopicPartition tuples as the assignor
+    # does (a million in a large group): the collector is paused for the whole step, not only for
+    # `assign` (see `collector_paused`).
+    with collector_paused():
+        subscriptions = {m.member_id: decode_subscription(m.metadata, m.group_instance_id) for m in members}
+        counts = {}
+        for topic in sorted({t for s in subscriptions.values() for t in s.topics}):
+            n = partitions_for(topic)
+            if n:
+                counts[topic] = n
+        result = assignor.assign(counts, subscriptions)
+        # each member gets its assignment in the payload version it subscribed in (docs/protocol.md)
+        versions = {m.member_id: payload_version(m.metadata) for m in members}
+        return {
+            member: encode_assignment(tps, version=versions[member]) for member, tps in result.items()
+        }, counts
 
 
 def by_topic(tps: Iterable[TopicPartition]) -> list[ServerAssignedTopic]:

@@ -37,7 +37,9 @@ class CooperativeStickyAssignor(AbstractStickyAssignor):
     name = "cooperative-sticky"
     supported_protocols = ("cooperative", "eager")
 
-    def member_data(self, subscription: Subscription) -> tuple[Sequence[TopicPartition], int]:
+    def member_data(
+        self, subscription: Subscription, names: dict[bytes, str] | None = None
+    ) -> tuple[Sequence[TopicPartition], int]:
         """Owned partitions from the subscription; generation from it, else from the user data."""
         if subscription.generation != DEFAULT_GENERATION:
             return subscription.owned_partitions, subscription.generation
@@ -68,17 +70,34 @@ def partitions_transferring_ownership(
     Kafka's `computePartitionsTransferringOwnership`, from the members' raw owned partitions.
     """
     revoked: set[TopicPartition] = set()
+    kept_all: set[str] = set()  # members whose assignment starts with what they owned, in order
     for member, assigned in assignment.items():
         owned = subscriptions[member].owned_partitions
-        if owned:
-            assigned_set = set(assigned)
-            revoked.update(tp for tp in owned if tp not in assigned_set)
+        if not owned:
+            continue
+        # The sticky builders put what a member keeps first: then a list comparison (identities, in
+        # C) proves nothing was revoked, without hashing a million partitions.
+        if len(assigned) >= len(owned) and _starts_with(assigned, owned):
+            kept_all.add(member)
+            continue
+        assigned_set = set(assigned)
+        revoked.update(tp for tp in owned if tp not in assigned_set)
     if not revoked:
         return {}
     transferring: dict[TopicPartition, str] = {}
     for member, assigned in assignment.items():
-        owned_set = set(subscriptions[member].owned_partitions)
+        owned = subscriptions[member].owned_partitions
+        if member in kept_all:  # an assignment holds a partition once: the rest is all new to it
+            for tp in assigned[len(owned) :]:
+                if tp in revoked:
+                    transferring[tp] = member
+            continue
+        owned_set = set(owned)
         for tp in assigned:
             if tp in revoked and tp not in owned_set:
                 transferring[tp] = member
     return transferring
+
+
+def _starts_with(items: list[TopicPartition], prefix: tuple[TopicPartition, ...]) -> bool:
+    return tuple(items[: len(prefix)]) == prefix

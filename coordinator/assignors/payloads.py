@@ -163,22 +163,23 @@ class _Reader:
     def strings(self) -> list[str]:
         return [self.string() or "" for _ in range(self.count(MAX_TOPICS))]
 
-    def topic_partitions(self) -> list[TopicPartition]:
-        out, self.pos = _read_topic_partitions(self.buf, self.pos)
+    def topic_partitions(self, names: dict[bytes, str] | None = None) -> list[TopicPartition]:
+        out, self.pos = _read_topic_partitions(self.buf, self.pos, {} if names is None else names)
         return out
 
 
-def _read_topic_partitions(buf: bytes, pos: int) -> tuple[list[TopicPartition], int]:
+def _read_topic_partitions(buf: bytes, pos: int, names: dict[bytes, str]) -> tuple[list[TopicPartition], int]:
     """`[{topic: string, partitions: [int32]}]` at `pos`, flattened, and the position after it.
 
     The hot loop of a large group's rebalance (a sticky leader reads every member's previous
     assignment: a million entries at once), so it is one tight loop: one unpack for a topic's
-    partition count and its first partition, topic names decoded once per payload."""
+    partition count and its first partition, each topic name decoded once (``names``, raw name to
+    name, is the caller's cache: one payload's, or all of a rebalance's)."""
     (n,) = _I32.unpack_from(buf, pos)
     pos += 4
     if not 0 <= n <= MAX_TOPICS:
         raise ValueError(f"an array of {n} topics (at most {MAX_TOPICS:,})")
-    size, names = len(buf), {}
+    size = len(buf)
     out: list[TopicPartition] = []
     append, extend = out.append, out.extend
     i16, i32, i32x2 = _I16.unpack_from, _I32.unpack_from, _I32X2.unpack_from
@@ -378,11 +379,15 @@ def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: in
     return data if generation is None else data + _I32.pack(generation)
 
 
-def decode_sticky_user_data(data: bytes) -> tuple[list[TopicPartition], int]:
+def decode_sticky_user_data(
+    data: bytes, names: dict[bytes, str] | None = None
+) -> tuple[list[TopicPartition], int]:
     """(previous assignment, generation) as Kafka's `StickyAssignor.memberData` reads them.
 
     Empty data: nothing owned, no generation (-1). V0 data (no generation field): -1. Unreadable
-    data: ignored, i.e. nothing owned and generation -1.
+    data: ignored, i.e. nothing owned and generation -1. ``names`` (UTF-8 name to name) is a cache of
+    topic names shared by the payloads of one rebalance, so each name is decoded once, not once per
+    member (see `topic_name_cache`).
     """
     if not data:
         return [], DEFAULT_GENERATION
@@ -398,10 +403,23 @@ def decode_sticky_user_data(data: bytes) -> tuple[list[TopicPartition], int]:
             return [], DEFAULT_GENERATION
     r = _Reader(data)
     try:
-        owned = r.topic_partitions()
+        owned = r.topic_partitions(names)
         return owned, r.int32() if r.remaining() >= 4 else DEFAULT_GENERATION
     except (struct.error, ValueError, UnicodeDecodeError):
         return [], DEFAULT_GENERATION
+
+
+def topic_name_cache(topics: Iterable[str]) -> dict[bytes, str]:
+    """A `decode_sticky_user_data` name cache holding ``topics`` (the very same `str` objects, so that
+    dictionary look-ups by the decoded names compare identities). A name that cannot be UTF-8 encoded
+    (a lone surrogate) is left out: it cannot be read from a payload either."""
+    names: dict[bytes, str] = {}
+    for topic in topics:
+        try:
+            names[topic.encode()] = topic
+        except UnicodeEncodeError:
+            pass
+    return names
 
 
 def encode_cooperative_user_data(generation: int) -> bytes:

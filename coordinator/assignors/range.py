@@ -15,6 +15,8 @@ The Kafka javadoc example: two members, two topics with three partitions each.
 
 from __future__ import annotations
 
+from collections import deque
+
 from coordinator.assignors.base import (
     Assignment,
     Assignor,
@@ -23,6 +25,7 @@ from coordinator.assignors.base import (
     member_order,
     topic_partitions,
 )
+from core.types import TopicPartition
 
 
 class RangeAssignor(Assignor):
@@ -51,16 +54,30 @@ class RangeAssignor(Assignor):
         assignment: Assignment = {member: [] for member in subscriptions}
         for topic in java_sorted(partitions_per_topic):
             members = consumers_per_topic[topic]
-            if not members:
-                continue
-            n = partitions_per_topic[topic]
-            partitions = topic_partitions(topic, range(n))
-            quota, extra = divmod(n, len(members))
-            start = 0
-            for i, member in enumerate(members):
-                length = quota + (1 if i < extra else 0)
-                if length == 0:
-                    break
-                assignment[member].extend(partitions[start : start + length])
-                start += length
+            if members:
+                n = partitions_per_topic[topic]
+                hand_out(topic_partitions(topic, range(n)), [assignment[m] for m in members])
         return assignment
+
+
+def hand_out(partitions: list[TopicPartition], lists: list[list[TopicPartition]]) -> None:
+    """Consecutive ranges of ``partitions`` onto ``lists``: the first ``n % c`` take ``n // c + 1``.
+
+    When each list takes one or two (many members, few partitions per topic: a million partitions
+    over 2,000 members is one each of 500 topics), the ranges are strided slices appended in C, not a
+    Python step per member and topic.
+    """
+    quota, extra = divmod(len(partitions), len(lists))
+    if quota < 2:
+        width = quota + 1
+        cut = extra * width
+        for r in range(width):
+            deque(map(list.append, lists[:extra], partitions[r:cut:width]), maxlen=0)
+        if quota:
+            deque(map(list.append, lists[extra:], partitions[cut:]), maxlen=0)
+        return
+    start = 0
+    for i, lst in enumerate(lists):
+        length = quota + (1 if i < extra else 0)
+        lst.extend(partitions[start : start + length])
+        start += length

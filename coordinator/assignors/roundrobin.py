@@ -13,14 +13,18 @@ at most one; with different subscriptions it can be very uneven, as Kafka's java
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from coordinator.assignors.base import (
     Assignment,
     Assignor,
     Subscription,
     java_sorted,
+    make_tp,
     member_order,
     topic_partitions,
 )
+from core.types import TopicPartition
 
 
 class RoundRobinAssignor(Assignor):
@@ -36,11 +40,20 @@ class RoundRobinAssignor(Assignor):
         if not ordered:
             return assignment
         topics = java_sorted(partitions_per_topic)
-        topic_sets = [set(subscriptions[m].topics) for m in ordered]
+        sets: dict[tuple[str, ...], set[str]] = {}  # one set per distinct subscription
+        topic_sets: list[set[str]] = []
+        for m in ordered:
+            topics_of = subscriptions[m].topics
+            topic_set = sets.get(topics_of)
+            if topic_set is None:
+                topic_set = sets[topics_of] = set(topics_of)
+            topic_sets.append(topic_set)
         everywhere = set(topics)
-        if all(everywhere <= s for s in topic_sets):
+        if all(everywhere <= s for s in sets.values()):
             # Identical subscriptions (as far as assignable topics go): partition k goes to member k % c.
-            every = [tp for t in topics for tp in topic_partitions(t, range(partitions_per_topic[t]))]
+            every: list[TopicPartition] = []
+            for t in topics:
+                every.extend(map(make_tp, zip(repeat(t), range(partitions_per_topic[t]))))
             c = len(ordered)
             for i, member in enumerate(ordered):
                 assignment[member] = every[i::c]

@@ -28,7 +28,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, repeat
 from operator import itemgetter
 
 from coordinator.assignors.base import (
@@ -37,9 +37,9 @@ from coordinator.assignors.base import (
     Assignor,
     Subscription,
     java_string_key,
-    topic_partitions,
+    make_tp,
 )
-from coordinator.assignors.payloads import decode_sticky_user_data
+from coordinator.assignors.payloads import decode_sticky_user_data, topic_name_cache
 from coordinator.assignors.sticky_general import general_assign
 from coordinator.assignors.sticky_ownership import Ownership
 from core.javahash import java_sort_key, java_string_hash
@@ -68,8 +68,13 @@ class AbstractStickyAssignor(Assignor):
         self.last_movements: object | None = None  # the general builder's partition movements, for tests
 
     @abstractmethod
-    def member_data(self, subscription: Subscription) -> tuple[Sequence[TopicPartition], int]:
-        """(owned partitions, generation) of a member; generation -1 when it has none."""
+    def member_data(
+        self, subscription: Subscription, names: dict[bytes, str] | None = None
+    ) -> tuple[Sequence[TopicPartition], int]:
+        """(owned partitions, generation) of a member; generation -1 when it has none.
+
+        ``names`` is a cache of topic names shared by the members of one rebalance, for decoders.
+        """
 
     def sticky_assign(
         self, partitions_per_topic: dict[str, int], subscriptions: dict[str, Subscription]
@@ -97,27 +102,34 @@ class AbstractStickyAssignor(Assignor):
         topics = sorted(partitions_per_topic, key=key)
         topic_index = {t: i for i, t in enumerate(topics)}
         counts = [partitions_per_topic[t] for t in topics]
-        owners = [[-1] * n for n in counts]
+        names = topic_name_cache(topics)
+        owners: list[list[int]] | None = None  # who holds each partition so far: made at the first claim
         owned: list[list[TopicPartition]] = []
         generations: list[int] = []
         raw_owned: list[Sequence[TopicPartition]] = []
         removed: dict[int, set[TopicPartition]] = {}
         multiple: set[TopicPartition] = set()
         first_topics: frozenset[str] | None = None
+        same_topics: tuple[str, ...] = ()  # the last subscription seen to equal the first one
         all_equal = True
         for mi, member in enumerate(members):
             sub = subscriptions[member]
-            topic_set = frozenset(sub.topics)
             if first_topics is None:
-                first_topics = topic_set
-            elif all_equal and topic_set != first_topics:
-                all_equal = False
-            claims, generation = self.member_data(sub)
+                first_topics = frozenset(sub.topics)
+                same_topics = sub.topics
+            elif all_equal and sub.topics != same_topics:
+                if frozenset(sub.topics) == first_topics:
+                    same_topics = sub.topics
+                else:
+                    all_equal = False
+            claims, generation = self.member_data(sub, names)
             self.max_generation = max(self.max_generation, generation)
             generations.append(generation)
             raw_owned.append(claims)
             mine: list[TopicPartition] = []
             owned.append(mine)
+            if claims and owners is None:
+                owners = [[-1] * n for n in counts]
             for tp in claims:
                 t = topic_index.get(tp[0])
                 if t is None:
@@ -125,7 +137,7 @@ class AbstractStickyAssignor(Assignor):
                 p = tp[1]
                 if not 0 <= p < counts[t]:
                     continue
-                row = owners[t]
+                row = owners[t]  # type: ignore[index]
                 other = row[p]
                 if other < 0:
                     mine.append(tp)
@@ -182,8 +194,10 @@ class StickyAssignor(AbstractStickyAssignor):
     name = "sticky"
     supported_protocols = ("eager",)
 
-    def member_data(self, subscription: Subscription) -> tuple[Sequence[TopicPartition], int]:
-        return decode_sticky_user_data(subscription.user_data)
+    def member_data(
+        self, subscription: Subscription, names: dict[bytes, str] | None = None
+    ) -> tuple[Sequence[TopicPartition], int]:
+        return decode_sticky_user_data(subscription.user_data, names)
 
 
 def constrained_assign(o: Ownership) -> StickyResult:
@@ -242,16 +256,14 @@ def constrained_assign(o: Ownership) -> StickyResult:
     unassigned: list[TopicPartition] = []
     for t, topic in enumerate(o.topics):
         flags = available[t]
-        if flags.count(1) == len(flags):
-            unassigned.extend(topic_partitions(topic, range(len(flags))))
-        else:
-            unassigned.extend(topic_partitions(topic, compress(range(len(flags)), flags)))
+        free = range(len(flags)) if flags.count(1) == len(flags) else compress(range(len(flags)), flags)
+        unassigned.extend(map(make_tp, zip(repeat(topic), free)))
 
     by_member_id = lambda mi: member_key(members[mi])  # noqa: E731
     under_min.sort(key=by_member_id)
     exactly_min.sort(key=by_member_id)
     new: list[list[TopicPartition]] = [[] for _ in range(n_members)]
-    pos = _fill_to_min_quota(unassigned, under_min, kept, min_quota, new, exactly_min)
+    pos = fill_to_min_quota(unassigned, under_min, kept, min_quota, new, exactly_min)
     # The rest: one each to the members at exactly minQuota, in queue order.
     rest = len(unassigned) - pos
     if rest > len(exactly_min):
@@ -267,11 +279,17 @@ def constrained_assign(o: Ownership) -> StickyResult:
                 if tp in flagged:
                     transferring[tp] = members[mi]
     for mi, member in enumerate(members):
-        assignment[member] = kept[mi] + new[mi] if new[mi] else kept[mi]
+        keep, add = kept[mi], new[mi]
+        if add:  # both are this call's own lists: extend one rather than copy both
+            if keep:
+                keep.extend(add)
+            else:
+                keep = add
+        assignment[member] = keep
     return StickyResult(assignment, transferring)
 
 
-def _fill_to_min_quota(
+def fill_to_min_quota(
     unassigned: list[TopicPartition],
     under_min: list[int],
     kept: list[list[TopicPartition]],
@@ -293,12 +311,16 @@ def _fill_to_min_quota(
     done_rounds = 0
     for level in sorted(set(deficits.values())):
         width = len(active)
-        block = unassigned[pos : pos + width * (level - done_rounds)]
-        if len(block) < width * (level - done_rounds):
+        end = pos + width * (level - done_rounds)
+        if end > len(unassigned):
             raise RuntimeError("sticky assignment bug: members under minQuota but no partitions left")
         for j, mi in enumerate(active):
-            new[mi].extend(block[j::width])
-        pos += len(block)
+            share = unassigned[pos + j : end : width]
+            if new[mi]:
+                new[mi].extend(share)
+            else:
+                new[mi] = share
+        pos = end
         done_rounds = level
         exactly_min.extend(mi for mi in active if deficits[mi] == level)
         active = [mi for mi in active if deficits[mi] != level]

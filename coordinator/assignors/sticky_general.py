@@ -24,9 +24,9 @@ The Kafka example of `StickyAssignorTest`'s javadoc: with different subscription
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import cache
 from itertools import compress
 
@@ -116,11 +116,19 @@ class _GeneralBuilder:
         for lst in self.lists:
             for topic, p in lst:
                 available[index[topic]][p] = 0
-        unassigned = [list(compress(range(len(flags)), flags)) for flags in available]
+        unassigned: list[Sequence[int]] = [
+            range(len(flags)) if flags.count(1) == len(flags) else list(compress(range(len(flags)), flags))
+            for flags in available
+        ]
         initializing = not any(self.sizes)
         for t in self.topic_order:
             if unassigned[t] and self.topic_consumers[t]:
-                self._water_fill(topic_partitions(self.topics[t], unassigned[t]), self.topic_consumers[t])
+                water_fill(
+                    topic_partitions(self.topics[t], unassigned[t]),
+                    self.topic_consumers[t],
+                    self.sizes,
+                    self.lists,
+                )
 
         fixed_topic = [len(c) < 2 for c in self.topic_consumers]
         distinct = {id(ts): ts for ts in self.member_topics}  # shared by members with the same topics
@@ -159,46 +167,6 @@ class _GeneralBuilder:
                 for r, lst in self._snapshot.items():
                     self.lists[r] = lst
         return {name: self.lists[r] for r, name in enumerate(self.names)}
-
-    def _water_fill(self, tps: list[TopicPartition], eligible: list[int]) -> None:
-        """Hand ``tps`` out one at a time to the eligible member with the fewest partitions, then lowest rank.
-
-        The members at the lowest level take one each in rank order, round after round, until they
-        reach the next level, where that level's members join; each stretch is a strided slice.
-        """
-        sizes, lists = self.sizes, self.lists
-        order = sorted(eligible, key=sizes.__getitem__)  # stable: (size, rank)
-        k = len(order)
-        level = sizes[order[0]]
-        i = 0
-        while i < k and sizes[order[i]] == level:
-            i += 1
-        active = order[:i]
-        pos, remaining = 0, len(tps)
-        while remaining:
-            width = len(active)
-            take = remaining if i == k else min(remaining, width * (sizes[order[i]] - level))
-            block = tps[pos : pos + take]
-            if take <= width:  # one each to the first `take` members (the usual stretch in big groups)
-                taking = active[:take]
-                deque(map(list.append, map(lists.__getitem__, taking), block), maxlen=0)
-                for r in taking:
-                    sizes[r] += 1
-            else:
-                for j, r in enumerate(active):
-                    part = block[j::width]
-                    lists[r].extend(part)
-                    sizes[r] += len(part)
-            pos += take
-            remaining -= take
-            if not remaining:
-                break
-            level = sizes[order[i]]
-            j = i
-            while j < k and sizes[order[j]] == level:
-                j += 1
-            active = sorted(active + order[i:j])
-            i = j
 
     # --- reassignment ------------------------------------------------------------------------------
 
@@ -311,6 +279,48 @@ class _GeneralBuilder:
             else:
                 self._unbalanced_topics.discard(t)
         self._stale.clear()
+
+
+def water_fill(
+    tps: list[TopicPartition], eligible: list[int], sizes: list[int], lists: list[list[TopicPartition]]
+) -> None:
+    """Hand ``tps`` out as if one at a time to the eligible member with the fewest, then the lowest rank.
+
+    ``sizes[r]`` is ``len(lists[r])``; both are updated.
+
+    The members at the lowest level take one each in rank order, round after round, until they
+    reach the next level, where that level's members join; each stretch is a strided slice, or,
+    when the members outnumber the rounds, a C-level pass per round. Only the sizes of members not
+    yet taking are read meanwhile, so the takers' sizes are brought up to date once, at the end.
+    """
+    size_of = sizes.__getitem__
+    order = sorted(eligible, key=size_of)  # stable: (size, rank)
+    k = len(order)
+    level = sizes[order[0]]
+    i = bisect_right(order, level, key=size_of)
+    active = order[:i]
+    pos, remaining = 0, len(tps)
+    while True:
+        width = len(active)
+        take = remaining if i == k else min(remaining, width * (sizes[order[i]] - level))
+        rounds = -(-take // width)
+        if rounds < width:
+            active_lists = list(map(lists.__getitem__, active))
+            for start in range(pos, pos + take, width):
+                deque(map(list.append, active_lists, tps[start : min(start + width, pos + take)]), 0)
+        else:
+            block = tps[pos : pos + take]
+            for j, r in enumerate(active):
+                lists[r].extend(block[j::width])
+        pos += take
+        remaining -= take
+        if not remaining:
+            break
+        level = sizes[order[i]]
+        j = bisect_right(order, level, lo=i, key=size_of)
+        active = sorted(active + order[i:j])
+        i = j
+    deque(map(sizes.__setitem__, active, map(len, map(lists.__getitem__, active))), maxlen=0)
 
 
 def _balance_score(sizes: list[int]) -> int:

@@ -14,7 +14,7 @@ import pytest
 from core.errors import CommitFailed
 from core.types import TopicPartition
 from core.zk import connect
-from experiments.split_brain import split_brain, until
+from experiments.split_brain import split_brains, until
 from topics.registry import create_topic
 from zk_rebalance.events import read_events
 from zk_rebalance.member import ZkGroupMember
@@ -190,7 +190,11 @@ def test_zombie_overwrites_offsets_without_fencing_and_is_refused_with_it(ensemb
 
 @pytest.mark.ensemble
 def test_split_brain_from_a_stale_follower_and_sync_before_read_prevents_it(ensemble, tmp_path):
-    faithful = split_brain(ensemble, tmp_path / "faithful", sync=False)
+    # both groups through one partition of the follower, each in its own chroot
+    runs = split_brains(
+        ensemble, {"faithful": (tmp_path / "faithful", False), "synced": (tmp_path / "synced", True)}
+    )
+    faithful, synced = runs["faithful"], runs["synced"]
     # a decided from a stale view (only itself) and claimed what b and c own: NodeExists, rollback (S1).
     assert ["g_a"] in faithful["a_views"][1:]
     assert {e["partition"] for e in faithful["conflicts"]} >= {"t-2", "t-3"}
@@ -199,7 +203,6 @@ def test_split_brain_from_a_stale_follower_and_sync_before_read_prevents_it(ense
     assert faithful["s2"]["views"] >= 2 and faithful["s2"]["double_claimed"] == ["t-2", "t-3"]
     assert faithful["s3"] > 0  # t-0 and t-1 had no owner while a was stuck (S3)
 
-    synced = split_brain(ensemble, tmp_path / "synced", sync=True)
     assert synced["conflicts"] == []
     assert all(v == ["g_a", "g_b", "g_c"] for v in synced["a_views"][1:])
     assert synced["s2"]["double_claimed"] == []
