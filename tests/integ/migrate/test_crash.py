@@ -16,6 +16,7 @@ last transition is done, and is refused a rollback). The source never changes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -140,13 +141,7 @@ def stopped(proc: subprocess.Popen, timeout: float = 60.0) -> bool:
 def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
     """ZooKeeper stops between two copy transactions: the run ends with one line and exit 1; once
     ZooKeeper is back, `run` again finishes with exactly the source's offsets."""
-    server = ZkServer.start_single()  # its own: this test stops it
-    try:
-        root = connect(server.connect_string)
-        root.ensure_path("/mid-copy")
-        root.stop()
-        zk_connect = server.connect_string + "/mid-copy"
-        zk = connect(zk_connect)
+    with own_zookeeper("mid-copy") as (server, zk_connect, zk):
         want = offsets_for("zk", zk, "g")
         direction = ["--from", "zk", "--to", "coordinator", "--batch", BATCH]
         proc = spawn(zk_connect, "run", "g", *direction, stop_at="copy:1")
@@ -158,11 +153,7 @@ def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
         lines = err.strip().splitlines()
         assert lines[-1].startswith("error: ") and "ZooKeeper" in lines[-1], err
         assert not any("Traceback" in line for line in lines), err
-        server.start()
-        server.wait_until(server.ruok, 60, "ZooKeeper back")
-        deadline = time.monotonic() + 60
-        while not zk.connected and time.monotonic() < deadline:
-            time.sleep(0.1)
+        back_again(server, zk)
         rec, _ = offline.read_record(zk, "g")
         assert rec is not None and rec.state == R.FROZEN  # stopped inside the copy
         assert offline.offsets(zk, "zk", "g") == want
@@ -170,9 +161,33 @@ def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
         assert code == 0, err
         assert offline.offsets(zk, "coordinator", "g") == want
         assert offline.read_record(zk, "g")[0].state == R.DONE
-        zk.stop()
+
+
+@contextlib.contextmanager
+def own_zookeeper(chroot: str):
+    """(server, connect string, client) of a ZooKeeper of the test's own, which it may stop."""
+    server = ZkServer.start_single()
+    try:
+        root = connect(server.connect_string)
+        root.ensure_path(f"/{chroot}")
+        root.stop()
+        zk_connect = f"{server.connect_string}/{chroot}"
+        zk = connect(zk_connect)
+        try:
+            yield server, zk_connect, zk
+        finally:
+            zk.stop()
     finally:
         server.remove()
+
+
+def back_again(server: ZkServer, zk) -> None:
+    """Start the stopped `server` and wait until `zk` is connected to it again."""
+    server.start()
+    server.wait_until(server.ruok, 60, "ZooKeeper back")
+    deadline = time.monotonic() + 60
+    while not zk.connected and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def test_a_commit_while_the_run_is_stopped_stops_it_before_the_switch(zk, zk_connect):
@@ -249,13 +264,7 @@ def test_the_watch_on_the_source_lost_with_the_connection_the_source_is_read_aga
     connections are cut, their sessions live on), a consumer commits to one of the sources, and
     the runs go on: the one whose source moved is refused (the commit made no event: the source
     is read again), the other finishes."""
-    server = ZkServer.start_single()  # its own: this test restarts it
-    try:
-        root = connect(server.connect_string)
-        root.ensure_path("/lost-watch")
-        root.stop()
-        zk_connect = server.connect_string + "/lost-watch"
-        zk = connect(zk_connect)
+    with own_zookeeper("lost-watch") as (server, zk_connect, zk):
         want = {g: offsets_for("zk", zk, g) for g in ("quiet", "moved")}
         direction = ["--from", "zk", "--to", "coordinator", "--batch", BATCH]
         procs = {
@@ -263,11 +272,7 @@ def test_the_watch_on_the_source_lost_with_the_connection_the_source_is_read_aga
         }
         assert all(stopped(p) for p in procs.values()), {g: p.poll() for g, p in procs.items()}
         server.stop()
-        server.start()
-        server.wait_until(server.ruok, 60, "ZooKeeper back")
-        deadline = time.monotonic() + 60
-        while not zk.connected and time.monotonic() < deadline:
-            time.sleep(0.1)
+        back_again(server, zk)
         legacy.write_offsets(zk, "moved", {TP("a", 0): 5}, batch=10)
         for p in procs.values():
             p.send_signal(signal.SIGCONT)
@@ -277,9 +282,6 @@ def test_the_watch_on_the_source_lost_with_the_connection_the_source_is_read_aga
         code, err = done["moved"]
         assert code == 1 and "changed since it was frozen" in err.strip().splitlines()[-1], (code, err)
         assert offline.read_record(zk, "moved")[0].state == R.COPIED  # not switched
-        zk.stop()
-    finally:
-        server.remove()
 
 
 def group_subtrees(zk_connect: str, group: str) -> dict:
