@@ -321,6 +321,9 @@ class Authorizer:
         self._literal: dict[tuple[ResourceType, str], frozenset[AccessControlEntry]] = {}
         self._prefixed: dict[ResourceType, dict[str, frozenset[AccessControlEntry]]] = {}
         self._decisions: dict[tuple, bool] = {}
+        # Counts the changes of the ACLs: a decision remembered elsewhere (a connection's, in
+        # coordinator/node/authorization.py) holds while it stays the same.
+        self.version = 0
 
     def set_acls(self, pattern: ResourcePattern, entries: Iterable[AccessControlEntry]) -> None:
         """`pattern`'s entries are now `entries` (none: the pattern has no ACL any more)."""
@@ -336,6 +339,7 @@ class Authorizer:
         else:
             table.pop(key, None)
         self._decisions.clear()
+        self.version += 1
 
     def replace(self, acls: Mapping[ResourcePattern, Iterable[AccessControlEntry]]) -> None:
         """Every pattern's entries at once (a full load)."""
@@ -344,6 +348,7 @@ class Authorizer:
         for pattern, entries in acls.items():
             self.set_acls(pattern, entries)
         self._decisions.clear()
+        self.version += 1
 
     def acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
         out = {ResourcePattern(rt, name): e for (rt, name), e in self._literal.items()}

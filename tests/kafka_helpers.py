@@ -221,3 +221,15 @@ def send_and_drain(port: int, frame: bytes) -> None:
                 pass
         except (ConnectionResetError, TimeoutError):
             pass
+
+
+def mangled(rng, frame: bytes) -> bytes:
+    """A well-formed request frame with one to three bytes flipped past its api key and version,
+    and cut short three times in ten: what the hand-made codecs must refuse or read as
+    kafka-python's classes do."""
+    out = bytearray(frame)
+    for _ in range(rng.randint(1, 3)):
+        out[rng.randrange(8, len(out))] = rng.randrange(256)
+    if rng.random() < 0.3:
+        out = out[: rng.randrange(8, len(out))]
+    return bytes(out)

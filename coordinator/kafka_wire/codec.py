@@ -60,7 +60,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeResponse,
 )
 
-from coordinator.kafka_wire import heartbeat_codec
+from coordinator.kafka_wire import group_codec, heartbeat_codec
 from coordinator.kafka_wire import messages as M
 from coordinator.kafka_wire.consumer_group_api import (
     ConsumerGroupDescribeRequest,
@@ -141,6 +141,8 @@ NAMES: dict[int, str] = {
 
 _PEEK = struct.Struct(">hhi")
 _HEADER = struct.Struct(">hhih")  # request header v1: api key, version, correlation id, client id length
+_I16 = struct.Struct(">h")
+_CLIENT_ID_AT = 8  # the client id's length, in request header v1
 _RESPONSE_HEAD = struct.Struct(">ii")  # frame size, response header v0 (correlation id)
 _NO_TAGS = b"\x00"  # an empty tagged-field section: response header v1 is v0 plus one
 # The most tagged fields a request header may carry (Kafka's clients send none or one).
@@ -149,9 +151,19 @@ MAX_HEADER_TAGS = 64
 # form (`server_side.incremental_groups.INCREMENTAL_PROTOCOL_TYPE`) is KIP-848's consumer group,
 # and Kafka's clients list only groups of type `consumer` (or none). The native wire keeps it.
 LISTED_AS_CONSUMER = frozenset({"consumer-incremental"})
-# Heartbeat answers, the listener's hottest, differ only by version and error code: their bodies
-# are encoded once (by kafka-python) and reused.
-_HEARTBEATS: dict[tuple, bytes] = {}
+# The (api, version) pairs whose request header (v2) and response header (v1) carry tagged fields.
+_FLEXIBLE_REQUESTS = frozenset(
+    (api, v)
+    for api, (lo, hi) in VERSIONS.items()
+    for v in range(lo, hi + 1)
+    if _CLASSES[api][0].flexible_version_q(v)
+)
+_FLEXIBLE_RESPONSES = frozenset(
+    (api, v)
+    for api, (lo, hi) in VERSIONS.items()
+    for v in range(lo, hi + 1)
+    if api != S.API_VERSIONS and _CLASSES[api][1].flexible_version_q(v)  # ApiVersions answers with v0
+)
 
 
 # Requests whose fields differ from the project struct's (`_fix_request`); the others convert
@@ -177,7 +189,7 @@ class Unsupported(BadRequest):
     """An api or version this listener does not serve (other than ApiVersions)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs a microsecond per request
 class KafkaRequest:
     api_key: int
     api_version: int
@@ -200,6 +212,14 @@ def decode_request(frame: bytes) -> KafkaRequest:
     if len(frame) < _PEEK.size:
         raise BadRequest(f"request of {len(frame)} bytes has no header")
     api, version, correlation_id = _PEEK.unpack_from(frame)
+    fast = group_codec.DECODERS.get((api, version))
+    if fast is not None:  # Heartbeat, OffsetCommit: straight into the project struct
+        client_id, start = _client_id(frame)
+        try:
+            body = fast(frame, start, version)
+        except (ValueError, struct.error) as exc:
+            raise BadRequest(f"undecodable {NAMES[api]} v{version}: {exc}") from None
+        return KafkaRequest(api, version, correlation_id, client_id, body)
     served = VERSIONS.get(api)
     if api == S.API_VERSIONS and version > served[1]:
         return KafkaRequest(api, version, correlation_id, "", None)
@@ -207,7 +227,7 @@ def decode_request(frame: bytes) -> KafkaRequest:
         raise Unsupported(f"api {api} version {version} is not served")
     request_class, _, struct_type = _CLASSES[api]
     client_id, start = _client_id(frame)
-    if request_class.flexible_version_q(version):  # header v2: v1 plus a tagged-field section
+    if (api, version) in _FLEXIBLE_REQUESTS:  # header v2: v1 plus a tagged-field section
         start = start + 1 if start < len(frame) and frame[start] == 0 else _skip_tags(frame, start)
     if api == M.CONSUMER_GROUP_HEARTBEAT:  # the hottest request: unpacked by hand
         try:
@@ -235,11 +255,15 @@ def _client_id(frame: bytes) -> tuple[str, int]:
     """Request header v1's nullable client id, and where the body starts."""
     if len(frame) < _HEADER.size:
         raise BadRequest(f"request of {len(frame)} bytes has no client id")
-    *_, n = _HEADER.unpack_from(frame)
-    start = _HEADER.size + max(n, 0)
-    if n < -1 or start > len(frame):
+    n = _I16.unpack_from(frame, _CLIENT_ID_AT)[0]
+    if n <= 0:
+        if n < -1:
+            raise BadRequest(f"a client id of {n} bytes")
+        return "", _HEADER.size
+    start = _HEADER.size + n
+    if start > len(frame):
         raise BadRequest(f"a client id of {n} bytes in a request of {len(frame)}")
-    return bytes(frame[_HEADER.size : start]).decode("utf-8", "replace"), start
+    return str(frame[_HEADER.size : start], "utf-8", "replace"), start
 
 
 def _skip_tags(frame: bytes, pos: int) -> int:
@@ -323,19 +347,17 @@ def encode_response(api: int, version: int, correlation_id: int, body: S.Message
     `body` is the project struct; for KIP-848's APIs, the Kafka form `kafka_wire.topic_map` makes."""
     if isinstance(body, S.ErrorResponse):
         body = error_body(api, request, body.error_code, body.error_message)
+    fast = group_codec.ENCODERS.get((api, version))
+    if fast is not None and type(body) is fast[0]:  # Heartbeat, OffsetCommit: packed directly
+        return fast[1](version, correlation_id, body)
     if api == M.CONSUMER_GROUP_HEARTBEAT and type(body) is M.KafkaConsumerGroupHeartbeatResponse:
         body_bytes = _NO_TAGS + heartbeat_codec.encode_response(body)  # response header v1, the body
         return _RESPONSE_HEAD.pack(len(body_bytes) + 4, correlation_id) + body_bytes
-    key = (api, version, body) if api == S.HEARTBEAT else None
-    body_bytes = _HEARTBEATS.get(key) if key is not None else None
-    if body_bytes is None:
-        values = msgspec.to_builtins(body, builtin_types=(bytes, bytearray, memoryview, uuid.UUID))
-        _fix_response(api, version, values, request)
-        response_class = _CLASSES[api][1]
-        body_bytes = bytes(_build(response_class, values, version).encode(version=version, header=False))
-        if key is not None and len(_HEARTBEATS) < 256:  # a few error codes x versions
-            _HEARTBEATS[key] = body_bytes
-    if api != S.API_VERSIONS and _CLASSES[api][1].flexible_version_q(version):
+    values = msgspec.to_builtins(body, builtin_types=(bytes, bytearray, memoryview, uuid.UUID))
+    _fix_response(api, version, values, request)
+    response_class = _CLASSES[api][1]
+    body_bytes = bytes(_build(response_class, values, version).encode(version=version, header=False))
+    if (api, version) in _FLEXIBLE_RESPONSES:
         body_bytes = _NO_TAGS + body_bytes  # response header v1 (ApiVersions always answers with v0)
     return _RESPONSE_HEAD.pack(len(body_bytes) + 4, correlation_id) + body_bytes
 

@@ -111,6 +111,21 @@ def _some_topics(body: Any, allowed: list, refused: Any) -> Ruling:
     return Ruling(request=replace(body, topics=allowed), amend=amend)
 
 
+class Grants:
+    """The group requests one connection's principal was allowed, so that the next of the same kind
+    is served without asking the ACLs again: (api, group) pairs, held while the ACLs and the
+    principal stay those they were allowed under (any change of either forgets them all)."""
+
+    MAX = 4_096  # pairs a connection remembers; past it the others are asked each time
+
+    __slots__ = ("version", "principal", "allowed")
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.principal = ""
+        self.allowed: set[tuple[int, str | None]] = set()
+
+
 class RequestAuthorization:
     """The rulings of one node (see the module docstring), over its ACLs' `Authorizer`."""
 
@@ -139,11 +154,26 @@ class RequestAuthorization:
 
     # -- the two entry points --------------------------------------------------------------------
 
-    def rule(self, principal: str, peer_host: str, api: int, body: Any) -> Ruling | None:
-        """The ruling on a group request (either listener); None: allowed as it is."""
+    def rule(
+        self, principal: str, peer_host: str, api: int, body: Any, grants: Grants | None = None
+    ) -> Ruling | None:
+        """The ruling on a group request (either listener); None: allowed as it is. `grants`: the
+        connection's, which answers a Heartbeat (any GROUP_RULES api) of a group it was allowed
+        before without a lookup."""
         op = GROUP_RULES.get(api)
         if op is not None:
+            key = (api, body.group_id)
+            version = self.authorizer.version
+            if grants is not None and grants.version == version and grants.principal == principal:
+                if key in grants.allowed:
+                    return None
             if self.authorizer.authorize(principal, _host(peer_host), op, GROUP, body.group_id):
+                if grants is not None:
+                    if grants.version != version or grants.principal != principal:
+                        grants.version, grants.principal = version, principal
+                        grants.allowed.clear()
+                    if len(grants.allowed) < Grants.MAX:
+                        grants.allowed.add(key)
                 return None
             why = _denied(f"Group {op.value} on", body.group_id, principal)
             return Ruling(answer=P.precheck_error_body(api, body, GROUP_AUTHORIZATION_FAILED, why))

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from coordinator.node.authorization import Grants
 from coordinator.node.metrics import Metrics
 from coordinator.wire import codec as P
 from coordinator.wire.schema import Message, OffsetCommitResponse
@@ -100,6 +101,8 @@ class Connection(asyncio.Protocol):
         self.principal = ANONYMOUS
         # The SASL exchange while it is not complete (None: nothing to complete, or completed).
         self.sasl = sasl
+        # With --authorizer acl: the groups this connection's principal was allowed (authorization.py).
+        self.grants = Grants()
 
     def authenticated(self, principal: str) -> None:
         """SASL completed: the client is `principal` and its frames go to the listener's dispatch."""

@@ -98,7 +98,7 @@ class RequestDispatch:
         if gate is None or api == P.API_VERSIONS:
             return self._serve(pending, api, body, client_id, kafka)
         conn = pending.conn
-        ruling = gate.rule(conn.principal, conn.peer_host, api, body)
+        ruling = gate.rule(conn.principal, conn.peer_host, api, body, conn.grants)
         if ruling is None:
             return self._serve(pending, api, body, client_id, kafka)
         if ruling.request is None:

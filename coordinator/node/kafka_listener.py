@@ -28,7 +28,7 @@ from coordinator.kafka_wire import topic_map
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.node.kafka_data import DataPlane
 from coordinator.node.kafka_topic_ids import TopicIdResolver
-from coordinator.node.tls import tls_server_args
+from coordinator.node.tls import tls_factory
 from coordinator.wire import errors as E
 from coordinator.wire.schema import API_VERSIONS, JOIN_GROUP, JoinGroupResponse, Message
 from security.sasl import SaslSession
@@ -40,6 +40,10 @@ MAX_REQUEST_BYTES = 100 << 20
 _DATA_APIS = frozenset({M.METADATA, M.LIST_OFFSETS, M.FETCH, M.PRODUCE})
 # The group APIs whose wire form names topics by id (KIP-848's): answers are converted first.
 _BY_ID_APIS = frozenset({M.CONSUMER_GROUP_HEARTBEAT, M.CONSUMER_GROUP_DESCRIBE})
+# The requests the listener serves or prepares itself; every other one goes straight to the core.
+_LISTENER_APIS = _DATA_APIS | {API_VERSIONS, M.CONSUMER_GROUP_HEARTBEAT}
+# What an answer is counted as in the metrics (the native listener's names, prefixed).
+_METRIC_NAMES = {api: "kafka_" + name for api, name in K.NAMES.items()}
 
 
 class KafkaPending(Pending):
@@ -50,7 +54,8 @@ class KafkaPending(Pending):
     def __init__(
         self, conn: Connection, id: int, api: int, t0: float, version: int, request: Any, client_id: str = ""
     ):
-        super().__init__(conn, id, api, t0)
+        # Pending's fields set here rather than through super().__init__: one call less per request.
+        self.conn, self.id, self.api, self.t0, self.amend = conn, id, api, t0, None
         self.version = version
         self.request = request
         self.client_id = client_id
@@ -87,14 +92,14 @@ class KafkaConnection(Connection):
             return
         if pending.amend is not None:  # the denied part of the request (authorization.py)
             body, pending.amend = pending.amend(body), None
-        member_id = _member_id_round_trip(pending, body)
-        if member_id is not None and not self.closed:
+        api = pending.api
+        if api == JOIN_GROUP and (member_id := _member_id_round_trip(pending, body)) and not self.closed:
             assert isinstance(pending, KafkaPending)
             # Still busy with this request: later ones wait for the real answer.
             pending.request = msgspec.structs.replace(pending.request, member_id=member_id)
             asyncio.get_running_loop().call_soon(self.node.rejoin, pending)
             return
-        if body is not None and pending.api in _BY_ID_APIS and not self.closed:
+        if body is not None and api in _BY_ID_APIS and not self.closed:
             ids = self.owner.topic_ids
             missing = ids.ids.unknown_names(topic_map.names_in_answer(body))
             if missing and not getattr(pending, "resolved", False):
@@ -106,15 +111,13 @@ class KafkaConnection(Connection):
         if body is not None and not self.closed:
             assert isinstance(pending, KafkaPending)
             try:
-                data = K.encode_response(pending.api, pending.version, pending.id, body, pending.request)
+                data = K.encode_response(api, pending.version, pending.id, body, pending.request)
             except Exception:
-                log.exception("cannot encode the answer to api %d v%d", pending.api, pending.version)
+                log.exception("cannot encode the answer to api %d v%d", api, pending.version)
                 self.close()
                 return
-            self.send_bytes(data)
-            self.node.metrics.observe(
-                "kafka_" + K.NAMES.get(pending.api, "?"), time.perf_counter() - pending.t0, error_of(body)
-            )
+            self.send_bytes(data)  # with the other answers of this read (`process`), or now
+            self.node.metrics.observe(_METRIC_NAMES[api], time.perf_counter() - pending.t0, error_of(body))
         if not self.processing and self.queue and not self.closed:
             asyncio.get_running_loop().call_soon(self.process)
 
@@ -147,11 +150,10 @@ class KafkaListener:
         session = self.node.authenticator.session
         protocol = self.config.kafka_protocol
         return await loop.create_server(
-            lambda: KafkaConnection(self, session(protocol)),
+            tls_factory(lambda: KafkaConnection(self, session(protocol)), ssl, self.config),
             host,
             port,
             backlog=1024,
-            **tls_server_args(ssl, self.config),
         )
 
     def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None:
@@ -172,25 +174,26 @@ class KafkaListener:
             log.exception("closing Kafka connection from %s: undecodable frame", conn.peer_host)
             conn.close()
             return
+        api = req.api_key
+        pending = KafkaPending(conn, req.correlation_id, api, t0, req.api_version, req.body, req.client_id)
+        if api not in _LISTENER_APIS:  # a group request: to the core, as the native listener's
+            self._handle(pending)
+            return
         if req.body is None:  # ApiVersions above our maximum
             conn.send_bytes(K.api_versions_fallback(req.correlation_id))
             return
-        pending = KafkaPending(
-            conn, req.correlation_id, req.api_key, t0, req.api_version, req.body, req.client_id
-        )
         conn.busy = pending
-        if req.api_key in _DATA_APIS:
+        if api in _DATA_APIS:
             self.node._spawn(self._serve_data(pending, req))
             return
-        if req.api_key == API_VERSIONS:
+        if api == API_VERSIONS:
             conn.answer(pending, K.api_versions_body())
             return
-        if req.api_key == M.CONSUMER_GROUP_HEARTBEAT:
-            owned = [t.topic_id for t in req.body.topic_partitions or ()]
-            if self.topic_ids.ids.unknown_ids(owned):
-                self.node._spawn(self._heartbeat_after_ids(pending, owned))
-                return
-            pending.request = self._heartbeat(req.body)
+        owned = [t.topic_id for t in req.body.topic_partitions or ()]  # ConsumerGroupHeartbeat
+        if self.topic_ids.ids.unknown_ids(owned):
+            self.node._spawn(self._heartbeat_after_ids(pending, owned))
+            return
+        pending.request = self._heartbeat(req.body)
         self._handle(pending)
 
     def _handle(self, pending: KafkaPending) -> None:

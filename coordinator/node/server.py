@@ -62,7 +62,7 @@ from coordinator.node.outputs import CoreOutputs
 from coordinator.node.shards import ShardLeadership, ShardStatus
 from coordinator.node.state import LOST, NEW, SERVING, STOPPED, SUSPENDED, NodeState
 from coordinator.node.store import CoordinatorStore
-from coordinator.node.tls import listener_contexts, tls_server_args
+from coordinator.node.tls import listener_contexts, tls_factory
 from coordinator.node.zk_async import _retrying
 from coordinator.server_side.assigned import ServerAssignedCoordinator
 from coordinator.server_side.group_conversion import MigrationPolicy
@@ -165,11 +165,10 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         session = self.authenticator.session
         try:
             self._server = await self._loop.create_server(
-                lambda: Connection(self, session(cfg.listen_protocol)),
+                tls_factory(lambda: Connection(self, session(cfg.listen_protocol)), self.ssl_context, cfg),
                 cfg.host,
                 cfg.port,
                 backlog=1024,
-                **tls_server_args(self.ssl_context, cfg),
             )
         except OSError as exc:
             raise await self._bind_failed(cfg.host, cfg.port, "--listen", exc) from None

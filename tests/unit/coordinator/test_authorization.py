@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.kafka_wire import messages as M
-from coordinator.node.authorization import GROUP_RULES, OPEN_APIS, RequestAuthorization
+from coordinator.node.authorization import GROUP_RULES, OPEN_APIS, Grants, RequestAuthorization
 from coordinator.wire import schema as S
 from coordinator.wire.errors import GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED
 from security.acls import (
@@ -69,6 +69,24 @@ def test_a_group_request_needs_read(api, body):
     assert gate((GROUP, "b", READ)).rule(ALICE, PEER, api, body) is None
     ruling = gate((GROUP, "b", DESCRIBE)).rule(ALICE, PEER, api, body)
     assert ruling.request is None and ruling.answer.error_code == GROUP_AUTHORIZATION_FAILED
+
+
+def test_a_connections_grants_hold_until_the_acls_or_its_principal_change():
+    """A group allowed once is served again without a lookup; an ACL change or another principal
+    asks the ACLs again, so a revoked group is refused on the connection's next request."""
+    g, grants = gate((GROUP, "b", READ)), Grants()
+    beat = S.HeartbeatRequest(group_id="b", generation_id=1, member_id="m")
+    assert g.rule(ALICE, PEER, S.HEARTBEAT, beat, grants) is None
+    assert grants.allowed == {(S.HEARTBEAT, "b")}
+    g.authorizer._decisions.clear()  # the connection's grant answers, not the authorizer's memory
+    assert g.rule(ALICE, PEER, S.HEARTBEAT, beat, grants) is None and not g.authorizer._decisions
+    g.authorizer.set_acls(ResourcePattern(GROUP, "b"), [])  # revoked
+    ruling = g.rule(ALICE, PEER, S.HEARTBEAT, beat, grants)
+    assert ruling.answer.error_code == GROUP_AUTHORIZATION_FAILED
+    g.authorizer.set_acls(ResourcePattern(GROUP, "b"), [AccessControlEntry(ALICE, "*", READ, ALLOW)])
+    assert g.rule(ALICE, PEER, S.HEARTBEAT, beat, grants) is None
+    ruling = g.rule("User:bob", PEER, S.HEARTBEAT, beat, grants)  # the same grants, another principal
+    assert ruling.answer.error_code == GROUP_AUTHORIZATION_FAILED
 
 
 def test_find_coordinator_needs_describe():

@@ -11,6 +11,7 @@ import msgspec
 from coordinator.kafka_wire import codec as K
 from coordinator.kafka_wire import messages as M
 from coordinator.kafka_wire.consumer_group_api import ConsumerGroupHeartbeatRequest as Request
+from tests.kafka_helpers import mangled
 
 
 def _generic(version: int, correlation_id: int, body: M.KafkaConsumerGroupHeartbeatResponse) -> bytes:
@@ -98,12 +99,7 @@ def test_a_malformed_heartbeat_request_is_refused_never_misread():
     rng = random.Random(69)
     for _ in range(2000):
         version = rng.choice((0, 1))
-        frame = bytearray(_frame(_random_request(rng, version), version))
-        for _ in range(rng.randint(1, 3)):
-            frame[rng.randrange(8, len(frame))] = rng.randrange(256)
-        if rng.random() < 0.3:
-            frame = frame[: rng.randrange(8, len(frame))]
-        frame = bytes(frame)
+        frame = mangled(rng, _frame(_random_request(rng, version), version))
         try:
             ours = K.decode_request(frame).body
         except K.BadRequest:
