@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 
 from coordinator.layout import MIGRATION_LOCKS, MIGRATIONS, ROOT, migration_lock_path, migration_path
-from core.scheme import Rebalancer, store_of
+from core.scheme import Rebalancer
 from migrate.migration import record as R
 from migrate.migration.sides import Side, side_reader
 from migrate.schemes import zkio
@@ -45,9 +45,6 @@ class Look:
     missing: list[str]  # `SHARED` containers that do not exist yet
     src: Side
     dst: Side
-    # With `watch`: both sides' groups and members again (no offsets), read in the round that reads
-    # the source's offsets, the last one; what the switch's checks need when they come right after.
-    late: tuple[Side, Side] | None = None
 
 
 def record_reader(group: str) -> zkio.Reader:
@@ -88,23 +85,11 @@ def lock_holder(zk: KazooClient, group: str) -> dict | None:
 
 def look(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer, *, watch: bool = False) -> Look:
     """The record, the lock and both sides, read together; `watch`: with a watch on the source's
-    offsets set before they are read (`Side.watch`: the caller closes it) and the members read
-    again in the last round (`Look.late`)."""
-    readers = [record_reader(group), side_reader(source, group, watch=watch), side_reader(dest, group)]
-    if watch:  # three rounds in all: a group's members take one round (scheme one) or two
-        readers += [
-            _after(2 if store_of(s) is Rebalancer.ZK else 1, side_reader(s, group, with_offsets=False))
-            for s in (source, dest)
-        ]
-    (rec, version, holder, missing), src, dst, *late = zkio.staged(zk, *readers)
-    return Look(rec, version, holder, missing, src, dst, tuple(late) if late else None)
-
-
-def _after(rounds: int, reader: zkio.Reader) -> zkio.Reader:
-    """`reader`, its first round `rounds` rounds later (with the last rounds of the others)."""
-    for _ in range(rounds):
-        yield []
-    return (yield from reader)
+    offsets set before they are read (`Side.watch`: the caller closes it)."""
+    (rec, version, holder, missing), src, dst = zkio.staged(
+        zk, record_reader(group), side_reader(source, group, watch=watch), side_reader(dest, group)
+    )
+    return Look(rec, version, holder, missing, src, dst)
 
 
 def sides(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer) -> tuple[Side, Side]:
@@ -114,11 +99,7 @@ def sides(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer) -> 
 
 
 def recheck(
-    zk: KazooClient,
-    src: Side,
-    dst: Side | None,
-    watch: Subtree | None = None,
-    late: tuple[Side, Side] | None = None,
+    zk: KazooClient, src: Side, dst: Side | None, watch: Subtree | None = None
 ) -> tuple[Side, Side | None]:
     """The source again and the destination's group and members (not its offsets; `dst` None: not
     in ZooKeeper), as they are now.
@@ -128,15 +109,11 @@ def recheck(
     trusted and saw no event up to that round's answer), the source's offsets are `src`'s. Else
     they are read again (their partitions `src` saw in the first round, beside their listings;
     left undecoded: `proof.rewritten` compares the znodes): one round when the source gained no
-    partition and the shards are known. `late`: the members as `look` read them last, when the
-    checks come right after it (then the watch's events were all in by that read's answer)."""
+    partition and the shards are known."""
     if watch is not None:
-        if late is not None:  # read a moment ago, with the source's offsets (`look`): no round
-            now_src, now_dst = late[0], late[1] if dst is not None else None
-        else:
-            now_src, now_dst = _sides(
-                zk, side_reader(src.scheme, src.group, with_offsets=False, shard=_shard(src)), dst
-            )
+        now_src, now_dst = _sides(
+            zk, side_reader(src.scheme, src.group, with_offsets=False, shard=_shard(src)), dst
+        )
         if watch.trusted() and watch.changed is None:
             now_src.offsets, now_src.leaves = src.offsets, src.leaves
             return now_src, now_dst

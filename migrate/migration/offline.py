@@ -290,7 +290,7 @@ def _run(zk: KazooClient, seen: Look, mode: str, overwrite: bool, batch: int, sa
     st.will_take(seen.holder, seen.missing)
     try:
         frozen = R.advance(planned, R.FROZEN, _now(), snapshot=R.as_rows(src))
-        return _advance(st, batch, progress, seen.src, seen.dst, frozen, seen.src.watch, seen.late)
+        return _advance(st, batch, progress, seen.src, seen.dst, frozen, seen.src.watch)
     finally:
         st.unlock()
 
@@ -326,13 +326,11 @@ def _advance(
     dst: Side | None = None,
     frozen: R.Migration | None = None,
     watch: Subtree | None = None,
-    late: tuple[Side, Side] | None = None,
 ) -> R.Migration:
     """Carry the migration on from its recorded state; `src`, `dst`: both sides as this run read
     them a moment ago, before freezing (a fresh run), else they are read now, under the lock;
     `frozen`: a fresh run's first record, not written yet (the write that takes the lock);
-    `watch`: on the source's offsets, set before this run read them; `late`: `Look.late`, for a
-    switch right after the read (`look.recheck`)."""
+    `watch`: on the source's offsets, set before this run read them (`look.recheck`)."""
     zk, g = st.zk, st.group
     if frozen is None and st.rec.state == R.PLANNED:  # killed between planning and freezing (older versions)
         check_idle(zk, g, st.rec.source, st.rec.dest)
@@ -347,7 +345,7 @@ def _advance(
         _check_snapshot(m, src.values())
     pending: list[R.State] = []  # transitions proven, not written yet: they ride with the next write
     if m.state in (R.FROZEN, R.COPIED):
-        pending = _copy(st, m, want, dst, batch, progress, lambda: switch_checks(st, src, dst, watch, late))
+        pending = _copy(st, m, want, dst, batch, progress, lambda: switch_checks(st, src, dst, watch))
     if st.rec.state == R.VERIFIED or R.VERIFIED in pending:
         switch(st, src, dst, pending, watch)
     elif st.rec.state == R.SWITCHED:
@@ -363,13 +361,11 @@ def switch(
     st.write(_through(st.rec, [*pending, R.SWITCHED, R.DONE]), release=True)
 
 
-def switch_checks(
-    st: _Run, src: Side, dst: Side | None, watch: Subtree | None = None, late: tuple[Side, Side] | None = None
-) -> None:
+def switch_checks(st: _Run, src: Side, dst: Side | None, watch: Subtree | None = None) -> None:
     """What the switch needs: both sides idle and the source as this run read it (`src`; one
     batched read with the destination's members, `dst`: None when it is not in ZooKeeper;
-    `watch`, `late`: `look.recheck`)."""
-    now_src, now_dst = recheck(st.zk, src, dst, watch, late)
+    `watch`: `look.recheck`)."""
+    now_src, now_dst = recheck(st.zk, src, dst, watch)
     check_sides_idle(now_src, now_dst)
     if proof.rewritten(src.leaves, now_src.leaves):
         moved = proof.source_moved(src.group, src.scheme.value, src.offsets, now_src.decoded())
