@@ -87,7 +87,8 @@ def _say(line: str) -> None:
 def plan_cmd(group, source, dest, bootstrap, security, mode, legacy_assignor, output, zk) -> None:
     """Print what `run` would do (partitions, offsets, members, checks); writes nothing."""
     from migrate.groups.render import render
-    from migrate.migration.offline import check_args, plan
+    from migrate.migration.report import plan
+    from migrate.migration.sides import check_args
 
     kafka = _kafka(dest, bootstrap, mode)
     if not kafka:
@@ -149,7 +150,8 @@ def run_cmd(
     (or pass --wait) to finish.
     """
     from migrate.groups.render import Progress
-    from migrate.migration.offline import check_args, run, status
+    from migrate.migration.offline import check_args, run
+    from migrate.migration.report import status
 
     kafka = _kafka(dest, bootstrap, mode)
     if not kafka:
@@ -216,7 +218,8 @@ def rollback_cmd(group, batch, bootstrap, security, output, zk) -> None:
     """
     from migrate.groups.render import Progress
     from migrate.migration import to_kafka
-    from migrate.migration.offline import rollback, status
+    from migrate.migration.offline import rollback
+    from migrate.migration.report import status
 
     with zk_session(zk) as client:
         if bootstrap is not None or to_kafka.recorded(client, group):
@@ -239,7 +242,7 @@ def rollback_cmd(group, batch, bootstrap, security, output, zk) -> None:
 @zk_option
 def status_cmd(group, output, zk) -> None:
     """The recorded migration of GROUP: its state and history."""
-    from migrate.migration.offline import status
+    from migrate.migration.report import status
 
     with zk_session(zk) as client:
         _show_status(status(client, group), output)
@@ -254,7 +257,8 @@ def verify_cmd(group, source, dest, bootstrap, security, mode, legacy_assignor, 
     """Compare GROUP's offsets in the two schemes, partition by partition (exit 1 when they differ)."""
     from migrate.groups.render import render
     from migrate.migration import to_kafka
-    from migrate.migration.offline import check_args, verify
+    from migrate.migration.report import verify
+    from migrate.migration.sides import check_args
 
     kafka = _kafka(dest, bootstrap, mode)
     if not kafka:

@@ -52,14 +52,20 @@ NETTY_JARS = ":".join(
 )
 
 
+HEAP_MB = 512
+
+
 def java_command(tls: bool = False, sasl: bool = False) -> str:
     jars = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
     if tls:
         jars += ":" + NETTY_JARS
     superuser = digest_id(SUPER_USER, SUPER_PASSWORD)
     jaas = f"-Djava.security.auth.login.config={ServerSasl.JAAS_PATH} " if sasl else ""
+    # The heap: ZooKeeper keeps its last 500 transactions in memory with their requests (the
+    # committed log, whatever their size, standalone too), and 300 `multi`s of 1,000 creates
+    # (bench.migrate's copies and its ceiling loop) take about 200 MB of it beside the tree.
     return (
-        f"exec java -Xmx256m -Dzookeeper.DigestAuthenticationProvider.superDigest={superuser} {jaas}"
+        f"exec java -Xmx{HEAP_MB}m -Dzookeeper.DigestAuthenticationProvider.superDigest={superuser} {jaas}"
         f"-cp {jars} org.apache.zookeeper.server.quorum.QuorumPeerMain /data/zoo.cfg"
     )
 

@@ -1,7 +1,8 @@
 """Kill points for the migration engines' crash tests, chosen by checkpoint name.
 
-A migration passes named checkpoints — `locked`, `before:planned`, `planned`, `before:snapshot`,
-..., `before:copy`, `copy:1` ... `copy:n`, ..., `done` — and `migrate.migration.offline.passed` lists them
+A migration passes named checkpoints — `before:copy`, `frozen` (the lock and the record's first
+write, with the first copy transaction), `copy:1` ... `copy:n`, `copied`, `before:done`, `done`
+— and `migrate.migration.offline.passed` lists them
 (`GROUPSHIFT_MIGRATE_EXIT_AT=k` ends a run at the k-th). A full sweep kills one run at the first
 checkpoint of every name, and at the first and the last copy transaction: each step boundary of
 the engine once, however many copy transactions a run makes. Spot checks kill at a few of them.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 # Where a second direction or a second target is checked: in the middle of the copy, just before
 # the switch commits, and just after it.
-SPOTS = ("copy:1", "before:switched", "switched")
+SPOTS = ("copy:1", "before:done", "done")
 
 
 def every_named(names: list[str]) -> dict[int, str]:

@@ -25,8 +25,9 @@ from kazoo.client import KazooClient
 from core.errors import GroupshiftError, UnknownGroup
 from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate.migration import bridge, offline
+from migrate.migration import bridge, offline, report
 from migrate.migration import record as R
+from migrate.migration.look import Look, look
 from migrate.migration.offline import (
     MigrationBusy,
     _dead_here,
@@ -38,7 +39,7 @@ from migrate.migration.offline import (
     offsets,
     read_record,
 )
-from migrate.migration.sides import check_kind
+from migrate.migration.sides import Side, check_kind, kind_of, kind_refusal, read_side
 from migrate.schemes import coordinator_store, writes, zk_store
 
 SETTLE_S = 30.0  # how long `run` waits for the members' commits to bring the coordinator level
@@ -59,9 +60,20 @@ def check_args(source: str | Rebalancer, dest: str | Rebalancer, legacy_assignor
 
 def behind(zk: KazooClient, group: str) -> dict[TopicPartition, tuple[int, int | None]]:
     """Partitions whose coordinator offset is not (yet) the legacy one: tp -> (legacy, coordinator)."""
-    src = offsets(zk, Rebalancer.ZK, group)
-    dst = offsets(zk, Rebalancer.COORDINATOR, group)
-    return {tp: (off, dst.get(tp)) for tp, off in src.items() if dst.get(tp) != off}
+    return _lag(*_legacy_then_coordinator(zk, group))
+
+
+def _legacy_then_coordinator(zk: KazooClient, group: str) -> tuple[Side, Side]:
+    """Both sides, the legacy one first: a bridged member commits there first, then to the
+    coordinator, so reading the coordinator's side after gives the commit in between time to land
+    (read together, a member committing all the time would almost always look behind)."""
+    legacy = read_side(zk, Rebalancer.ZK, group)
+    return legacy, read_side(zk, Rebalancer.COORDINATOR, group)
+
+
+def _lag(src: Side, dst: Side) -> dict[TopicPartition, tuple[int, int | None]]:
+    legacy, coord = src.values(), dst.values()
+    return {tp: (off, coord.get(tp)) for tp, off in legacy.items() if coord.get(tp) != off}
 
 
 def plan(
@@ -117,10 +129,7 @@ def plan(
         "record": rec.state if rec else None,
         "steps": list(steps),
         "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
-        "offsets": [
-            {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
-            for tp in sorted(src)
-        ],
+        "offsets": report.offset_rows(src, dst),
     }
 
 
@@ -151,56 +160,61 @@ def run(
     dest = check_args(Rebalancer.ZK, dest, legacy_assignor)
     if not 0 <= wait_s <= MAX_WAIT_S:
         raise GroupshiftError(f"--wait must be between 0 and {MAX_WAIT_S:g} seconds, not {wait_s:g}")
-    rec, version = read_record(zk, group)
+    seen = look(zk, group, Rebalancer.ZK, dest)
+    rec = seen.record
     why = R.conflict(rec, Rebalancer.ZK.value, dest.value, "live")
     if why:
         raise MigrationBusy(why)
-    if rec is not None and rec.mode == "live" and rec.state == R.DONE and not behind(zk, group):
+    if rec is not None and rec.mode == "live" and rec.state == R.DONE and not _lag(seen.src, seen.dst):
         say(f"migrate {group}: already done (live) from zk to {dest.value}; nothing to do")
         return rec
     resuming = rec is not None and rec.state not in R.TERMINAL
-    holder = lock_holder(zk, group)
+    holder = seen.holder
     if holder is not None and not _dead_here(holder):
         raise MigrationBusy(
             f"a migration of group {group!r} is already running ({_holder_text(holder)}); "
             "wait for it to finish"
         )
-    if not resuming:
-        _check_start(zk, group, dest)
     st = _Run(zk, group, say)
-    st.lock()
-    try:
-        if resuming:
+    if resuming:
+        st.lock()
+        try:
             st.rec, st.version = read_record(zk, group)
             if st.rec is None or st.rec.state in R.TERMINAL:
                 raise MigrationBusy(f"the migration of {group!r} finished meanwhile; see `migrate status`")
             say(f"migrate {group}: resuming the live migration from {st.rec.state}")
-        else:
-            st.rec, st.version = rec, (version if rec is not None else -1)
-            dst = offsets(zk, Rebalancer.COORDINATOR, group)
-            st.write(
-                R.new(
-                    group,
-                    Rebalancer.ZK.value,
-                    dest.value,
-                    "live",
-                    _now(),
-                    dst,
-                    coordinator_store.exists(zk, group),
-                    False,
-                    legacy_assignor,
-                )
-            )
+            return _advance(st, wait_s, settle_s, progress)
+        finally:
+            st.unlock()
+    _check_start(zk, group, dest, seen)
+    st.rec, st.version = rec, seen.version
+    planned = R.new(
+        group,
+        Rebalancer.ZK.value,
+        dest.value,
+        "live",
+        _now(),
+        seen.dst.values(),
+        seen.dst.exists,
+        False,
+        legacy_assignor,
+    )
+    try:
+        # planned and bridged in one write with the lock: the legacy offsets just read are the snapshot
+        st.will_take(holder, seen.missing)
+        st.write(R.advance(planned, R.BRIDGED, _now(), snapshot=R.as_rows(seen.src.values())))
         return _advance(st, wait_s, settle_s, progress)
     finally:
         st.unlock()
 
 
-def _check_start(zk: KazooClient, group: str, dest: Rebalancer) -> None:
-    if not zk_store.exists(zk, group):
+def _check_start(zk: KazooClient, group: str, dest: Rebalancer, seen: Look) -> None:
+    if not seen.src.exists:
         raise UnknownGroup(f"group {group!r} does not exist under scheme zk; check the name (and --zk)")
-    check_kind(zk, group, dest, "destination")
-    _, lead = coordinator_store.leader(zk, group)
+    why = kind_refusal(group, dest, kind_of(seen.dst.stored), "destination")
+    if why:
+        raise GroupshiftError(why)
+    lead = seen.dst.leader
     if lead is None:
         raise GroupshiftError(
             f"no coordinator node leads group {group!r}; start one (`groupshift coordinator serve`) before a "
@@ -212,14 +226,14 @@ def _check_start(zk: KazooClient, group: str, dest: Rebalancer) -> None:
             f"group {group!r} already has {len(names)} {dest.value} member(s) "
             f"({', '.join(names[:10])}) that are not bridged; stop them before a live migration"
         )
-    dst = offsets(zk, Rebalancer.COORDINATOR, group)
+    dst = seen.dst.values()
     if dst:
         raise GroupshiftError(
             f"group {group!r} already has {len(dst)} committed offset(s) under {dest.value}; a live "
             "migration starts from none (delete them with `groupshift offsets delete`, or migrate "
             "--mode offline --overwrite)"
         )
-    R.check_bound(len(offsets(zk, Rebalancer.ZK, group)), f"group {group!r} under zk")
+    R.check_bound(len(seen.src.offsets), f"group {group!r} under zk")
 
 
 def _advance(st: _Run, wait_s: float, settle_s: float, progress) -> R.Migration:
@@ -275,17 +289,14 @@ def _settle(st: _Run, settle_s: float, progress) -> None:
     them over; while the coordinator group has no member at all, the engine copies them itself
     (through the node, which refuses such a commit once a member joined)."""
     deadline = time.monotonic() + settle_s
-    total = None
     while True:
-        lag = behind(st.zk, st.group)
-        if total is None:
-            total = len(offsets(st.zk, Rebalancer.ZK, st.group))
+        src, dst = _legacy_then_coordinator(st.zk, st.group)
+        lag, total = _lag(src, dst), len(src.offsets)
         if progress is not None and total:
             progress(total - len(lag), total)
         if not lag:
             return
-        _, lead = coordinator_store.leader(st.zk, st.group)
-        if not _coordinator_members(st.zk, st.group, lead):
+        if not _coordinator_members(st.zk, st.group, dst.leader):
             todo = {tp: legacy_off for tp, (legacy_off, _) in lag.items()}
             checkpoint("before:copy")
             try:

@@ -6,9 +6,16 @@ schemes (two: `server`, three: `coordinator`; `migrate.migration.sides` says whi
 
 Every check happens before anything is written (a refused command changes nothing). A run
 holds an ephemeral lock `/groupshift/migration-locks/<g>` (a second run is refused; a lock left
-by a dead process on this host is taken over); every transition of the record is one `multi`
+by a dead process on this host is taken over); every write of the record is one `multi`
 checking the lock and the record's version. Offsets are read and written with the inspect
 tools' readers and writers (`migrate.schemes`: `zk_store`, `coordinator_store`, `writes`).
+
+A fresh run reads each offset twice and writes it once: `look` reads the record, the lock and
+both sides together (the source's offsets with their mzxids are the snapshot); the lock and the
+record (planned, frozen) are one `multi`; the copy's last transaction carries the record
+(copied, and verified when it wrote every partition: `proof`); before the switch `look.recheck`
+reads the source again beside both sides' members; switched and done are one `multi` with the
+lock's release.
 
 Test hooks: `GROUPSHIFT_MIGRATE_EXIT_AT=k` makes the process exit (code 99) at the k-th
 checkpoint it reaches (or at the checkpoint named k), to test that a killed migration resumes
@@ -29,28 +36,29 @@ from collections import deque
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from coordinator.layout import (
-    MIGRATION_LOCKS,
-    MIGRATIONS,
-    ROOT,
-    migration_lock_path,
-    migration_path,
-)
+from coordinator.layout import migration_lock_path, migration_path
 from core.errors import GroupshiftError, UnknownGroup
 from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate.migration import bridge
+from migrate.migration import proof
 from migrate.migration import record as R
+from migrate.migration.look import SHARED, Look, lock_holder, look, read_record, recheck
+from migrate.migration.look import sides as read_sides
 from migrate.migration.sides import (
+    Side,
     check_args,
     check_idle,
-    check_kind,
+    check_sides_idle,
     exists,
+    kind_of,
+    kind_refusal,
     live_members,
     offsets,
     parse,
+    side_reader,
 )
-from migrate.schemes import writes, zkio
+from migrate.schemes import writes, zk_store, zkio
+from migrate.schemes.subtree import Subtree
 
 EXIT_CODE = 99
 _reached = 0  # checkpoints this process passed (the k of GROUPSHIFT_MIGRATE_EXIT_AT=k)
@@ -79,97 +87,6 @@ def checkpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
-# -- reads ---------------------------------------------------------------------------------------
-
-
-def read_record(zk: KazooClient, group: str) -> tuple[R.Migration | None, int]:
-    got = zkio.get_many(zk, [migration_path(group)])[0]
-    if got is None:
-        return None, -1
-    return R.decode(got[0], migration_path(group)), got[1].version
-
-
-def lock_holder(zk: KazooClient, group: str) -> dict | None:
-    got = zkio.get_many(zk, [migration_lock_path(group)])[0]
-    if got is None:
-        return None
-    try:
-        holder = json.loads(got[0])
-    except ValueError:
-        holder = {}
-    holder["version"] = got[1].version
-    return holder
-
-
-# -- plan ------------------------------------------------------------------------------------------
-
-
-def plan(
-    zk: KazooClient, group: str, source: str | Rebalancer, dest: str | Rebalancer, mode: str = "offline"
-) -> dict:
-    """What `run` would do, and the checks it would make; writes nothing."""
-    source, dest = check_args(source, dest, mode)
-    if not exists(zk, source, group):
-        raise UnknownGroup(
-            f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
-        )
-    src, dst = offsets(zk, source, group), offsets(zk, dest, group)
-    rec, _ = read_record(zk, group)
-    members = {s: live_members(zk, s, group) for s in (source, dest)}
-    holder = lock_holder(zk, group)
-    resuming = rec is not None and rec.state not in R.TERMINAL
-    checks = [
-        *_kind_checks(zk, group, source, dest),
-        ("source has no live members", not members[source], ", ".join(members[source][:10])),
-        ("destination has no live members", not members[dest], ", ".join(members[dest][:10])),
-        ("source has committed offsets", bool(src), f"{len(src)} partitions"),
-        (
-            "destination has no offsets of its own",
-            resuming or not dst,
-            f"{len(dst)} partitions" + ("; resuming" if resuming else " (pass --overwrite)" if dst else ""),
-        ),
-        ("no other migration running", holder is None, _holder_text(holder) if holder else ""),
-        (
-            "no unfinished migration with other arguments",
-            R.conflict(rec, source.value, dest.value) is None,
-            "",
-        ),
-        (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
-    ]
-    rows = [
-        {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
-        for tp in sorted(src)
-    ]
-    return {
-        "group": group,
-        "from": source.value,
-        "to": dest.value,
-        "mode": mode,
-        "partitions": len(src),
-        "to_copy": len(R.diff(src, dst)),
-        "members": members[source],
-        "record": rec.state if rec else None,
-        "steps": [s for s in R.ORDER if not resuming or R.ORDER.index(s) > R.ORDER.index(rec.state)],
-        "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
-        "offsets": rows,
-    }
-
-
-def _kind_checks(zk: KazooClient, group: str, source: Rebalancer, dest: Rebalancer) -> list[tuple]:
-    """`plan`'s rows for `check_kind` (scheme two's and three's groups share the coordinator's store)."""
-    rows = []
-    for scheme, side in ((source, "source"), (dest, "destination")):
-        if scheme is Rebalancer.ZK:
-            continue
-        try:
-            check_kind(zk, group, scheme, side)
-        except GroupshiftError as exc:
-            rows.append((f"{side} is not a group of the other coordinator scheme", False, str(exc)))
-        else:
-            rows.append((f"{side} is not a group of the other coordinator scheme", True, ""))
-    return rows
-
-
 def _holder_text(h: dict) -> str:
     return f"pid {h.get('pid')} on {h.get('host')}"
 
@@ -178,19 +95,26 @@ def _holder_text(h: dict) -> str:
 
 
 class _Run:
-    """One process's hold on a group's migration: the lock, the record and its version."""
+    """One process's hold on a group's migration: the lock, the record and its version.
+
+    A resumed run takes the lock on its own (`lock`); a fresh one takes it with the record's
+    first write (`will_take`): on its own (`write`), or riding with the copy (`write_ops`)."""
 
     def __init__(self, zk: KazooClient, group: str, say):
         self.zk, self.group, self.say = zk, group, say
         self.rec: R.Migration | None = None
         self.version = -1
+        self.locked = False
+        self.taking: tuple[dict | None] | None = None  # (a dead run's lock to delete) until taken
+
+    def _lock_data(self) -> bytes:
+        return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since_ms": _now()}).encode()
 
     def lock(self) -> None:
-        data = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since_ms": _now()}).encode()
-        zkio.ensure_shared(self.zk, [ROOT, MIGRATIONS, MIGRATION_LOCKS])
+        zkio.ensure_shared(self.zk, SHARED)
         for attempt in range(3):
             try:
-                self.zk.create(migration_lock_path(self.group), data, ephemeral=True)
+                self.zk.create(migration_lock_path(self.group), self._lock_data(), ephemeral=True)
             except NodeExistsError:
                 holder = lock_holder(self.zk, self.group)
                 if holder is None:
@@ -198,39 +122,93 @@ class _Run:
                 if attempt == 0 and _dead_here(holder):
                     _clear_dead_lock(self.zk, self.group)
                     continue
-                raise MigrationBusy(
-                    f"a migration of group {self.group!r} is already running ({_holder_text(holder)}); "
-                    "wait for it to finish"
-                ) from None
+                raise _busy(self.group, holder) from None
+            self.locked = True
             checkpoint("locked")
             return
         raise MigrationBusy(f"the migration lock of {self.group!r} could not be taken; run again")
 
+    def will_take(self, holder: dict | None, missing: list[str]) -> None:
+        """The next write of the record takes the lock (`holder`: a lock a dead process on this
+        host left, deleted in it); `missing`: the shared containers, created now."""
+        for path in missing:
+            try:
+                self.zk.create(path, b"")
+            except NodeExistsError:
+                pass
+        self.taking = (holder,)
+
     def unlock(self) -> None:
+        if not self.locked:
+            return
         try:
             self.zk.delete(migration_lock_path(self.group))
         except NoNodeError:
             pass
+        self.locked = False
 
-    def write(self, new: R.Migration) -> None:
-        """One transition: one multi, guarded by the lock and the record's version."""
-        path = migration_path(self.group)
+    def write_ops(self, new: R.Migration, *, taken: bool = False) -> list[tuple]:
+        """`zk_store.run_ops` ops writing `new`: guarded by the lock and the record's version, or,
+        while this run has not taken the lock yet, taking it. `taken`: as the write after the one
+        that takes it (a copy's last transaction when its first took the lock)."""
+        lock, path, data = migration_lock_path(self.group), migration_path(self.group), R.encode(new)
+        version = self.version + 1 if taken else self.version
+        record = ("create", path, data) if version < 0 else ("set", path, data, version)
+        if self.taking is None or taken:
+            return [("check", lock, 0), record]
+        holder = self.taking[0]
+        dead = [("delete", lock, holder["version"])] if holder is not None else []
+        return [*dead, ("ephemeral", lock, self._lock_data()), record]
+
+    def write(self, new: R.Migration, *, release: bool = False) -> None:
+        """One write of the record: one multi (`write_ops`); with `release`, the lock is deleted
+        in it (the run's last write)."""
         checkpoint(f"before:{new.state}")
-        txn = self.zk.transaction()
-        txn.check(migration_lock_path(self.group), version=0)
-        if self.version < 0:
-            txn.create(path, R.encode(new))
-        else:
-            txn.set_data(path, R.encode(new), version=self.version)
-        results = _commit(txn)
+        ops = self.write_ops(new) + ([("delete", migration_lock_path(self.group), 0)] if release else [])
+        results = _commit(zk_store.transaction(self.zk, ops))
         if any(isinstance(r, Exception) for r in results):
-            raise MigrationBusy(
-                f"the migration record of {self.group!r} changed under this run ({results!r}); "
-                "check `migrate status` and run again"
-            )
+            raise self.refused(results)
+        self.wrote(new)
+        self.locked = self.locked and not release
+
+    def refused(self, why) -> GroupshiftError:
+        """The error for a write of the record that ZooKeeper refused (`why`: its results, or the
+        error of a copy transaction that carried the record): another run took the lock meanwhile,
+        or the record changed under this run."""
+        if self.taking is not None:
+            try:
+                holder = lock_holder(self.zk, self.group)
+            except GroupshiftError:
+                holder = None
+            if holder is not None and not _dead_here(holder):
+                return _busy(self.group, holder)
+        if isinstance(why, GroupshiftError):
+            return why
+        return MigrationBusy(
+            f"the migration record of {self.group!r} changed under this run ({why!r}); "
+            "check `migrate status` and run again"
+        )
+
+    def wrote(self, new: R.Migration, copy_line: str | None = None) -> None:
+        """`new` is stored (one write may carry several transitions: each is said, and
+        `copy_line`, the copy's summary, before `copied`)."""
+        if self.taking is not None:
+            self.taking, self.locked = None, True
+        fresh = self.rec is None or self.rec.state in R.TERMINAL  # a new migration replaces the record
+        states = [s for s, _ in new.history[0 if fresh else len(self.rec.history) :] or new.history[-1:]]
+        for state in states:
+            if copy_line and (state == R.COPIED or R.COPIED not in states):
+                self.say(copy_line)
+                copy_line = None
+            self.say(f"migrate {self.group}: {state}")
         self.rec, self.version = new, self.version + 1
-        self.say(f"migrate {self.group}: {new.state}")
         checkpoint(new.state)
+
+
+def _busy(group: str, holder: dict) -> MigrationBusy:
+    return MigrationBusy(
+        f"a migration of group {group!r} is already running ({_holder_text(holder)}); wait for it to finish"
+    )
 
 
 def run(
@@ -251,70 +229,78 @@ def run(
         raise GroupshiftError(
             "migrate.migration.offline.run migrates offline; --mode live is migrate.migration.live.run"
         )
-    rec, version = read_record(zk, group)
+    seen = look(zk, group, source, dest, watch=True)  # the watch spares the source's second read
+    try:
+        return _run(zk, seen, mode, overwrite, batch, say, progress)
+    finally:
+        if seen.src.watch is not None:
+            seen.src.watch.close()
+
+
+def _run(zk: KazooClient, seen: Look, mode: str, overwrite: bool, batch: int, say, progress) -> R.Migration:
+    group, source, dest = seen.src.group, seen.src.scheme, seen.dst.scheme
+    rec = seen.record
     why = R.conflict(rec, source.value, dest.value, mode)
     if why:
         raise MigrationBusy(why)
-    if _already_done(zk, rec, source, dest) and not overwrite:
+    if _already_done(rec, seen.dst, source, dest) and not overwrite:
         _clear_dead_lock(zk, group)
         say(f"migrate {group}: already done from {source.value} to {dest.value}; nothing to do")
         return rec
     resuming = rec is not None and rec.state not in R.TERMINAL
-    holder = lock_holder(zk, group)
-    if holder is not None and not _dead_here(holder):
-        raise MigrationBusy(
-            f"a migration of group {group!r} is already running ({_holder_text(holder)}); "
-            "wait for it to finish"
-        )
+    if seen.holder is not None and not _dead_here(seen.holder):
+        raise _busy(group, seen.holder)
     if not resuming:
-        if not exists(zk, source, group):
+        if not seen.src.exists:
             raise UnknownGroup(
                 f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
             )
-        check_kind(zk, group, source, "source")
-        check_kind(zk, group, dest, "destination")
-    check_idle(zk, group, source, dest)
-    if not resuming:
-        src, dst = offsets(zk, source, group), offsets(zk, dest, group)
-        if not src:
-            raise GroupshiftError(
-                f"group {group!r} has no committed offsets under {source.value}; nothing to migrate"
-            )
-        R.check_bound(len(src), f"group {group!r} under {source.value}")
-        if dst and not overwrite:
-            raise GroupshiftError(
-                f"group {group!r} already has {len(dst)} committed offset(s) under {dest.value}; "
-                "pass --overwrite to replace them (a rollback restores them)"
-            )
-    state = _Run(zk, group, say)
-    state.lock()
-    try:
-        if resuming:
-            state.rec, state.version = read_record(zk, group)  # re-read under the lock
-            if state.rec is None or state.rec.state in R.TERMINAL:
+        for side, name in ((seen.src, "source"), (seen.dst, "destination")):
+            why = kind_refusal(group, side.scheme, kind_of(side.stored), name)
+            if why:
+                raise GroupshiftError(why)
+    check_sides_idle(seen.src, seen.dst)
+    st = _Run(zk, group, say)
+    if resuming:
+        st.lock()
+        try:
+            st.rec, st.version = read_record(zk, group)  # re-read under the lock
+            if st.rec is None or st.rec.state in R.TERMINAL:
                 raise MigrationBusy(f"the migration of {group!r} finished meanwhile; see `migrate status`")
-            say(f"migrate {group}: resuming from {state.rec.state}")
-            return _advance(state, batch, progress)
-        state.version = version
-        state.rec = rec
-        new = R.new(group, source.value, dest.value, mode, _now(), dst, exists(zk, dest, group), overwrite)
-        if rec is None:
-            state.version = -1
-        state.write(new)
-        # The offsets read by the checks above serve as the snapshot and the copy's baseline: a
-        # consumer that committed since is caught before the switch (the source is read again
-        # and must equal the snapshot), and the copy is verified by reading the destination back.
-        return _advance(state, batch, progress, read=(src, dst))
+            say(f"migrate {group}: resuming from {st.rec.state}")
+            return _advance(st, batch, progress, watch=seen.src.watch)
+        finally:
+            st.unlock()
+    src, dst = seen.src.values(), seen.dst.values()
+    if not src:
+        raise GroupshiftError(
+            f"group {group!r} has no committed offsets under {source.value}; nothing to migrate"
+        )
+    R.check_bound(len(src), f"group {group!r} under {source.value}")
+    if dst and not overwrite:
+        raise GroupshiftError(
+            f"group {group!r} already has {len(dst)} committed offset(s) under {dest.value}; "
+            "pass --overwrite to replace them (a rollback restores them)"
+        )
+    # The offsets `look` read are the snapshot and the copy's baseline; their mzxids are what the
+    # source must still show before the switch. Planned and frozen are one write, which takes the
+    # lock (with the copy's first transaction when that is written in ZooKeeper).
+    planned = R.new(group, source.value, dest.value, mode, _now(), dst, seen.dst.exists, overwrite)
+    st.rec, st.version = rec, seen.version
+    st.will_take(seen.holder, seen.missing)
+    try:
+        frozen = R.advance(planned, R.FROZEN, _now(), snapshot=R.as_rows(src))
+        return _advance(st, batch, progress, seen.src, seen.dst, frozen, seen.src.watch)
     finally:
-        state.unlock()
+        st.unlock()
 
 
-def _already_done(zk: KazooClient, rec: R.Migration | None, source: Rebalancer, dest: Rebalancer) -> bool:
+def _already_done(rec: R.Migration | None, dst: Side, source: Rebalancer, dest: Rebalancer) -> bool:
     """The same migration finished (maybe by a run killed right after its last transition) and
     the destination still holds exactly what it copied: running it again changes nothing."""
     if rec is None or rec.state != R.DONE or (rec.source, rec.dest) != (source.value, dest.value):
         return False
-    return not R.diff(R.as_offsets(rec.snapshot), offsets(zk, dest, rec.group))
+    return not R.diff(R.as_offsets(rec.snapshot), dst.values())
 
 
 def _clear_dead_lock(zk: KazooClient, group: str) -> None:
@@ -327,84 +313,166 @@ def _clear_dead_lock(zk: KazooClient, group: str) -> None:
             pass
 
 
-def _advance(st: _Run, batch: int, progress, read: tuple[dict, dict] | None = None) -> R.Migration:
-    """Carry the migration on from its recorded state; `read`: the (source, destination) offsets
-    this run read a moment ago, before planning (a fresh run), so it need not read them again."""
+# Above this size the record is written on its own, not with the copy's last transaction (a
+# request must stay below ZooKeeper's 1 MB jute.maxbuffer; 1,000 offsets take about 150 KB).
+FOLD_RECORD_BYTES = 256 * 1024
+
+
+def _advance(
+    st: _Run,
+    batch: int,
+    progress,
+    src: Side | None = None,
+    dst: Side | None = None,
+    frozen: R.Migration | None = None,
+    watch: Subtree | None = None,
+) -> R.Migration:
+    """Carry the migration on from its recorded state; `src`, `dst`: both sides as this run read
+    them a moment ago, before freezing (a fresh run), else they are read now, under the lock;
+    `frozen`: a fresh run's first record, not written yet (the write that takes the lock);
+    `watch`: on the source's offsets, set before this run read them (`look.recheck`)."""
     zk, g = st.zk, st.group
-    m = st.rec
-    assert m is not None
-    fresh = False  # the snapshot was read by this run a moment ago
-    dest_now = None
-    if m.state == R.PLANNED:
-        if read is None:  # a fresh run checked a moment ago; the check before the switch follows
-            check_idle(zk, g, m.source, m.dest)
+    if frozen is None and st.rec.state == R.PLANNED:  # killed between planning and freezing (older versions)
+        check_idle(zk, g, st.rec.source, st.rec.dest)
         checkpoint("before:snapshot")
-        snap = read[0] if read is not None else offsets(zk, m.source, g)
-        R.check_bound(len(snap), f"group {g!r} under {m.source}")
-        st.write(R.advance(m, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
-        fresh = True
-        dest_now = read[1] if read is not None else None
-    while st.rec.state in (R.FROZEN, R.COPIED):
-        m = st.rec
-        want = R.as_offsets(m.snapshot)
-        if not fresh:  # resumed: a consumer may have committed since the snapshot
-            _check_source(zk, m, want)
-        if m.state == R.FROZEN or R.diff(want, offsets(zk, m.dest, g)):
-            _copy(zk, m, want, batch, progress, st.say, dest_now)
-            dest_now = None
-        if m.state == R.FROZEN:
-            st.write(R.advance(m, R.COPIED, _now()))
-        have = offsets(zk, m.dest, g)
-        bad = R.diff(want, have)
-        if bad:
-            tp = bad[0]
-            raise GroupshiftError(
-                f"{len(bad)} partition(s) differ after the copy ({tp.topic}-{tp.partition}: "
-                f"source {want[tp]}, "
-                f"destination {have.get(tp)}); run again to copy them again, or roll back"
-            )
-        st.write(R.advance(st.rec, R.VERIFIED, _now()))
-    if st.rec.state == R.VERIFIED:
-        m = st.rec
-        check_idle(zk, g, m.source, m.dest)
-        _check_source(zk, m, R.as_offsets(m.snapshot))
-        st.write(R.advance(m, R.SWITCHED, _now()))
-    if st.rec.state == R.SWITCHED:
-        st.write(R.advance(st.rec, R.DONE, _now()))
+        snap = offsets(zk, st.rec.source, g)
+        R.check_bound(len(snap), f"group {g!r} under {st.rec.source}")
+        st.write(R.advance(st.rec, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
+    m = frozen or st.rec
+    want = R.as_offsets(m.snapshot)
+    if src is None or dst is None:  # resumed: a consumer may have committed since the snapshot
+        src, dst = read_sides(zk, g, parse(m.source), parse(m.dest))
+        _check_snapshot(m, src.values())
+    pending: list[R.State] = []  # transitions proven, not written yet: they ride with the next write
+    if m.state in (R.FROZEN, R.COPIED):
+        pending = _copy(st, m, want, dst, batch, progress, lambda: switch_checks(st, src, dst, watch))
+    if st.rec.state == R.VERIFIED or R.VERIFIED in pending:
+        switch(st, src, dst, pending, watch)
+    elif st.rec.state == R.SWITCHED:
+        st.write(R.advance(st.rec, R.DONE, _now()), release=True)
     return st.rec
 
 
+def switch(
+    st: _Run, src: Side, dst: Side | None, pending: list[R.State], watch: Subtree | None = None
+) -> None:
+    """`switch_checks`, then `pending`, switched and done in one write that releases the lock."""
+    switch_checks(st, src, dst, watch)
+    st.write(_through(st.rec, [*pending, R.SWITCHED, R.DONE]), release=True)
+
+
+def switch_checks(st: _Run, src: Side, dst: Side | None, watch: Subtree | None = None) -> None:
+    """What the switch needs: both sides idle and the source as this run read it (`src`; one
+    batched read with the destination's members, `dst`: None when it is not in ZooKeeper;
+    `watch`: `look.recheck`)."""
+    now_src, now_dst = recheck(st.zk, src, dst, watch)
+    check_sides_idle(now_src, now_dst)
+    if proof.rewritten(src.leaves, now_src.leaves):
+        moved = proof.source_moved(src.group, src.scheme.value, src.offsets, now_src.decoded())
+        if moved:  # else only znodes that hold no offset changed
+            raise moved
+
+
+def _through(m: R.Migration, states: list[R.State]) -> R.Migration:
+    for state in states:
+        m = R.advance(m, state, _now())
+    return m
+
+
+def _check_snapshot(m: R.Migration, now: dict[TopicPartition, int]) -> None:
+    moved = proof.snapshot_moved(m.group, m.source, R.as_offsets(m.snapshot), now)
+    if moved:
+        raise moved
+
+
 def _check_source(zk: KazooClient, m: R.Migration, want: dict[TopicPartition, int]) -> None:
-    now = offsets(zk, m.source, m.group)
-    if now != want:
-        moved = [tp for tp in sorted(set(now) | set(want)) if now.get(tp) != want.get(tp)]
-        tp = moved[0]
-        raise GroupshiftError(
-            f"the source group {m.group!r} ({m.source}) changed since it was frozen: "
-            f"{len(moved)} partition(s) "
-            f"differ ({tp.topic}-{tp.partition}: {want.get(tp)} -> {now.get(tp)}); a consumer committed "
-            "meanwhile; stop it and roll back (`migrate rollback`), then migrate again"
-        )
+    """The source's offsets now must be the snapshot `want` (a consumer committed meanwhile: refused)."""
+    moved = proof.snapshot_moved(m.group, m.source, want, offsets(zk, m.source, m.group))
+    if moved:
+        raise moved
 
 
-def _copy(zk, m: R.Migration, want, batch: int, progress, say, dest_now=None) -> None:
-    have = offsets(zk, m.dest, m.group) if dest_now is None else dest_now
-    todo = {tp: want[tp] for tp in R.diff(want, have)}
+def _copy(
+    st: _Run,
+    m: R.Migration,
+    want: dict[TopicPartition, int],
+    dst: Side,
+    batch: int,
+    progress,
+    checks=lambda: None,
+) -> list[R.State]:
+    """Write what the destination lacks; returns the transitions proven and not yet written.
+
+    `m`: the record as it is (or as this run's first write, not done yet, will store it). Written
+    in ZooKeeper, the copy carries the record: its last transaction moves it to `copied` (and
+    `verified` when it wrote every partition), and its first takes the lock and stores the
+    record when this run has not yet. Partitions the last transaction did not write are read
+    back once (`proof.read_back`). A fresh run whose copy is one transaction makes the switch's
+    `checks` first and switches with it: the lock is taken and released in it, the record goes
+    from planned to done."""
+    zk = st.zk
+    todo = {tp: want[tp] for tp in R.diff(want, dst.values())}
+    batch = max(1, min(batch, writes.BATCH))
+    back = proof.read_back(want, todo, batch)
+    known = dst.known()
+    in_zk = bool(todo) and writes.in_zookeeper(m.dest, known)
+    whole = st.taking is not None and in_zk and not back  # fresh, one transaction proving everything
+    states = ([R.COPIED] if m.state == R.FROZEN else []) + ([] if back else [R.VERIFIED])
+    new = _through(m, states + ([R.SWITCHED, R.DONE] if whole else []))
+    fold = in_zk and bool(states) and len(R.encode(new)) <= FOLD_RECORD_BYTES
+    if whole and fold:
+        states.extend([R.SWITCHED, R.DONE])
+    else:
+        whole, new = False, _through(m, states)
+    if st.taking is not None and not fold:
+        st.write(m)  # the lock and the record's first write on their own
     checkpoint("before:copy")
-    if not todo:
-        return
-    n = [0]
-    started = time.monotonic()
+    if todo:
+        first, last = (), ()
+        if whole:
+            checks()  # the switch's, just before the transaction that switches
+            last = [*st.write_ops(new), ("delete", migration_lock_path(st.group), 0)]
+        elif fold and st.taking is not None and len(todo) > batch:
+            first, last = st.write_ops(m), st.write_ops(new, taken=True)
+        elif fold:
+            last = st.write_ops(new)
+        n = [0]
+        started = time.monotonic()
 
-    def step(done: int, total: int) -> None:
-        n[0] += 1
-        if progress is not None:
-            progress(done, total)
-        checkpoint(f"copy:{n[0]}")
+        def step(done: int, total: int) -> None:
+            n[0] += 1
+            if n[0] == 1 and first:
+                st.wrote(m)
+            if progress is not None:
+                progress(done, total)
+            checkpoint(f"copy:{n[0]}")
 
-    how = writes.commit(zk, m.dest, m.group, todo, progress=step, batch=batch)
-    secs = max(time.monotonic() - started, 1e-6)
-    say(f"migrate {m.group}: copied {len(todo)} offsets {how} ({len(todo) / secs:,.0f} partitions/s)")
+        try:
+            how = writes.write_known(
+                zk, m.dest, m.group, todo, known, first=first, last=last, progress=step, batch=batch
+            )
+        except GroupshiftError as exc:
+            raise st.refused(exc) from None
+        secs = max(time.monotonic() - started, 1e-6)
+        line = f"migrate {m.group}: copied {len(todo)} offsets {how} ({len(todo) / secs:,.0f} partitions/s)"
+        if fold:
+            st.wrote(new, line)
+            st.locked = st.locked and not whole  # released with the switch
+            states = []
+        else:
+            st.say(line)
+    if back:
+        differ = proof.copy_differs(want, back, _read_back(zk, dst, back))
+        if differ:
+            raise differ
+        states.append(R.VERIFIED)
+    return states
+
+
+def _read_back(zk: KazooClient, dst: Side, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The destination's offsets of `tps` now (one round: their znodes beside the listings)."""
+    shard = dst.shard if dst.shard >= 0 else None
+    return zkio.staged(zk, side_reader(dst.scheme, dst.group, known=tps, only=tps, shard=shard))[0].values()
 
 
 # -- rollback ------------------------------------------------------------------------------------
@@ -474,51 +542,6 @@ def _restore(zk: KazooClient, m: R.Migration, batch: int, progress, say) -> None
     if extra:
         how = writes.delete_partitions(zk, dest, g, extra)
         say(f"migrate {g}: removed {len(extra)} copied offsets: {how}")
-
-
-# -- verify, status ----------------------------------------------------------------------------------
-
-
-def verify(zk: KazooClient, group: str, source: str | Rebalancer, dest: str | Rebalancer) -> dict:
-    """Compare the destination with the source now (and with the frozen snapshot, when recorded)."""
-    source, dest = parse(source), parse(dest)
-    if not exists(zk, source, group):
-        raise UnknownGroup(
-            f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
-        )
-    src, dst = offsets(zk, source, group), offsets(zk, dest, group)
-    rec, _ = read_record(zk, group)
-    ours = rec is not None and (rec.source, rec.dest) == (source.value, dest.value)
-    return R.verify_report(group, source.value, dest.value, src, dst, rec, ours)
-
-
-def status(zk: KazooClient, group: str) -> dict:
-    rec, _ = read_record(zk, group)
-    if rec is None:
-        raise GroupshiftError(f"no migration of group {group!r} is recorded")
-    holder = lock_holder(zk, group)
-    extra = {}
-    if rec.mode == "live":
-        legacy_ids, bridged_ids = bridge.registered(zk, group)
-        extra = {
-            "legacy_assignor": rec.legacy_assignor,
-            "legacy_members": legacy_ids,
-            "bridged_members": bridged_ids,
-        }
-    return {
-        "group": rec.group,
-        "from": rec.source,
-        "to": rec.dest,
-        "mode": rec.mode,
-        "state": rec.state,
-        "partitions": len(rec.snapshot),
-        "started_ms": rec.started_ms,
-        "updated_ms": rec.updated_ms,
-        "running": _holder_text(holder) if holder and not _dead_here(holder) else None,
-        **({"bootstrap": rec.bootstrap} if rec.bootstrap else {}),
-        "history": [{"state": s, "at_ms": t} for s, t in rec.history],
-        **extra,
-    }
 
 
 # -- helpers -----------------------------------------------------------------------------------------

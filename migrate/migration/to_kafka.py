@@ -15,6 +15,7 @@ source has and any the broker lists; a rollback commits them again, or deletes t
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import msgspec
@@ -23,11 +24,13 @@ from kazoo.client import KazooClient
 from core.errors import GroupshiftError, UnknownGroup
 from core.scheme import Rebalancer
 from core.types import TopicPartition
-from migrate.migration import offline, sides
+from migrate.migration import offline, proof, report, sides
 from migrate.migration import record as R
 from migrate.migration.kafka_target import KafkaTarget, check_bootstrap
+from migrate.migration.look import record_reader
 from migrate.migration.offline import MigrationBusy, checkpoint
-from migrate.schemes import writes
+from migrate.migration.sides import side_reader
+from migrate.schemes import writes, zkio
 from migrate.schemes.model import as_store
 
 DEST = "kafka"
@@ -136,10 +139,6 @@ def plan(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str, 
         ("no unfinished migration with other arguments", _conflict(rec, source, bootstrap) is None, ""),
         (f"at most {R.MAX_PARTITIONS} partitions", len(src) <= R.MAX_PARTITIONS, str(len(src))),
     ]
-    rows = [
-        {"topic": tp.topic, "partition": tp.partition, "source": src[tp], "destination": dst.get(tp)}
-        for tp in sorted(src)
-    ]
     return {
         "group": group,
         "from": source.value,
@@ -152,7 +151,7 @@ def plan(zk: KazooClient, group: str, source: str | Rebalancer, bootstrap: str, 
         "record": rec.state if rec else None,
         "steps": [s for s in R.ORDER if not resuming or R.ORDER.index(s) > R.ORDER.index(rec.state)],
         "checks": [{"check": c, "ok": ok, "detail": d} for c, ok, d in checks],
-        "offsets": rows,
+        "offsets": report.offset_rows(src, dst),
     }
 
 
@@ -175,62 +174,71 @@ def run(
     source = check_args(source)
     bootstrap = check_bootstrap(bootstrap)
     _check_not_itself(zk, group, source, bootstrap)
-    rec, version = offline.read_record(zk, group)
-    why = _conflict(rec, source, bootstrap)
-    if why:
-        raise MigrationBusy(why)
-    with KafkaTarget(bootstrap, security=security) as t:
-        if _already_done(t, rec, source) and not overwrite:
-            offline._clear_dead_lock(zk, group)
-            say(f"migrate {group}: already done from {source.value} to kafka at {bootstrap}; nothing to do")
-            return rec
-        resuming = rec is not None and rec.state not in R.TERMINAL
-        holder = offline.lock_holder(zk, group)
-        if holder is not None and not offline._dead_here(holder):
-            raise MigrationBusy(
-                f"a migration of group {group!r} is already running ({offline._holder_text(holder)}); "
-                "wait for it to finish"
-            )
-        if not resuming and not offline.exists(zk, source, group):
-            raise UnknownGroup(
-                f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
-            )
-        _source_members(zk, group, source)
-        if resuming:
-            t.check_idle(group)
-        else:
-            src = offline.offsets(zk, source, group)
-            if not src:
-                raise GroupshiftError(
-                    f"group {group!r} has no committed offsets under {source.value}; nothing to migrate"
+    # the watch on the source's offsets spares their second read before the switch (`look.recheck`)
+    (rec, version, holder, missing), seen = zkio.staged(
+        zk, record_reader(group), side_reader(source, group, watch=True)
+    )
+    with seen.watch or contextlib.nullcontext():  # closed when the run ends
+        why = _conflict(rec, source, bootstrap)
+        if why:
+            raise MigrationBusy(why)
+        with KafkaTarget(bootstrap, security=security) as t:
+            if _already_done(t, rec, source) and not overwrite:
+                offline._clear_dead_lock(zk, group)
+                done = f"already done from {source.value} to kafka at {bootstrap}; nothing to do"
+                say(f"migrate {group}: {done}")
+                return rec
+            resuming = rec is not None and rec.state not in R.TERMINAL
+            if holder is not None and not offline._dead_here(holder):
+                raise MigrationBusy(
+                    f"a migration of group {group!r} is already running ({offline._holder_text(holder)}); "
+                    "wait for it to finish"
                 )
-            R.check_bound(len(src), f"group {group!r} under {source.value}")
-            t.check_partitions(list(src))
-            dst = t.offsets(group, list(src))
-            t.check_idle(group, dst)
-            if dst and not overwrite:
-                raise GroupshiftError(
-                    f"group {group!r} already has {len(dst)} committed offset(s) on {bootstrap}; "
-                    "pass --overwrite to replace them (a rollback restores them)"
+            if not resuming and not seen.exists:
+                raise UnknownGroup(
+                    f"group {group!r} does not exist under scheme {source.value}; check the name (and --zk)"
                 )
-        st = offline._Run(zk, group, say)
-        st.lock()
-        try:
+            sides.check_sides_idle(seen, None)
             if resuming:
-                st.rec, st.version = offline.read_record(zk, group)  # re-read under the lock
-                if st.rec is None or st.rec.state in R.TERMINAL:
-                    raise MigrationBusy(
-                        f"the migration of {group!r} finished meanwhile; see `migrate status`"
+                t.check_idle(group)
+            else:
+                src = seen.values()
+                if not src:
+                    raise GroupshiftError(
+                        f"group {group!r} has no committed offsets under {source.value}; nothing to migrate"
                     )
-                say(f"migrate {group}: resuming from {st.rec.state}")
-                return _advance(st, t, batch, progress)
+                R.check_bound(len(src), f"group {group!r} under {source.value}")
+                t.check_partitions(list(src))
+                dst = t.offsets(group, list(src))
+                t.check_idle(group, dst)
+                if dst and not overwrite:
+                    raise GroupshiftError(
+                        f"group {group!r} already has {len(dst)} committed offset(s) on {bootstrap}; "
+                        "pass --overwrite to replace them (a rollback restores them)"
+                    )
+            st = offline._Run(zk, group, say)
+            if resuming:
+                st.lock()
+                try:
+                    st.rec, st.version = offline.read_record(zk, group)  # re-read under the lock
+                    if st.rec is None or st.rec.state in R.TERMINAL:
+                        raise MigrationBusy(
+                            f"the migration of {group!r} finished meanwhile; see `migrate status`"
+                        )
+                    say(f"migrate {group}: resuming from {st.rec.state}")
+                    return _advance(st, t, batch, progress, watch=seen.watch)
+                finally:
+                    st.unlock()
             new = R.new(group, source.value, DEST, "offline", offline._now(), dst, bool(dst), overwrite)
             new = msgspec.structs.replace(new, bootstrap=bootstrap)
-            st.rec, st.version = rec, (version if rec is not None else -1)
-            st.write(new)
-            return _advance(st, t, batch, progress, read=(src, dst))
-        finally:
-            st.unlock()
+            st.rec, st.version = rec, version
+            try:
+                # planned and frozen in one write with the lock: the offsets just read are the snapshot
+                st.will_take(holder, missing)
+                st.write(R.advance(new, R.FROZEN, offline._now(), snapshot=R.as_rows(src)))
+                return _advance(st, t, batch, progress, seen, dst, seen.watch)
+            finally:
+                st.unlock()
 
 
 def _already_done(t: KafkaTarget, rec: R.Migration | None, source: Rebalancer) -> bool:
@@ -244,47 +252,47 @@ def _already_done(t: KafkaTarget, rec: R.Migration | None, source: Rebalancer) -
     return not R.diff(want, t.offsets(rec.group, list(want)))
 
 
-def _advance(st, t: KafkaTarget, batch: int, progress, read: tuple[dict, dict] | None = None) -> R.Migration:
+def _advance(
+    st,
+    t: KafkaTarget,
+    batch: int,
+    progress,
+    src: sides.Side | None = None,
+    have: dict | None = None,
+    watch=None,
+) -> R.Migration:
+    """Carry the migration on from its recorded state (as `offline._advance`: the commit answers
+    prove what the last OffsetCommit wrote, the rest is fetched back once, and the source is read
+    again before the switch); `src`, `have`: the source and the target's offsets as a fresh run
+    read them a moment ago."""
     zk, g = st.zk, st.group
     m = st.rec
-    fresh = False
-    dest_now = None
-    if m.state == R.PLANNED:
+    if m.state == R.PLANNED:  # a run killed between planning and freezing (older versions)
         checkpoint("before:snapshot")
-        snap = read[0] if read is not None else offline.offsets(zk, m.source, g)
+        snap = offline.offsets(zk, m.source, g)
         R.check_bound(len(snap), f"group {g!r} under {m.source}")
         st.write(R.advance(m, R.FROZEN, offline._now(), snapshot=R.as_rows(snap)))
-        fresh = True
-        dest_now = read[1] if read is not None else None
-    while st.rec.state in (R.FROZEN, R.COPIED):
-        m = st.rec
-        want = R.as_offsets(m.snapshot)
-        if not fresh:
-            offline._check_source(zk, m, want)
-        have = t.offsets(g, list(want)) if dest_now is None else dest_now
+    want = R.as_offsets(st.rec.snapshot)
+    if src is None:  # resumed: a consumer may have committed since the snapshot
+        src = sides.read_side(zk, st.rec.source, g)
+        offline._check_snapshot(st.rec, src.values())
+    pending: list[R.State] = []
+    if st.rec.state in (R.FROZEN, R.COPIED):
+        have = t.offsets(g, list(want)) if have is None else have
         todo = {tp: want[tp] for tp in R.diff(want, have)}
         checkpoint("before:copy")
         if todo:
             _copy(st, t, todo, batch, progress)
-        if m.state == R.FROZEN:
-            st.write(R.advance(m, R.COPIED, offline._now()))
-        have = t.offsets(g, list(want))
-        bad = R.diff(want, have)
-        if bad:
-            tp = bad[0]
-            raise GroupshiftError(
-                f"{len(bad)} partition(s) differ after the copy ({tp.topic}-{tp.partition}: "
-                f"source {want[tp]}, destination {have.get(tp)}); run again to copy them again, or roll back"
-            )
-        st.write(R.advance(st.rec, R.VERIFIED, offline._now()))
-    if st.rec.state == R.VERIFIED:
-        m = st.rec
-        _source_members(zk, g, m.source)
+        back = proof.read_back(want, todo, batch)
+        differ = proof.copy_differs(want, back, t.offsets(g, back) if back else {})
+        if differ:
+            raise differ
+        pending = ([R.COPIED] if st.rec.state == R.FROZEN else []) + [R.VERIFIED]
+    if st.rec.state == R.VERIFIED or pending:
         t.check_idle(g)
-        offline._check_source(zk, m, R.as_offsets(m.snapshot))
-        st.write(R.advance(m, R.SWITCHED, offline._now()))
-    if st.rec.state == R.SWITCHED:
-        st.write(R.advance(st.rec, R.DONE, offline._now()))
+        offline.switch(st, src, None, pending, watch)
+    elif st.rec.state == R.SWITCHED:
+        st.write(R.advance(st.rec, R.DONE, offline._now()), release=True)
     return st.rec
 
 

@@ -9,6 +9,8 @@ Writes (offsets, deletes) go through the leading node so its cache stays right
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 from kazoo.client import KazooClient
 
@@ -23,9 +25,9 @@ from coordinator.layout import (
     group_path,
     leader_path,
     name_from_znode,
-    offset_path,
     offsets_dir,
     shard_of,
+    znode_name,
 )
 from core.errors import GroupshiftError
 from core.scheme import Rebalancer
@@ -70,37 +72,60 @@ def shard_count(zk: KazooClient) -> int:
 
 def leader(zk: KazooClient, group: str) -> tuple[int, Leader | None]:
     """(shard, its leader) for the group; leader None when no node leads the shard."""
-    shard = shard_of(group, shard_count(zk))
-    got_leader, got_epoch = zkio.get_many(zk, [leader_path(shard), epoch_path(shard)])
+    shard, lead, _ = zkio.staged(zk, leader_reader(group))[0]
+    return shard, lead
+
+
+def leader_reader(group: str, shard: int | None = None) -> zkio.Reader:
+    """Reader (`zkio.staged`) of the group's shard, its leader (None: no node leads it) and the
+    version of its epoch znode (-1: none; what fences a write in ZooKeeper while no node leads
+    the shard), in two rounds: the shard count, then the shard's leader and epoch (one, given
+    the `shard` read before)."""
+    if shard is None:
+        shards = (yield [("children", SHARDS)])[0]
+        shard = shard_of(group, len(shards or []) or DEFAULT_SHARDS)
+    got_leader, got_epoch = yield [("get", leader_path(shard)), ("get", epoch_path(shard))]
+    epoch_version = got_epoch[1].version if got_epoch else -1
     if got_leader is None:
-        return shard, None
+        return shard, None, epoch_version
     try:
         rec = decode_leader(got_leader[0])
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return shard, None
-    epoch_version = got_epoch[1].version if got_epoch else -1
-    return shard, Leader(rec.node, rec.epoch, rec.host, rec.port, shard, epoch_version)
+        return shard, None, epoch_version
+    return shard, Leader(rec.node, rec.epoch, rec.host, rec.port, shard, epoch_version), epoch_version
 
 
 def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
-    base = offsets_dir(group_path(group))
-    topics = zkio.children(zk, base) or []
-    parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
-    tps = [
-        TopicPartition(name_from_znode(t), int(p))
-        for t, ps in zip(topics, parts, strict=True)
-        for p in ps or []
-        if p.isdigit()
-    ]
+    return offsets_of(zkio.staged(zk, offsets_reader(group))[0])
+
+
+def offsets_reader(group: str, known: Iterable[TopicPartition] = (), only=None) -> zkio.Reader:
+    """Reader (`zkio.staged`) of the group's offset znodes, as `zkio.Leaves` (`offsets_of` decodes
+    them); `known` partitions are read in the first round with the listings, `only`: no others."""
+    return zkio.leaves_reader(
+        offsets_dir(group_path(group)),
+        [_leaf(tp) for tp in known],
+        None if only is None else [_leaf(tp) for tp in only],
+    )
+
+
+def _leaf(tp: TopicPartition) -> tuple[str, str]:
+    return znode_name(tp.topic), str(tp.partition)
+
+
+def offsets_of(read: zkio.Leaves) -> dict[TopicPartition, Committed]:
     out: dict[TopicPartition, Committed] = {}
-    for tp, got in zip(tps, zkio.get_many(zk, [offset_path(group, *tp) for tp in tps]), strict=True):
-        if got is None:
+    for (tz, p), (data, stat) in read.leaves.items():
+        if not p.isdigit():
             continue
+        topic = name_from_znode(tz)
         try:
-            z = decode_offset(tp.topic, tp.partition, got[0])
+            z = decode_offset(topic, int(p), data)
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
-        out[tp] = Committed(z.offset, z.commit_timestamp or got[1].mtime, got[1].mzxid, z.metadata)
+        out[TopicPartition(topic, int(p))] = Committed(
+            z.offset, z.commit_timestamp or stat.mtime, stat.mzxid, z.metadata
+        )
     return out
 
 

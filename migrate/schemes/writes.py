@@ -15,6 +15,7 @@ or — with no node leading the shard — the stored record has no members), and
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from kazoo.client import KazooClient
 
@@ -39,6 +40,8 @@ from migrate.schemes import coordinator_store, zk_store, zkio
 from zk_rebalance.layout import ids_dir
 
 BATCH = 1_000  # ops per ZooKeeper transaction, and partitions per OffsetCommit request
+# The containers every group of a store shares, parents first.
+SHARED = {Rebalancer.ZK: [zk_store.CONSUMERS], Rebalancer.COORDINATOR: [ROOT, GROUPS]}
 
 
 class GroupActive(GroupshiftError):
@@ -103,6 +106,61 @@ def commit(
     return _commit_in_zk(zk, group, offsets, progress, batch)
 
 
+class Known(NamedTuple):
+    """What a caller read of an inactive group a moment ago (a migration reads both sides before
+    it writes anything), so that writing to it needs no read of its own."""
+
+    exists: bool  # the group's znode
+    leaves: zkio.Leaves  # its offset znodes (`zk_store.offsets_reader`, `coordinator_store.offsets_reader`)
+    leader: coordinator_store.Leader | None = None  # schemes two and three: the node leading its shard
+    shard: int = -1  # schemes two and three: the group's shard
+    epoch_version: int = -1  # and the version of its epoch znode (-1: none), the fence of a write
+    shared: bool = (
+        True  # the container all the store's groups share exists (`/consumers`, `/groupshift/groups`)
+    )
+
+
+def write_known(
+    zk: KazooClient,
+    scheme: str | Rebalancer,
+    group: str,
+    offsets: dict[TopicPartition, int],
+    known: Known,
+    *,
+    first: list[tuple] | tuple = (),
+    last: list[tuple] | tuple = (),
+    progress=None,
+    batch: int = BATCH,
+) -> str:
+    """`commit` for a caller that checked the group is inactive and read it (`known`) a moment ago.
+
+    Written in ZooKeeper (`in_zookeeper`), the first transaction also carries the `first` ops and
+    the final one the `last` ops (`zk_store.run_ops`); returns how it was written. Every
+    transaction applied whole: the destination holds exactly `offsets`, each set with the version
+    `known` read (a writer in between fails the transaction instead of being overwritten).
+    """
+    batch = max(1, min(batch, BATCH))
+    if not known.exists and not known.shared:  # created apart: other groups' writes may race for it
+        zkio.ensure_shared(zk, SHARED[store_of(scheme)])
+    if store_of(scheme) is Rebalancer.ZK:
+        ops = zk_store.offset_ops(group, offsets, known.leaves, known.exists)
+        n = zk_store.run_ops(zk, ops, batch=batch, progress=progress, first=first, last=last)
+        return f"in ZooKeeper ({n} transaction{'s' if n != 1 else ''})"
+    if known.leader is not None:
+        assert not first and not last, "a write through the node carries no ZooKeeper ops"
+        _commit_via(known.leader, group, offsets, progress, batch)
+        return f"through coordinator {known.leader.address}"
+    guard = (epoch_path(known.shard), known.epoch_version) if known.epoch_version >= 0 else None
+    ops = _coordinator_ops(group, offsets, known.leaves, known.exists)
+    n = zk_store.run_ops(zk, ops, batch=batch, guard=guard, progress=progress, first=first, last=last)
+    return _fenced(known.shard, n)
+
+
+def in_zookeeper(scheme: str | Rebalancer, known: Known) -> bool:
+    """`write_known` writes in ZooKeeper (and carries other ops), not through a coordinator node."""
+    return store_of(scheme) is Rebalancer.ZK or known.leader is None
+
+
 def _commit_via(
     lead: coordinator_store.Leader,
     group: str,
@@ -135,22 +193,40 @@ def _commit_in_zk(
     zk: KazooClient, group: str, offsets: dict[TopicPartition, int], progress, batch: int = BATCH
 ) -> str:
     shard, guard = _epoch_guard(zk, group)
-    now = int(time.time() * 1000)
-    tps = sorted(offsets)
-    gpath = group_path(group)
     # a namespace no coordinator ever ran in has no /groupshift/groups yet
-    zkio.ensure_shared(zk, [ROOT, GROUPS])
-    parents = [gpath, offsets_dir(gpath)]
-    parents += sorted({f"{offsets_dir(gpath)}/{znode_name(tp.topic)}" for tp in tps})
-    have = zkio.get_many(zk, parents)
-    present = zkio.get_existing(zk, [offset_path(group, *tp) for tp in tps])
-    ops: list[tuple] = [("create", p, b"") for p, h in zip(parents, have, strict=True) if h is None]
-    for tp, got in zip(tps, present, strict=True):
+    zkio.ensure_shared(zk, SHARED[Rebalancer.COORDINATOR])
+    top, read = zkio.staged(
+        zk, zkio.exists_reader(group_path(group)), coordinator_store.offsets_reader(group, only=offsets)
+    )
+    ops = _coordinator_ops(group, offsets, read, top)
+    return _fenced(shard, zk_store.run_ops(zk, ops, batch=batch, guard=guard, progress=progress))
+
+
+def _fenced(shard: int, n: int) -> str:
+    return f"in ZooKeeper, fenced by shard {shard}'s epoch ({n} transaction{'s' if n != 1 else ''})"
+
+
+def _coordinator_ops(
+    group: str, offsets: dict[TopicPartition, int], read: zkio.Leaves, group_exists: bool
+) -> list[tuple]:
+    """The ops writing `offsets` into the coordinator's store over what `read` found (parents
+    created where missing, an existing offset set with the version read)."""
+    now = int(time.time() * 1000)
+    gpath = group_path(group)
+    ops: list[tuple] = [] if group_exists else [("mkdir", gpath)]
+    if offsets_dir(gpath) not in read.dirs:
+        ops.append(("mkdir", offsets_dir(gpath)))
+    made = set(read.dirs)
+    for tp in sorted(offsets):
+        tdir = f"{offsets_dir(gpath)}/{znode_name(tp.topic)}"
+        if tdir not in made:
+            ops.append(("mkdir", tdir))
+            made.add(tdir)
         data = encode_offset(OffsetRecord(tp.topic, tp.partition, offsets[tp], "", now), -1)
         path = offset_path(group, *tp)
+        got = read.leaves.get((znode_name(tp.topic), str(tp.partition)))
         ops.append(("create", path, data) if got is None else ("set", path, data, got[1].version))
-    n = zk_store.run_ops(zk, ops, batch=batch, guard=guard, progress=progress)
-    return f"in ZooKeeper, fenced by shard {shard}'s epoch ({n} transaction{'s' if n != 1 else ''})"
+    return ops
 
 
 def delete_group(zk: KazooClient, scheme: str | Rebalancer, group: str) -> str:
@@ -231,10 +307,8 @@ def _delete_tree(zk: KazooClient, root: str, guard: tuple | None) -> str:
 def _epoch_guard(zk: KazooClient, group: str) -> tuple[int, tuple[str, int] | None]:
     """(the group's shard, a check of its epoch as read now): what fences a write in ZooKeeper while
     no node leads the shard (a node that claims the shard meanwhile bumps the epoch)."""
-    shard, _ = coordinator_store.leader(zk, group)
-    path = epoch_path(shard)
-    got = zkio.get_many(zk, [path])[0]
-    return shard, ((path, got[1].version) if got is not None else None)
+    shard, _, epoch_version = zkio.staged(zk, coordinator_store.leader_reader(group))[0]
+    return shard, ((epoch_path(shard), epoch_version) if epoch_version >= 0 else None)
 
 
 def _delete_tree_fenced(zk: KazooClient, group: str, root: str) -> str:

@@ -11,8 +11,11 @@ the next offset to read. Nothing here writes unless asked to; writes are `multi`
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 from kazoo.client import KazooClient
+from kazoo.exceptions import RolledBackError
 
 from coordinator.layout import bridge_marker_dir
 from core.errors import GroupshiftError
@@ -47,10 +50,10 @@ def list_groups(zk: KazooClient) -> list[str]:
 
 
 def exists(zk: KazooClient, group: str) -> bool:
-    return _valid_name(group) and zkio.get_many(zk, [group_dir(group)])[0] is not None
+    return valid_name(group) and zkio.get_many(zk, [group_dir(group)])[0] is not None
 
 
-def _valid_name(group: str) -> bool:
+def valid_name(group: str) -> bool:
     # Anything else cannot be a znode name under /consumers (0.8 allows only [a-zA-Z0-9._-]).
     return bool(group) and "/" not in group and "\0" not in group and group not in (".", "..")
 
@@ -71,36 +74,40 @@ def topic_partitions(zk: KazooClient, topics: list[str]) -> dict[str, int | None
     return out
 
 
-def _partition_znodes(zk: KazooClient, base: str) -> list[TopicPartition]:
-    """The partitions of `<base>/<topic>/<partition>` (the offsets and owners layouts); names that
-    are not decimal partition numbers are skipped."""
-    topics = zkio.children(zk, base) or []
-    parts = zkio.children_many(zk, [f"{base}/{t}" for t in topics])
-    return [
-        TopicPartition(t, int(p))
-        for t, ps in zip(topics, parts, strict=True)
-        for p in ps or []
-        if p.isdigit()
-    ]
-
-
 def read_offsets(zk: KazooClient, group: str) -> dict[TopicPartition, Committed]:
     """Every `/consumers/<g>/offsets/<t>/<p>`; values that are not decimal offsets are skipped."""
-    base = f"{group_dir(group)}/offsets"
-    tps = _partition_znodes(zk, base)
+    return offsets_of(zkio.staged(zk, offsets_reader(group))[0])
+
+
+def offsets_dir(group: str) -> str:
+    return f"{group_dir(group)}/offsets"
+
+
+def offsets_reader(group: str, known: Iterable[TopicPartition] = (), only=None) -> zkio.Reader:
+    """Reader (`zkio.staged`) of the group's offset znodes, as `zkio.Leaves` (`offsets_of` decodes
+    them); `known` partitions are read in the first round with the listings, `only`: no others."""
+    return zkio.leaves_reader(
+        offsets_dir(group),
+        [_leaf(tp) for tp in known],
+        None if only is None else [_leaf(tp) for tp in only],
+    )
+
+
+def _leaf(tp: TopicPartition) -> tuple[str, str]:
+    return tp.topic, str(tp.partition)
+
+
+def offsets_of(read: zkio.Leaves) -> dict[TopicPartition, Committed]:
     out: dict[TopicPartition, Committed] = {}
-    for tp, got in zip(tps, zkio.get_many(zk, [offset_path(group, tp) for tp in tps]), strict=True):
-        if got is None:
-            continue
-        text = got[0].decode("utf-8", "replace").strip()
-        if text.lstrip("-").isdigit():
-            out[tp] = Committed(int(text), got[1].mtime, got[1].mzxid)
+    for (topic, p), (data, stat) in read.leaves.items():
+        if p.isdigit() and data.strip().lstrip(b"-").isdigit():
+            out[TopicPartition(topic, int(p))] = Committed(int(data), stat.mtime, stat.mzxid)
     return out
 
 
 def read_group(zk: KazooClient, group: str) -> GroupView | None:
     """The group as stored, with a derived state; None when `/consumers/<g>` does not exist."""
-    if not _valid_name(group):
+    if not valid_name(group):
         return None
     top = zkio.get_many(zk, [group_dir(group)])[0]
     if top is None:
@@ -170,15 +177,12 @@ def read_group(zk: KazooClient, group: str) -> GroupView | None:
 
 def _read_owners(zk: KazooClient, group: str) -> dict[TopicPartition, str]:
     """tp -> owning consumer id (the owner znode holds a thread id `<consumerId>-<n>`)."""
-    base = f"{group_dir(group)}/owners"
-    tps = _partition_znodes(zk, base)
-    out = {}
-    for tp, got in zip(
-        tps, zkio.get_many(zk, [f"{base}/{tp.topic}/{tp.partition}" for tp in tps]), strict=True
-    ):
-        if got is not None:
-            out[tp] = parse_thread_id(got[0].decode("utf-8", "replace")).consumer
-    return out
+    read = zkio.staged(zk, zkio.leaves_reader(f"{group_dir(group)}/owners"))[0]
+    return {
+        TopicPartition(t, int(p)): parse_thread_id(data.decode("utf-8", "replace")).consumer
+        for (t, p), (data, _) in read.leaves.items()
+        if p.isdigit()
+    }
 
 
 def _member(group: str, cid: str, owned, subscription, pattern, error) -> Member:
@@ -202,64 +206,112 @@ def write_offsets(
 
     Returns the number of transactions used.
     """
-    existing_topics = set(zkio.children(zk, f"{group_dir(group)}/offsets") or [])
     zkio.ensure_shared(zk, [CONSUMERS])
-    parents = [group_dir(group), f"{group_dir(group)}/offsets"]
-    tps = sorted(offsets)
-    present = zkio.get_existing(zk, [offset_path(group, tp) for tp in tps])
-    made: set[str] = set()
-    ops: list[tuple] = [
-        ("create", p, b"") for p, got in zip(parents, zkio.get_many(zk, parents), strict=True) if got is None
-    ]
-    for tp, got in zip(tps, present, strict=True):
+    top, read = zkio.staged(zk, zkio.exists_reader(group_dir(group)), offsets_reader(group, only=offsets))
+    return run_ops(zk, offset_ops(group, offsets, read, top), batch=batch, progress=progress)
+
+
+def offset_ops(group: str, offsets: dict[TopicPartition, int], read: zkio.Leaves, group_exists: bool) -> list:
+    """The ops writing `offsets` over what `read` (`offsets_reader`) found: parents created where
+    missing; an offset that exists set with the version read (a consumer writing meanwhile makes
+    the transaction fail, not mix)."""
+    base = offsets_dir(group)
+    ops: list[tuple] = [("mkdir", p) for p in ([] if group_exists else [group_dir(group)])]
+    if base not in read.dirs:
+        ops.append(("mkdir", base))
+    made = set(read.dirs)
+    for tp in sorted(offsets):
         value = str(offsets[tp]).encode()
-        tdir = f"{group_dir(group)}/offsets/{tp.topic}"
-        if tp.topic not in existing_topics and tdir not in made:
-            ops.append(("create", tdir, b""))
+        tdir = f"{base}/{tp.topic}"
+        if tdir not in made:
+            ops.append(("mkdir", tdir))
             made.add(tdir)
+        got = read.leaves.get((tp.topic, str(tp.partition)))
         if got is None:
             ops.append(("create", offset_path(group, tp), value))
         else:
-            # expect the version we read: a consumer writing meanwhile makes the import fail, not mix
             ops.append(("set", offset_path(group, tp), value, got[1].version))
-    return run_ops(zk, ops, batch=batch, progress=progress)
+    return ops
 
 
 def run_ops(
-    zk: KazooClient, ops: list[tuple], *, batch: int, guard: tuple | None = None, progress=None
+    zk: KazooClient,
+    ops: list[tuple],
+    *,
+    batch: int,
+    guard: tuple | None = None,
+    progress=None,
+    first: list[tuple] | tuple = (),
+    last: list[tuple] | tuple = (),
 ) -> int:
-    """Run `ops` as `multi` transactions of at most `batch` ops (each led by `guard`, a check op).
+    """Run `ops` as `multi` transactions of at most `batch` ops each, not counting the parents
+    they create ("mkdir"), each led by `guard` (a check op). `first` ops open the first
+    transaction and `last` ops close the final one (a migration's lock and record move with its
+    copy). Ops: ("create"|"set"|"delete"|"check", path, ...), ("mkdir", path), ("ephemeral",
+    path, data).
 
-    `progress(done, total)` is called after each transaction.
+    `progress(done, total)` is called after each transaction. Returns the transactions used.
     """
-    n = 0
-    for chunk in zkio.chunked(ops, batch):
-        txn = zk.transaction()
-        if guard is not None:
-            txn.check(guard[0], version=guard[1])
-        for op in chunk:
-            if op[0] == "create":
-                txn.create(op[1], op[2])
-            elif op[0] == "set":
-                txn.set_data(op[1], op[2], version=op[3])
-            elif op[0] == "delete":
-                txn.delete(op[1], version=op[2] if len(op) > 2 else -1)
+    chunks = _chunks(ops, batch) or ([[]] if first or last else [])
+    total = sum(op[0] != "mkdir" for op in ops)
+    n = done = 0
+    for i, chunk in enumerate(chunks):
+        done += sum(op[0] != "mkdir" for op in chunk)
+        chunk = (list(first) if i == 0 else []) + chunk + (list(last) if i == len(chunks) - 1 else [])
+        txn = transaction(zk, ([("check", *guard)] if guard is not None else []) + chunk)
         zkio.requests["multi"] += 1
-        zkio.requests["znodes written"] += len(chunk)
+        zkio.requests["znodes written"] += sum(op[0] != "check" for op in chunk)
         try:
             results = txn.commit()
         except Exception as exc:  # kazoo raises connection, timeout and request errors here
             raise GroupshiftError(
                 f"ZooKeeper refused the write ({exc!r}); nothing of this batch was written"
             ) from None
-        failed = [r for r in results if isinstance(r, Exception)]
+        failed = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if failed:
-            done = f"{n} earlier transaction(s) were written; " if n else "nothing was written; "
+            earlier = f"{n} earlier transaction(s) were written; " if n else "nothing was written; "
             raise GroupshiftError(
-                f"ZooKeeper refused the write ({failed[0]!r}): {done}someone changed the group meanwhile, "
+                f"ZooKeeper refused the write ({failed[0]!r}): {earlier}someone changed the group meanwhile, "
                 "check it and run the command again"
             )
         n += 1
         if progress is not None:
-            progress(min(n * batch, len(ops)), len(ops))
+            progress(done, total)
     return n
+
+
+def transaction(zk: KazooClient, ops: list[tuple]):
+    """A kazoo transaction of `run_ops`'s ops (not committed)."""
+    txn = zk.transaction()
+    for op in ops:
+        if op[0] == "create":
+            txn.create(op[1], op[2])
+        elif op[0] == "ephemeral":
+            txn.create(op[1], op[2], ephemeral=True)
+        elif op[0] == "mkdir":
+            txn.create(op[1], b"")
+        elif op[0] == "set":
+            txn.set_data(op[1], op[2], version=op[3])
+        elif op[0] == "delete":
+            txn.delete(op[1], version=op[2] if len(op) > 2 else -1)
+        elif op[0] == "check":
+            txn.check(op[1], version=op[2])
+        else:
+            raise ValueError(f"unknown op {op[0]!r}")
+    return txn
+
+
+def _chunks(ops: list[tuple], batch: int) -> list[list[tuple]]:
+    """`ops` in runs of `batch`, parents ("mkdir") not counted (one never follows its child)."""
+    out: list[list[tuple]] = []
+    chunk: list[tuple] = []
+    counted = 0
+    for op in ops:
+        if counted == batch and op[0] != "mkdir":
+            out.append(chunk)
+            chunk, counted = [], 0
+        chunk.append(op)
+        counted += op[0] != "mkdir"
+    if chunk:
+        out.append(chunk)
+    return out

@@ -1,8 +1,9 @@
 """A migration killed at any step: `migrate run` again finishes it, `migrate rollback` undoes it.
 
 The test hook `GROUPSHIFT_MIGRATE_EXIT_AT=k` ends the `groupshift migrate` process at its k-th
-checkpoint (a step boundary: after the lock, before and after each record transition, before and
-after each copy transaction), as a kill would: no cleanup, the lock left behind. Scheme one to
+checkpoint (a step boundary: before and after each write of the record — the first takes the
+lock, the last releases it — and before and after each copy transaction), as a kill would: no
+cleanup, the lock left behind. Scheme one to
 scheme three is killed at every named checkpoint (tests/kill_sweep.py), the way back at spot
 checks around the copy and the switch. One group per kill point, so the killed runs, the resumes
 and the rollbacks each run side by side.
@@ -15,6 +16,7 @@ last transition is done, and is refused a rollback). The source never changes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,10 +51,12 @@ def offsets_for(scheme: str, zk, group: str) -> dict[TP, int]:
     return want
 
 
-def spawn(zk_connect: str, *args: str, exit_at=None, stop_at=None) -> subprocess.Popen:
+def spawn(zk_connect: str, *args: str, exit_at=None, stop_at=None, session_ms=None) -> subprocess.Popen:
     env = dict(os.environ)
     for name in ("GROUPSHIFT_ZK", "GROUPSHIFT_MIGRATE_EXIT_AT", "GROUPSHIFT_MIGRATE_STOP_AT"):
         env.pop(name, None)
+    if session_ms is not None:  # outlives a ZooKeeper restart
+        env["GROUPSHIFT_ZK_SESSION_TIMEOUT_MS"] = str(session_ms)
     if exit_at is not None:
         env["GROUPSHIFT_MIGRATE_EXIT_AT"] = str(exit_at)
     if stop_at is not None:
@@ -83,8 +87,8 @@ def checkpoints_of_one_run(zk, source: str, dest: str) -> list[str]:
 def test_killed_at_a_checkpoint_run_again_finishes_and_rollback_undoes(zk, zk_connect, source, dest, choose):
     names = checkpoints_of_one_run(zk, source, dest)
     points = choose(names)
-    if choose is every_named:  # every step of the state machine, the lock and the copy
-        steps = {"locked", "before:frozen", "copy:1", "before:switched", "switched", "done"}
+    if choose is every_named:  # every write of the record (the lock with the first), and the copy
+        steps = {"before:copy", "frozen", "copy:1", "copied", "before:done", "done"}
         assert steps <= set(points.values()), points
     want = {}
     killed = {}
@@ -137,13 +141,7 @@ def stopped(proc: subprocess.Popen, timeout: float = 60.0) -> bool:
 def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
     """ZooKeeper stops between two copy transactions: the run ends with one line and exit 1; once
     ZooKeeper is back, `run` again finishes with exactly the source's offsets."""
-    server = ZkServer.start_single()  # its own: this test stops it
-    try:
-        root = connect(server.connect_string)
-        root.ensure_path("/mid-copy")
-        root.stop()
-        zk_connect = server.connect_string + "/mid-copy"
-        zk = connect(zk_connect)
+    with own_zookeeper("mid-copy") as (server, zk_connect, zk):
         want = offsets_for("zk", zk, "g")
         direction = ["--from", "zk", "--to", "coordinator", "--batch", BATCH]
         proc = spawn(zk_connect, "run", "g", *direction, stop_at="copy:1")
@@ -155,11 +153,7 @@ def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
         lines = err.strip().splitlines()
         assert lines[-1].startswith("error: ") and "ZooKeeper" in lines[-1], err
         assert not any("Traceback" in line for line in lines), err
-        server.start()
-        server.wait_until(server.ruok, 60, "ZooKeeper back")
-        deadline = time.monotonic() + 60
-        while not zk.connected and time.monotonic() < deadline:
-            time.sleep(0.1)
+        back_again(server, zk)
         rec, _ = offline.read_record(zk, "g")
         assert rec is not None and rec.state == R.FROZEN  # stopped inside the copy
         assert offline.offsets(zk, "zk", "g") == want
@@ -167,9 +161,127 @@ def test_zookeeper_down_mid_copy_one_line_then_run_again_finishes():
         assert code == 0, err
         assert offline.offsets(zk, "coordinator", "g") == want
         assert offline.read_record(zk, "g")[0].state == R.DONE
-        zk.stop()
+
+
+@contextlib.contextmanager
+def own_zookeeper(chroot: str):
+    """(server, connect string, client) of a ZooKeeper of the test's own, which it may stop."""
+    server = ZkServer.start_single()
+    try:
+        root = connect(server.connect_string)
+        root.ensure_path(f"/{chroot}")
+        root.stop()
+        zk_connect = f"{server.connect_string}/{chroot}"
+        zk = connect(zk_connect)
+        try:
+            yield server, zk_connect, zk
+        finally:
+            zk.stop()
     finally:
         server.remove()
+
+
+def back_again(server: ZkServer, zk) -> None:
+    """Start the stopped `server` and wait until `zk` is connected to it again."""
+    server.start()
+    server.wait_until(server.ruok, 60, "ZooKeeper back")
+    deadline = time.monotonic() + 60
+    while not zk.connected and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_a_commit_while_the_run_is_stopped_stops_it_before_the_switch(zk, zk_connect):
+    """Runs stopped at a checkpoint (SIGSTOP) while the world changes under them, all side by side:
+    a consumer commits to the source after the copy's last transaction, before the switch's
+    checks (a new offset, the same offset again, a new partition; the way back, from the
+    coordinator's store in the middle of the copy; and a copy of one transaction, which switches
+    with it, before it), or someone writes a partition of the destination an earlier copy
+    transaction wrote. Each run ends with one line and exit 1 before the switch; `rollback` then
+    leaves the destination empty (the one-transaction run wrote nothing: nothing to roll back)."""
+    a0 = TP("a", 0)
+    to_coord = ["--from", "zk", "--to", "coordinator", "--batch", BATCH]
+    cases = {  # group: (direction, where to stop, what happens meanwhile, what the refusal says)
+        "moved": (
+            to_coord,
+            "copied",
+            lambda: legacy.write_offsets(zk, "moved", {a0: 5}, batch=10),
+            "a-0",
+        ),
+        "again": (  # the same offset: a commit all the same
+            to_coord,
+            "copied",
+            lambda: zk.set("/consumers/again/offsets/a/0", str(want["again"][a0]).encode()),
+            "a-0: 1001 -> 1001 (committed again)",
+        ),
+        "added": (
+            to_coord,
+            "copied",
+            lambda: legacy.write_offsets(zk, "added", {TP("a", 9): 1}, batch=10),
+            "a-9: None -> 1",
+        ),
+        "back": (
+            ["--from", "coordinator", "--to", "zk", "--batch", BATCH],
+            "copy:1",
+            lambda: commit(zk, "coordinator", "back", {a0: 5}),
+            "changed since it was frozen",
+        ),
+        "dest": (
+            to_coord,
+            "copy:1",
+            lambda: commit(zk, "coordinator", "dest", {a0: 5}),
+            "differ after the copy",
+        ),
+        "whole": (
+            ["--from", "zk", "--to", "coordinator"],
+            "before:copy",
+            lambda: legacy.write_offsets(zk, "whole", {a0: 5}, batch=10),
+            "a-0: 1001 -> 5",
+        ),
+    }
+    want = {g: offsets_for("coordinator" if g == "back" else "zk", zk, g) for g in cases}
+    procs = {g: spawn(zk_connect, "run", g, *d, stop_at=at) for g, (d, at, _, _) in cases.items()}
+    for g, proc in procs.items():
+        assert stopped(proc), (g, proc.communicate())
+        cases[g][2]()
+        proc.send_signal(signal.SIGCONT)
+    for g, (code, err) in finish(procs).items():
+        last = err.strip().splitlines()[-1]
+        assert code == 1 and last.startswith("error: ") and "Traceback" not in err, (g, code, err)
+        assert cases[g][3] in last and ("changed since it was frozen" in last or g == "dest"), (g, err)
+        rec, _ = offline.read_record(zk, g)
+        assert (rec is None) if g == "whole" else rec.state in (R.FROZEN, R.COPIED), (g, rec)  # not switched
+        assert offline.lock_holder(zk, g) is None, g
+    undo = {g: spawn(zk_connect, "rollback", g) for g in cases}
+    for g, (code, err) in finish(undo).items():
+        assert (code, "nothing to roll back" in err) == ((1, True) if g == "whole" else (0, False)), (g, err)
+        assert offline.offsets(zk, "zk" if g == "back" else "coordinator", g) == {}, g
+
+
+@pytest.mark.faults
+def test_the_watch_on_the_source_lost_with_the_connection_the_source_is_read_again():
+    """A run watches the source's offsets instead of reading them again before the switch; the
+    watch goes with the connection. Two runs stopped after the copy while ZooKeeper restarts (their
+    connections are cut, their sessions live on), a consumer commits to one of the sources, and
+    the runs go on: the one whose source moved is refused (the commit made no event: the source
+    is read again), the other finishes."""
+    with own_zookeeper("lost-watch") as (server, zk_connect, zk):
+        want = {g: offsets_for("zk", zk, g) for g in ("quiet", "moved")}
+        direction = ["--from", "zk", "--to", "coordinator", "--batch", BATCH]
+        procs = {
+            g: spawn(zk_connect, "run", g, *direction, stop_at="copied", session_ms=60_000) for g in want
+        }
+        assert all(stopped(p) for p in procs.values()), {g: p.poll() for g, p in procs.items()}
+        server.stop()
+        back_again(server, zk)
+        legacy.write_offsets(zk, "moved", {TP("a", 0): 5}, batch=10)
+        for p in procs.values():
+            p.send_signal(signal.SIGCONT)
+        done = finish(procs)
+        assert done["quiet"][0] == 0, done["quiet"]
+        assert offline.offsets(zk, "coordinator", "quiet") == want["quiet"]
+        code, err = done["moved"]
+        assert code == 1 and "changed since it was frozen" in err.strip().splitlines()[-1], (code, err)
+        assert offline.read_record(zk, "moved")[0].state == R.COPIED  # not switched
 
 
 def group_subtrees(zk_connect: str, group: str) -> dict:

@@ -194,7 +194,7 @@ def test_run_copies_the_scheme_one_offsets_and_verify_agrees(zk, broker):
     assert differ.returncode == 1 and "1 partition(s) differ" in differ.stdout
 
 
-@pytest.mark.parametrize("stop_at", ["copied", "verified"])
+@pytest.mark.parametrize("stop_at", ["copy:1", "before:done"])
 def test_rollback_restores_the_target_offsets(zk, broker, stop_at):
     topic = broker.topic(zk)
     group = scheme_one(zk, topic, {0: 10, 1: 20, 2: 30, 3: 40})
@@ -215,7 +215,7 @@ def test_rollback_restores_the_target_offsets(zk, broker, stop_at):
     assert r.returncode == 99, r.stderr
     assert broker.offsets(group, topic) == {0: 10, 1: 20, 2: 30, 3: 40}
     status = migrate("status", group, zk=zk)
-    assert f": {stop_at};" in status.stdout and broker.bootstrap in status.stdout
+    assert ": frozen;" in status.stdout and broker.bootstrap in status.stdout  # copied, not switched
     back = migrate("rollback", group, zk=zk)  # the record names the brokers
     assert back.returncode == 0, back.stderr
     assert "rolled_back" in back.stdout
@@ -226,7 +226,8 @@ def test_rollback_of_a_new_target_group(zk, broker):
     topic = broker.topic(zk)
     group = scheme_one(zk, topic, {0: 5, 1: 6})
     to = ("--from", "zk", "--to", "kafka", "--bootstrap", broker.bootstrap)
-    r = run("migrate", "run", group, *to, zk=zk.connect_string, env={"GROUPSHIFT_MIGRATE_EXIT_AT": "copied"})
+    stop = {"GROUPSHIFT_MIGRATE_EXIT_AT": "before:done"}
+    r = run("migrate", "run", group, *to, zk=zk.connect_string, env=stop)
     assert r.returncode == 99, r.stderr
     assert broker.offsets(group, topic) == {0: 5, 1: 6}
     back = migrate("rollback", group, zk=zk)

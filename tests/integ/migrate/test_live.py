@@ -173,7 +173,7 @@ def test_a_live_run_killed_at_every_named_checkpoint_resumes_or_rolls_back(zk, z
     O.passed.clear()
     assert live.run(zk, "count").state == "done"
     points = every_named(list(O.passed))
-    assert {"locked", "before:copy", "switched", "done"} <= set(points.values()), points
+    assert {"before:bridged", "bridged", "before:copy", "switched", "done"} <= set(points.values()), points
     want, killed = {}, {}
     for k in points:
         for kind in ("resume", "undo"):

@@ -196,8 +196,8 @@ def test_bad_input_one_line_nothing_changed(zk, zk_connect, zk_server):
     r = migrate("run", "busy", *to_coord, zk_connect="127.0.0.1:29911")
     one_line_failure(r)
     # an unfinished migration refuses one in the other direction, and a second run while it is held
-    assert migrate(
-        "run", "taken", *to_coord, "--overwrite", zk_connect=zk_connect, exit_at="frozen"
+    assert migrate(  # in the middle of the copy (100 partitions a transaction: it does not switch with it)
+        "run", "taken", *to_coord, "--overwrite", "--batch", "100", zk_connect=zk_connect, exit_at="copy:1"
     ).returncode
     # The killed run's ephemeral lock lives until ZooKeeper expires its session: wait for that,
     # so the snapshot below does not race ZooKeeper's own deletion of it.
