@@ -11,10 +11,11 @@ lacks are dropped, and the result is encoded with the matching response class an
     req.api_key, req.api_version, req.correlation_id, req.client_id, req.body
     out = encode_response(req.api_key, req.api_version, req.correlation_id, body, req.body)
 
-Only non-flexible versions are served (`VERSIONS`). ApiVersions above v2 is answered the KIP-511
-way: a v0 body with UNSUPPORTED_VERSION and the supported ranges (`api_versions_fallback`), which
-every client reads and retries at our maximum. Any other api or version closes the connection,
-as Kafka does.
+The versions served are `VERSIONS`; the flexible ones among them (tagged fields, request header v2,
+response header v1) are looked up in `_FLEXIBLE_REQUESTS`/`_FLEXIBLE_RESPONSES`. ApiVersions above
+v2 is answered the KIP-511 way: a v0 body with UNSUPPORTED_VERSION and the supported ranges
+(`api_versions_fallback`), which every client reads and retries at our maximum. Any other api or
+version closes the connection, as Kafka does.
 """
 
 from __future__ import annotations
@@ -72,12 +73,12 @@ from coordinator.wire import codec as P
 from coordinator.wire import errors as E
 from coordinator.wire import schema as S
 
-# (min, max) served per api: non-flexible versions only. Produce is advertised from v3 because
-# librdkafka fetches only from brokers that have it; ListOffsets and Metadata keep v0 for
-# 0.8-era tools (Burrow); the other minima are Kafka 4.0's. JoinGroup below v4 predates
-# MEMBER_ID_REQUIRED (KIP-394): the listener takes that round trip for the member. SaslHandshake
-# is v1 only: v0 switches the connection to unframed SASL tokens, which Kafka 4.0 dropped
-# (KIP-896) and no client that knows SaslAuthenticate sends.
+# (min, max) served per api, flexible versions included where a client needs them. Produce is
+# advertised from v3 because librdkafka fetches only from brokers that have it; ListOffsets and
+# Metadata keep v0 for 0.8-era tools (Burrow); the other minima are Kafka 4.0's. JoinGroup below v4
+# predates MEMBER_ID_REQUIRED (KIP-394): the listener takes that round trip for the member.
+# SaslHandshake is v1 only: v0 switches the connection to unframed SASL tokens, which Kafka 4.0
+# dropped (KIP-896) and no client that knows SaslAuthenticate sends.
 VERSIONS: dict[int, tuple[int, int]] = {
     M.PRODUCE: (3, 8),
     M.FETCH: (4, 11),
