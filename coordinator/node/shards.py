@@ -100,6 +100,34 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def preferred_nodes(shards: int, live: tuple[int, ...]) -> list[int]:
+    """The preferred node of every shard among the `live` node ids: balanced rendezvous hashing.
+
+    Pairs (shard, node) are taken by descending hash score, each node up to
+    ceil(shards / nodes) shards. Every node computes the same answer from the same live set,
+    and a node joining or leaving moves few shards.
+
+    >>> preferred_nodes(4, (1, 2))
+    [1, 2, 1, 2]
+    """
+    cap = -(-shards // len(live))
+    pairs = sorted(
+        (
+            (hashlib.blake2b(f"{s}:{node}".encode(), digest_size=8).digest(), s, node)
+            for s in range(shards)
+            for node in live
+        ),
+        reverse=True,
+    )
+    owner: list[int] = [-1] * shards
+    load = dict.fromkeys(live, 0)
+    for _, s, node in pairs:
+        if owner[s] < 0 and load[node] < cap:
+            owner[s] = node
+            load[node] += 1
+    return owner
+
+
 class ShardLeadership:
     """The shards one node leads (see the module docstring)."""
 
@@ -143,30 +171,10 @@ class ShardLeadership:
         return sum(1 for x in self.shards.values() if x.status is status)
 
     def placement(self, live: tuple[int, ...]) -> list[int]:
-        """The preferred node of every shard: balanced rendezvous hashing.
-
-        Pairs (shard, node) are taken by descending hash score, each node up to
-        ceil(shards / nodes) shards. Every node computes the same answer from the same live set,
-        and a node joining or leaving moves few shards.
-        """
+        """The preferred node of every shard (`preferred_nodes`), cached for the last live set."""
         if self._placement_cache[0] == live:
             return self._placement_cache[1]
-        n = self.config.shards
-        cap = -(-n // len(live))
-        pairs = sorted(
-            (
-                (hashlib.blake2b(f"{s}:{node}".encode(), digest_size=8).digest(), s, node)
-                for s in range(n)
-                for node in live
-            ),
-            reverse=True,
-        )
-        owner: list[int] = [-1] * n
-        load = dict.fromkeys(live, 0)
-        for _, s, node in pairs:
-            if owner[s] < 0 and load[node] < cap:
-                owner[s] = node
-                load[node] += 1
+        owner = preferred_nodes(self.config.shards, live)
         self._placement_cache = (live, owner)
         return owner
 
