@@ -24,7 +24,7 @@ About 3 minutes.
    are claimed once its ZooKeeper session expired). Target: within 2 s beyond that wait.
 3. Capacity: one node, members in 100 groups a step, heartbeating every 3 s (Kafka's
    heartbeat.interval.ms), open loop; each step adds members in 100 more groups, doubling the
-   count (at most 40,000 more a step), until the p99 of heartbeat latency reaches 20 ms, the node
+   count (at most 80,000 more a step), until the p99 of heartbeat latency reaches 20 ms, the node
    falls behind, `--capacity-max` or `--capacity-budget-s`. Printed per step with the node's and
    this client's CPU. Target: >= 10,000 members (issue 7's 10k members).
 4. ZooKeeper's rate of commit-shaped transactions (`check` epoch, `check` leader, `set_data` of 1
@@ -64,7 +64,8 @@ MOVE_TARGET_S = 2.0  # a shard move, beyond the wait the design imposes
 MEMBERS_TARGET = 10_000  # members one node holds at p99 < 20 ms
 P99_LIMIT_MS = 20.0
 GROUPS = 100
-STEP_MAX = 40_000  # members added by one capacity step
+STEP_MAX = 80_000  # members added by one capacity step
+FORMING_CONNECTIONS = 6_000  # connections open while groups form
 POLL_S = 0.05
 NODE_OPTIONS = {
     "shards": DEFAULT_SHARDS,
@@ -298,17 +299,25 @@ def commit_frames(groups: list[Group]) -> dict[int, list[bytes]]:
 
 
 async def form_groups(host: str, port: int, prefix: str, members: int, node_id: int = 1) -> list[Group]:
-    """`members` members in `GROUPS` groups on the node at host:port (a connection per member while
-    its group forms; a few groups at a time, so that at most ~3,000 connections are open)."""
+    """`members` members in `GROUPS` groups on the node at host:port. A parked JoinGroup holds its
+    connection, so a group forms over a connection per member: a few workers (`FORMING_CONNECTIONS` in
+    all) form the groups one after the other, each over the same connections."""
     per_group = max(1, members // GROUPS)
-    sem = asyncio.Semaphore(max(1, 3000 // per_group))
+    names = [f"{prefix}-{i}" for i in range(GROUPS)]
+    formed: dict[str, Group] = {}
 
-    async def one(i: int) -> Group:
-        async with sem:
-            name = f"{prefix}-{i}"
-            return Group(name, await form_group(host, port, name, per_group), node_id)
+    async def worker(w: int) -> None:
+        conns = [await Conn.open(host, port, f"scale-{w}-{i}") for i in range(per_group)]
+        try:
+            while names:
+                name = names.pop()
+                formed[name] = Group(name, await form_group(host, port, name, per_group, conns), node_id)
+        finally:
+            for c in conns:
+                c.close()
 
-    return list(await asyncio.gather(*(one(i) for i in range(GROUPS))))
+    await asyncio.gather(*(worker(w) for w in range(max(1, FORMING_CONNECTIONS // per_group))))
+    return list(formed.values())
 
 
 async def scale_phase(zk: str, log_dir: Path, args) -> dict:
@@ -458,8 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=4, help="heartbeats in flight per connection")
     ap.add_argument("--seconds", type=float, default=5.0, help="each measurement window")
     ap.add_argument("--capacity-start", type=int, default=10_000)
-    ap.add_argument("--capacity-max", type=int, default=160_000)
-    ap.add_argument("--capacity-budget-s", type=float, default=120.0, help="no new step after this")
+    ap.add_argument("--capacity-max", type=int, default=320_000)
+    ap.add_argument("--capacity-budget-s", type=float, default=150.0, help="no new step after this")
     ap.add_argument("--no-capacity", dest="capacity", action="store_false")
     args = ap.parse_args(argv)
 
