@@ -388,11 +388,15 @@ async def capacity_phase(zk: str, log_dir: Path, args) -> dict:
                 "client_cpu_per_s": round((_own_cpu() - own0) / took, 2),
                 "rss_mb": round(cluster.nodes.nodes[1].rss_mb()),
             }
+            if step["p99_ms"] >= P99_LIMIT_MS:  # disturbed? measured once more
+                again = await measure_heartbeats(host, port, frames, args.connections, 1, rate, args.seconds)
+                step = {**step, **again, "first_run": {k: r[k] for k in ("p99_ms", "heartbeats_per_s")}}
             steps.append(step)
             print(
                 f"  {step['members']:,} members ({rate:,.0f} heartbeats/s offered): "
                 f"{step['heartbeats_per_s']:,}/s answered, p50 {step['p50_ms']} ms, p99 {step['p99_ms']} ms, "
-                f"errors {step['errors']}; node CPU {step['node_cpu_per_s']} s/s, RSS {step['rss_mb']} MB, "
+                f"errors {step['errors']}{_first(step)}; node CPU {step['node_cpu_per_s']} s/s, "
+                f"RSS {step['rss_mb']} MB, "
                 f"client CPU {step['client_cpu_per_s']} s/s (added in {setup} s)",
                 flush=True,
             )
@@ -410,23 +414,36 @@ async def capacity_phase(zk: str, log_dir: Path, args) -> dict:
     return {"members": good, "first_over": first_over, "steps": steps}
 
 
+def _first(step: dict) -> str:
+    """A step measured twice (its first p99 over the limit) says what the first run gave."""
+    if "first_run" not in step:
+        return ""
+    return f" (measured twice: the first run gave p99 {step['first_run']['p99_ms']} ms)"
+
+
 def zk_commit_rate(zk_connect: str, partitions: int, seconds: float, clients: int = 3) -> float:
     """Commit-shaped transactions/s that ZooKeeper takes from `clients` kazoo clients in their own
     processes (one kazoo client tops out below ZooKeeper: it is Python), all started together."""
     import multiprocessing
 
-    start_at = time.time() + 4.0  # after every process imported kazoo and set up its znodes
-    with multiprocessing.get_context("spawn").Pool(clients) as pool:
-        counts = pool.starmap(
-            _zk_commits, [(zk_connect, partitions, start_at, seconds, i) for i in range(clients)]
-        )
-    return sum(counts) / seconds
+    ctx = multiprocessing.get_context("spawn")
+    ready, counts = ctx.Barrier(clients), ctx.Queue()
+    procs = [
+        ctx.Process(target=_zk_commits, args=(zk_connect, partitions, seconds, ready, counts))
+        for _ in range(clients)
+    ]
+    for p in procs:
+        p.start()
+    total = sum(counts.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join()
+    return total / seconds
 
 
-def _zk_commits(zk_connect: str, partitions: int, start_at: float, seconds: float, client: int) -> int:
+def _zk_commits(zk_connect: str, partitions: int, seconds: float, ready, counts) -> None:
     """One client's transactions shaped as `ZkAccess._commit` + `GroupData.commit_offsets` send
     them for offsets that exist (`check` epoch, `check` leader, a `set_data` per partition), 200 in
-    flight, from `start_at` for `seconds`; returns how many committed in that window."""
+    flight, for `seconds` once every client is ready; puts how many committed on `counts`."""
     from core.zk import connect
 
     zk = connect(f"{zk_connect}/bench-scale-zk-{uuid.uuid4().hex[:8]}")
@@ -435,9 +452,13 @@ def _zk_commits(zk_connect: str, partitions: int, start_at: float, seconds: floa
         zk.create(leader_path(0), b"{}", ephemeral=True)
         epoch = zk.exists(epoch_path(0)).version
         paths = [[f"/offsets/{slot}/{p}" for p in range(partitions)] for slot in range(200)]
-        for slot in paths:
+        zk.ensure_path("/offsets")
+        for n, slot in enumerate(paths):
+            txn = zk.transaction()
+            txn.create(f"/offsets/{n}")
             for path in slot:
-                zk.ensure_path(path)
+                txn.create(path)
+            txn.commit()
         data = b'{"offset":123456,"metadata":"","generation":3,"commit_ts":1732170000000,"expire_ts":null}'
 
         def one(slot: list[str]):
@@ -448,13 +469,13 @@ def _zk_commits(zk_connect: str, partitions: int, start_at: float, seconds: floa
                 txn.set_data(path, data)
             return txn.commit_async()
 
-        time.sleep(max(0.0, start_at - time.time()))
-        done = 0
-        while time.time() < start_at + seconds:
+        ready.wait(60)
+        done, end = 0, time.monotonic() + seconds
+        while time.monotonic() < end:
             for r in [one(slot) for slot in paths]:
                 assert not any(isinstance(x, Exception) for x in r.get(timeout=30))
             done += len(paths)
-        return done
+        counts.put(done)
     finally:
         zk.stop()
         zk.close()
