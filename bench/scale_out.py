@@ -21,7 +21,9 @@ About 3 minutes.
    ILLEGAL_GENERATION is a member rebalance (target: none). Printed per event: the time until
    the last group is served again, and that time beyond the wait the design imposes (a joining
    node gets its shards once it has been live for `--handoff-delay-ms`; a crashed node's shards
-   are claimed once its ZooKeeper session expired). Target: within 2 s beyond that wait.
+   are claimed once its ZooKeeper session expired), and the longest a group went unserved (from
+   its old coordinator's first NOT_COORDINATOR or closed connection to its new one serving it).
+   Target: within 2 s beyond that wait.
 3. Capacity: one node, members in 100 groups a step, heartbeating every 3 s (Kafka's
    heartbeat.interval.ms), open loop; each step adds members in 100 more groups, doubling the
    count (at most 80,000 more a step), until the p99 of heartbeat latency reaches 20 ms, the node
@@ -90,6 +92,7 @@ class Group:
         self.name, self.members, self.coordinator = name, members, coordinator
         self.generation = members[0][1]
         self.served_at: float | None = None  # when its expected node first served it (an event)
+        self.refused_at: float | None = None  # when its old coordinator first turned it away
 
 
 class Cluster:
@@ -138,7 +141,7 @@ class MoveWatch:
         before, lookups = dict(self.rebalanced), self.lookups
         moved = sum(1 for g in self.groups if g.coordinator != self.expected[g.name])
         for g in self.groups:
-            g.served_at = None
+            g.served_at = g.refused_at = None
         t0 = time.monotonic()
         self.paused = False
         await asyncio.to_thread(what)
@@ -150,10 +153,12 @@ class MoveWatch:
         self.paused = True
         done = [max(0.0, g.served_at - t0) for g in self.groups if g.served_at is not None]
         every = len(done) == len(self.groups)
+        outages = [g.served_at - g.refused_at for g in self.groups if g.served_at and g.refused_at]
         return {
             "seconds": round(max(done), 2) if every else None,
             "beyond_wait_s": round(max(done) - wait_s, 2) if every else None,
             "groups_served": len(done),
+            "outage_s": round(max(outages), 2) if outages else 0.0,
             "lookups": self.lookups - lookups,
             "moved_groups": moved,
             "rebalanced": {
@@ -175,11 +180,13 @@ class MoveWatch:
                 if code == 0 and g.coordinator == self.expected.get(g.name) and await self._same(conn, g):
                     g.served_at = time.monotonic()
                 elif code in MOVED:
+                    g.refused_at = g.refused_at or time.monotonic()
                     await self._find(conns, g)
                 elif code:
                     self.rebalanced[code] = self.rebalanced.get(code, 0) + 1
             except (OSError, asyncio.IncompleteReadError, KeyError):
                 conns.pop(g.coordinator, None)  # its node went away: ask another one
+                g.refused_at = g.refused_at or time.monotonic()
                 await self._find(conns, g)
 
     async def _same(self, conn: Conn, g: Group) -> bool:
@@ -532,6 +539,7 @@ def _print_scale(scale: dict) -> None:
         print(
             f"  {what}: every group served by its new node after {r['seconds']} s "
             f"({r['beyond_wait_s']} s beyond the {wait:g} s wait); {r['moved_groups']} groups moved, "
+            f"none unserved longer than {r['outage_s']} s, "
             f"{r['lookups']} FindCoordinator; member rebalances {r['rebalanced'] or 'none'}",
             flush=True,
         )
