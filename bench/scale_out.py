@@ -1,9 +1,10 @@
 """Benchmark: what more coordinator nodes buy (1, 2 and 3 node processes on one ZooKeeper).
 
-Run on demand: `.venv/bin/python -m bench.scale_out [--members 2000] [--seconds 5]`. Its own
-ZooKeeper container; the nodes are child processes (`groupshift coordinator serve`, 50 shards,
-Kafka's handoff delay and session defaults), the load comes from this process over loopback.
-About 3 minutes.
+Run on demand: `.venv/bin/python -m bench.scale_out [--zk HOST:PORT] [--members 2000] [--seconds 5]`.
+Without `--zk` its own ZooKeeper container; the nodes are child processes (`groupshift coordinator
+serve`, 50 shards, Kafka's handoff delay and session defaults), the load comes from this process
+over loopback.
+About 4 minutes.
 
 1. Heartbeats per CPU-second of the nodes: `--members` members in 100 groups (formed through
    JoinGroup/SyncGroup on node 1), heartbeating closed loop to each group's coordinator, with the
@@ -50,7 +51,8 @@ import msgspec
 
 from bench.coordinator import Conn, HeartbeatLoad, form_group, measure_heartbeats
 from bench.scale_model import HEARTBEAT_INTERVAL_S, PerNode, project
-from coordinator.layout import DEFAULT_SHARDS, epoch_path, leader_path, shard_of
+from bench.zk_writes import zk_commit_rate
+from coordinator.layout import DEFAULT_SHARDS, shard_of
 from coordinator.member.wire_client import commit_body, heartbeat_body
 from coordinator.node.process import CoordinatorNodes
 from coordinator.node.shards import preferred_nodes
@@ -428,68 +430,9 @@ def _first(step: dict) -> str:
     return f" (measured twice: the first run gave p99 {step['first_run']['p99_ms']} ms)"
 
 
-def zk_commit_rate(zk_connect: str, partitions: int, seconds: float, clients: int = 3) -> float:
-    """Commit-shaped transactions/s that ZooKeeper takes from `clients` kazoo clients in their own
-    processes (one kazoo client tops out below ZooKeeper: it is Python), all started together."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    ready, counts = ctx.Barrier(clients), ctx.Queue()
-    procs = [
-        ctx.Process(target=_zk_commits, args=(zk_connect, partitions, seconds, ready, counts))
-        for _ in range(clients)
-    ]
-    for p in procs:
-        p.start()
-    total = sum(counts.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join()
-    return total / seconds
-
-
-def _zk_commits(zk_connect: str, partitions: int, seconds: float, ready, counts) -> None:
-    """One client's transactions shaped as `ZkAccess._commit` + `GroupData.commit_offsets` send
-    them for offsets that exist (`check` epoch, `check` leader, a `set_data` per partition), 200 in
-    flight, for `seconds` once every client is ready; puts how many committed on `counts`."""
-    from core.zk import connect
-
-    zk = connect(f"{zk_connect}/bench-scale-zk-{uuid.uuid4().hex[:8]}")
-    try:
-        zk.ensure_path(epoch_path(0))
-        zk.create(leader_path(0), b"{}", ephemeral=True)
-        epoch = zk.exists(epoch_path(0)).version
-        paths = [[f"/offsets/{slot}/{p}" for p in range(partitions)] for slot in range(200)]
-        zk.ensure_path("/offsets")
-        for n, slot in enumerate(paths):
-            txn = zk.transaction()
-            txn.create(f"/offsets/{n}")
-            for path in slot:
-                txn.create(path)
-            txn.commit()
-        data = b'{"offset":123456,"metadata":"","generation":3,"commit_ts":1732170000000,"expire_ts":null}'
-
-        def one(slot: list[str]):
-            txn = zk.transaction()
-            txn.check(epoch_path(0), epoch)
-            txn.check(leader_path(0), -1)
-            for path in slot:
-                txn.set_data(path, data)
-            return txn.commit_async()
-
-        ready.wait(60)
-        done, end = 0, time.monotonic() + seconds
-        while time.monotonic() < end:
-            for r in [one(slot) for slot in paths]:
-                assert not any(isinstance(x, Exception) for x in r.get(timeout=30))
-            done += len(paths)
-        counts.put(done)
-    finally:
-        zk.stop()
-        zk.close()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--zk", default=None, help="ZooKeeper connect string (default: start a container)")
     ap.add_argument("--members", type=int, default=2000, help="members of the scale-out runs (in 100 groups)")
     ap.add_argument("--connections", type=int, default=20, help="connections per node")
     ap.add_argument("--window", type=int, default=4, help="heartbeats in flight per connection")
@@ -500,12 +443,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-capacity", dest="capacity", action="store_false")
     args = ap.parse_args(argv)
 
-    from testing.zookeeper import ZkServer
+    server = None
+    if args.zk is None:
+        from testing.zookeeper import ZkServer
 
-    server = ZkServer.start_single()
+        server = ZkServer.start_single()
     log_dir = Path("/tmp") / f"bench-scale-out-{uuid.uuid4().hex[:6]}"
     try:
-        zk = server.connect_string
+        zk = args.zk or server.connect_string
         scale = asyncio.run(scale_phase(f"{zk}/bench-scale-{uuid.uuid4().hex[:8]}", log_dir, args))
         _print_scale(scale)
         capacity = None
@@ -515,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
             capacity = asyncio.run(capacity_phase(chroot, log_dir, args))
         zk_rates = {k: zk_commit_rate(zk, k, 3.0) for k in (1, 10)}
     finally:
-        server.remove()
+        if server is not None:
+            server.remove()
     return _summary(scale, capacity, zk_rates)
 
 
