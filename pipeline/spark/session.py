@@ -27,6 +27,8 @@ CONNECT_TIMEOUT_S = 3.0
 # The driver's JVM, tuned for start-up time (a driver lives for one job): a small serial collector,
 # the quick compiler only; plus the class-data-sharing archive when there is one (`cds`).
 DRIVER_JAVA_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=64m")
+# Spark's Python workers start through this script (see `python_worker`).
+PYTHON_WORKER = Path(__file__).resolve().parent / "python_worker.sh"
 # On a standalone cluster: each executor's heap (the workers need at least this much memory each).
 EXECUTOR_MEMORY = "512m"
 
@@ -69,6 +71,21 @@ def _local_address(url: str, timeout: float) -> str | None:
         ) from None
 
 
+def python_worker() -> str:
+    """The interpreter Spark's Python workers run: `python_worker.sh` (this interpreter, PySpark
+    imported from its installed, compiled modules rather than from pyspark.zip), or this
+    interpreter itself where the script cannot be run."""
+    return str(PYTHON_WORKER) if os.access(PYTHON_WORKER, os.X_OK) else sys.executable
+
+
+def python_worker_env() -> dict[str, str]:
+    """What `python_worker.sh` needs in a worker's environment."""
+    import pyspark
+
+    lib = Path(pyspark.__file__).resolve().parent / "python" / "lib"
+    return {"GROUPSHIFT_SPARK_PYTHON": sys.executable, "GROUPSHIFT_PYSPARK_LIB": str(lib)}
+
+
 def spark_session(
     app: str = "groupshift", master: str = "local[2]", jvm_log: str | os.PathLike | None = None, **conf: str
 ):
@@ -81,7 +98,9 @@ def spark_session(
     `jvm_log`: a file that receives what the JVM writes to stderr (its start-up notices), so that
     a command's own stderr stays one line per message."""
     driver_host = _local_address(master, CONNECT_TIMEOUT_S) or "127.0.0.1"
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    worker_env = python_worker_env()
+    os.environ.update(worker_env)
+    os.environ.setdefault("PYSPARK_PYTHON", python_worker())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
     from pyspark import SparkContext
@@ -100,8 +119,9 @@ def spark_session(
         pythonpath = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         standalone = {
             "spark.executor.memory": EXECUTOR_MEMORY,
-            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.python": python_worker(),
             "spark.executorEnv.PYTHONPATH": os.pathsep.join(dict.fromkeys(pythonpath)),
+            **{f"spark.executorEnv.{k}": v for k, v in worker_env.items()},
         }
     settings = {
         "spark.ui.enabled": "false",
