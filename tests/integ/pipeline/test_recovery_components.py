@@ -334,7 +334,9 @@ def test_every_component_comes_back_by_itself(own_zk_running, tmp_path, kind):
         events = sc.member.events.counters
         log = sc.node_log()
         if kind == "short":
-            assert after_outage == generations, "a coordinator group rebalanced during a short outage"
+            assert after_outage == generations, (
+                "a coordinator group rebalanced during a short outage; the node's log ends:\n" + log[-4000:]
+            )
             assert events["session_expired"] == 0
             assert "giving up" not in log
         elif kind == "long":
