@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError
+from kazoo.exceptions import AuthFailedError, ConnectionClosedError
+from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import Permissions
 
 from coordinator.node.process import NodeProcess
@@ -121,9 +123,21 @@ def test_clients_without_the_sasl_login_get_noauth_on_every_znode(sasl):
 
 
 def test_a_wrong_sasl_password_is_refused_at_login(sasl):
-    c = sasl.client(sasl=_sasl("gs", "not-the-password"))  # connected: the SASL login comes after
+    # The login follows the connect, and a refusal takes kazoo through AUTH_FAILED to CLOSED at
+    # once: it may come before start() sees the connection (start() would then time out) or after
+    # it (the next request fails). Either way a state listener sees the refusal as it happens.
+    c = KazooClient(hosts=sasl.hosts, timeout=10.0, sasl_options=_sasl("gs", "not-the-password"))
+    refused = threading.Event()
+
+    def seen(state: KazooState) -> None:
+        if state == KazooState.LOST and c.client_state == KeeperState.AUTH_FAILED:
+            refused.set()
+
+    c.add_listener(seen)
     try:
-        with pytest.raises(AuthFailedError):
+        c.start_async()
+        assert refused.wait(10), f"no refusal within 10 s; the client is {c.client_state}"
+        with pytest.raises((AuthFailedError, ConnectionClosedError)):
             c.get(sasl.chroot)
     finally:
         c.stop()
