@@ -241,13 +241,7 @@ async def measure_heartbeats(
     sample = sorted(latencies[:count])
     if pacer is not None:
         pacer.cancel()
-    for p in protos:
-        p.running = False
-        if not p.sent:
-            p.done.set()
-    await asyncio.wait_for(asyncio.gather(*(p.done.wait() for p in protos)), 30)
-    for p in protos:
-        p.transport.close()
+    await stop_load(protos)
     return {
         "mode": f"open loop, {rate:,.0f}/s offered"
         if rate
@@ -259,6 +253,17 @@ async def measure_heartbeats(
         "max_ms": round(1000 * sample[-1], 3),
         "errors": errors,
     }
+
+
+async def stop_load(protos: list[HeartbeatLoad]) -> None:
+    """Stop the load: no new heartbeats, the ones in flight answered (30 s at most), then close."""
+    for p in protos:
+        p.running = False
+        if not p.sent:
+            p.done.set()
+    await asyncio.wait_for(asyncio.gather(*(p.done.wait() for p in protos)), 30)
+    for p in protos:
+        p.transport.close()
 
 
 async def _pace(protos: list[HeartbeatLoad], tick: float = 0.002) -> None:

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import msgspec
 
-from bench.coordinator import Conn, HeartbeatLoad, form_group, measure_heartbeats
+from bench.coordinator import Conn, HeartbeatLoad, form_group, measure_heartbeats, stop_load
 from bench.scale_model import HEARTBEAT_INTERVAL_S, PerNode, project
 from bench.zk_writes import zk_commit_rate
 from coordinator.layout import DEFAULT_SHARDS, shard_of
@@ -262,13 +262,7 @@ async def per_cpu_second(
     await asyncio.sleep(seconds)
     count, cpu1, own1, elapsed = len(latencies), cluster.cpu(), _own_cpu(), time.perf_counter() - t0
     sample = sorted(latencies[:count])
-    for p in protos:
-        p.running = False
-        if not p.sent:
-            p.done.set()
-    await asyncio.wait_for(asyncio.gather(*(p.done.wait() for p in protos)), 30)
-    for p in protos:
-        p.transport.close()
+    await stop_load(protos)
     node_cpu = sum(cpu1[i] - cpu0[i] for i in cpu1)
     return {
         "nodes": len(frames),
