@@ -142,10 +142,19 @@ def _verbosity(ctx: click.Context, param: click.Parameter, value: int) -> None:
             handler.addFilter(_interrupted_py4j_call)
 
 
+# What py4j logs, with a traceback, when Ctrl-C or SIGTERM interrupts a call into the Spark JVM:
+# the interrupted call (on the root logger), then, when the JVM is stopping too, its failure to
+# close that call's connection (py4j.clientserver).
+PY4J_INTERRUPT_NOISE = (
+    "KeyboardInterrupt while sending command",
+    "Exception occurred while shutting down connection",
+)
+
+
 def _interrupted_py4j_call(record: logging.LogRecord) -> bool:
-    """py4j logs a traceback on the root logger when Ctrl-C or SIGTERM interrupts a call into the
-    Spark JVM; the command says "aborted" in one line itself (shown with -v)."""
-    return not record.getMessage().startswith("KeyboardInterrupt while sending command")
+    """Leave out py4j's tracebacks of an interrupted call (`PY4J_INTERRUPT_NOISE`); the command
+    says "aborted" in one line itself (they are shown with -v)."""
+    return not record.getMessage().startswith(PY4J_INTERRUPT_NOISE)
 
 
 def _zk_setting(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
