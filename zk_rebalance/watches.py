@@ -113,8 +113,7 @@ class WatchesMixin:
                 self._wildcard_topics = self._allowed_topics(children)
                 self._data_paths.update(topic_path(t) for t in self._wildcard_topics)
         for path in sorted(self._data_paths):
-            stat = self._zkc.exists(path, watch=self._watch_cb)
-            self._last_mzxid[path] = stat.mzxid if stat else -1
+            self._arm_data(path)
 
     def _rearm_after_reconnect(self) -> None:
         """Same session: the server would re-deliver watches whose nodes changed meanwhile (SetWatches)."""
@@ -152,8 +151,13 @@ class WatchesMixin:
         if path in self._data_paths:
             return
         self._data_paths.add(path)
+        self._arm_data(path)
+
+    def _arm_data(self, path: str):
+        """zkclient's `exists` with a watch; the version seen is the baseline of the next event."""
         stat = self._zkc.exists(path, watch=self._watch_cb)
         self._last_mzxid[path] = stat.mzxid if stat else -1
+        return stat
 
     def _child_event(self, path: str) -> None:
         """zkclient: re-arm (`exists` + `getChildren` with a watch), then call the listener."""
@@ -180,8 +184,7 @@ class WatchesMixin:
 
     def _data_event(self, path: str) -> None:
         """zkclient: `exists` re-arms, then `readData`; a deleted topic only logs a warning."""
-        stat = self._zkc.exists(path, watch=self._watch_cb)
-        self._last_mzxid[path] = stat.mzxid if stat else -1
+        stat = self._arm_data(path)
         if stat is None:
             self.events.emit("watch", kind="topic", path=path, deleted=True)
             log.warning("topic %s was deleted", path)
