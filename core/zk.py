@@ -557,7 +557,7 @@ def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> N
     one line tells the user which address is being waited for and for how long, instead of
     a silent pause until the timeout. A refused SASL login is `AuthFailedError` at once.
     """
-    refused = _watch_refusal(client)
+    refused = watch_refusal(client)
     event = client.start_async()
     if event.wait(min(WAIT_NOTICE_S, connect_timeout)) and client.connected:
         return
@@ -577,7 +577,7 @@ def _start_waiting(client: KazooClient, hosts: str, connect_timeout: float) -> N
         raise KazooTimeoutError("Connection time-out")
 
 
-def _watch_refusal(client: KazooClient) -> threading.Event:
+def watch_refusal(client: KazooClient) -> threading.Event:
     """An event set when the server refuses the client's SASL login (`client.sasl_refused`).
 
     The login runs once the session is connected, so `start` may already have returned; kazoo

@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError, ConnectionClosedError
-from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import Permissions
 
 from coordinator.node.process import NodeProcess
+from core.zk import watch_refusal
 from core.zk_auth import ENV_AUTH_FILE, ENV_READ_PRINCIPAL, ZK_SECURITY_ENV
 from testing.zookeeper import SUPER_AUTH, ServerSasl, ZkServer
 from tests.inspect_helpers import REPO
@@ -125,15 +124,9 @@ def test_clients_without_the_sasl_login_get_noauth_on_every_znode(sasl):
 def test_a_wrong_sasl_password_is_refused_at_login(sasl):
     # The login follows the connect, and a refusal takes kazoo through AUTH_FAILED to CLOSED at
     # once: it may come before start() sees the connection (start() would then time out) or after
-    # it (the next request fails). Either way a state listener sees the refusal as it happens.
+    # it (the next request fails). Either way core.zk's state listener sees it as it happens.
     c = KazooClient(hosts=sasl.hosts, timeout=10.0, sasl_options=_sasl("gs", "not-the-password"))
-    refused = threading.Event()
-
-    def seen(state: KazooState) -> None:
-        if state == KazooState.LOST and c.client_state == KeeperState.AUTH_FAILED:
-            refused.set()
-
-    c.add_listener(seen)
+    refused = watch_refusal(c)
     try:
         c.start_async()
         assert refused.wait(10), f"no refusal within 10 s; the client is {c.client_state}"
