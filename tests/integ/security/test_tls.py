@@ -26,8 +26,9 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from kafka import KafkaConsumer, TopicPartition
+from kazoo.client import KazooClient
 
-from coordinator.layout import BROKERS, COORDINATORS, decode_coordinator
+from coordinator.layout import BROKERS, COORDINATORS, decode_coordinator, group_path
 from coordinator.member.wire_client import (
     WireClient,
     commit_body,
@@ -39,7 +40,7 @@ from coordinator.member.wire_client import (
 from coordinator.node.process import NodeProcess
 from coordinator.wire import codec as P
 from testing.certs import make_certs
-from tests.inspect_helpers import ok
+from tests.inspect_helpers import ok, wait_for
 from tests.kafka_helpers import (
     CONFLUENT_TEST_CONSUMER,
     KAFKA_PYTHON_POLL_MS,
@@ -181,6 +182,19 @@ def test_native_listener_refuses_clear_text(open_node):
 # ------------------------------------------------------------------------------ Kafka clients
 
 
+def _left(node, group: str) -> None:
+    """Wait until the node has written `group` Empty after its consumer closed: a LeaveGroup is
+    answered before that write lands, and the tests after this one compare the node's tree."""
+    zk = KazooClient(hosts=node.zk, timeout=10.0)
+    zk.start(timeout=10)
+    try:
+        empty = lambda: json.loads(zk.get(group_path(group))[0]).get("members") == []  # noqa: E731
+        wait_for(empty, 30, f"{group} written Empty")
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def _kp_consume_and_commit(node, protocol: str = "SSL", **ssl_settings) -> None:
     """kafka-python reads a fresh topic to its end as a group and commits, over `protocol`."""
     topic, group = new_topic(node, 2), f"g-{uuid.uuid4().hex[:8]}"
@@ -204,6 +218,7 @@ def _kp_consume_and_commit(node, protocol: str = "SSL", **ssl_settings) -> None:
         assert {p: c.committed(TopicPartition(topic, p)) for p in (0, 1)} == {0: 50, 1: 50}
     finally:
         c.close()
+    _left(node, group)
 
 
 def _ck_consume_and_commit(node, conf: dict) -> None:
@@ -222,6 +237,7 @@ def _ck_consume_and_commit(node, conf: dict) -> None:
         assert {tp.partition: tp.offset for tp in done} == {0: 50, 1: 50}
     finally:
         c.close()
+    _left(node, group)
 
 
 def test_kafka_python_consumes_and_commits_over_ssl(open_node, certs):
