@@ -40,7 +40,7 @@ the first of each source its Python workers), in one run:
   faster on 2 cores). `--no-cluster` leaves it out.
 
     .venv/bin/python -m bench.spark_stream [--records 2000000] [--batch 500000] [--rounds 2]
-        [--join-rounds 3] [--no-cluster]
+        [--join-rounds 7] [--no-cluster]
 """
 
 from __future__ import annotations
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=500_000, help="records per micro-batch (both sides)")
     ap.add_argument("--rounds", type=int, default=2, help="throughput runs of each side, best counts")
-    ap.add_argument("--join-rounds", type=int, default=3, help="joins under each scheme, the median counts")
+    ap.add_argument("--join-rounds", type=int, default=7, help="joins under each scheme, the median counts")
     ap.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--cluster-part", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--zk", "--bootstrap", "--log-root", "--tmp"):

@@ -351,7 +351,19 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
     def rebalance_in_progress(self) -> bool:
         """A rebalance is under way or due: the next `poll()` has group work to do."""
         with self._cv:
-            return self._rejoin_needed or self.state != MemberState.STABLE
+            return self._rebalance_due_locked()
+
+    def wait_rebalance_due(self, timeout: float) -> bool:
+        """Block until a rebalance is due or under way (`rebalance_in_progress`), at most `timeout`
+        seconds; False when none is, or the member is closed. For a caller that polls only between
+        units of work that nothing interrupts (the Spark source's micro-batches) but lets a thread of
+        its own run the group's work as soon as the group asks for it."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._closed or self._rebalance_due_locked(), timeout)
+            return not self._closed and self._rebalance_due_locked()
+
+    def _rebalance_due_locked(self) -> bool:
+        return self._rejoin_needed or self.state != MemberState.STABLE
 
     def _raise_pending(self) -> None:
         if self.fatal_error is not None:

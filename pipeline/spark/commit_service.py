@@ -61,11 +61,9 @@ class CommitService:
         settle: Callable[[StreamOffset], Settled],
         planned: Callable[[StreamOffset], bool],
         host: str = "127.0.0.1",
-        after: Callable[[], None] | None = None,
     ):
-        """`after`: called on the answering thread once the answer to a commit request is sent."""
         self.secret = secrets.token_hex(16)
-        self._settle, self._planned, self._after = settle, planned, after
+        self._settle, self._planned = settle, planned
         self._listener = Listener((host, 0), authkey=self.secret.encode())
         host, port = self._listener.address
         self.address = f"{host}:{port}"
@@ -84,7 +82,6 @@ class CommitService:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn) -> None:
-        committed = False
         with conn:
             try:
                 request = json.loads(conn.recv_bytes(MAX_REQUEST_BYTES))
@@ -93,7 +90,6 @@ class CommitService:
                     settled = Settled(Outcome.COMMITTED if self._planned(offset) else Outcome.NOT_PLANNER)
                 else:
                     settled = self._settle(offset)
-                    committed = True
             except Exception as exc:  # noqa: BLE001 - the writer learns "unknown" and why
                 log.warning("commit request failed: %s", exc)
                 settled = Settled(Outcome.UNKNOWN)
@@ -105,8 +101,6 @@ class CommitService:
                 conn.send_bytes(json.dumps(answer).encode())
             except OSError:
                 pass
-        if committed and self._after is not None:
-            self._after()
 
     def close(self) -> None:
         self._closed.set()

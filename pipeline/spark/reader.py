@@ -16,10 +16,12 @@ worker) to the executors, which only call `read`. So this reader:
 * commits a batch's ends to the group fenced by the generation it was planned under — when the
   exactly-once writer asks (`pipeline.spark.commit_service`), else itself before planning the
   next batch (Spark's own `commit(end)` comes one batch late and never for the last one);
-* keeps a join short, as the group protocol allows: its first `latestOffset` waits for its first
-  partitions (no empty first batch); it heartbeats once before it plans a batch (a rebalance that
-  started meanwhile is joined now, not after the batch); and a rebalance it heard of during a batch
-  goes on as soon as the writer's commit ends the batch, on the commit service's thread;
+* keeps a join short: its first `latestOffset` waits for its first partitions (no empty first
+  batch); it heartbeats once before it plans a batch (a rebalance that started meanwhile is joined
+  now, not after the batch); and under schemes two and three a thread of its own runs the group's
+  work as soon as the group asks — mid-batch too, as scheme one's member does from ZooKeeper's
+  watches: the batch in flight is then committed only if the group is still at the generation it
+  was planned under when it ends, else refused and read again by the partitions' owner;
 * leaves the group in `stop()`. Spark ends the process with SIGTERM on `query.stop()` without
   calling `stop()`, so the reader turns SIGTERM into an exit that runs it.
 """
@@ -35,6 +37,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +64,9 @@ FIRST_ASSIGNMENT_WAIT_S = 5.0
 # One poll of those waits: the member's partitions stay paused, so a poll returns only when its
 # timeout runs out, not when the rebalance completes; short slices plan soon after it does.
 POLL_SLICE_MS = 20
+# How long the rebalancing thread waits for the group to ask for work before it looks again
+# whether the reader still runs (a close wakes it at once).
+REBALANCE_WAKE_S = 1.0
 LEAVE_S = 20.0  # how long the reader process may take to leave the group once Spark stops it
 
 
@@ -85,9 +91,10 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._targets: dict[TopicPartition, int] | None = None
         self._settled: OrderedDict[tuple, Settled] = OrderedDict()
         self._lock = threading.Lock()
-        # One thread drives the member at a time: Spark's (planning) or the commit service's (going on
-        # with a rebalance once a batch is committed); what the latter meets is raised to Spark's next.
+        # One thread drives the member at a time: Spark's (planning) or the rebalancing thread (the
+        # group's work as soon as it is due); what the latter meets is raised to Spark's next call.
         self._group = threading.RLock()
+        self._turns = _Turns()  # ... Spark's first: the rebalancing thread steps aside while it waits
         self._deferred: BaseException | None = None
         self._settled_once = False  # the group has settled this member's assignment at least once
         self._state: dict = {}  # what reportLatestOffset tells Spark's progress
@@ -109,7 +116,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             o = self.options
             consumer = Consumer(o.group, list(o.topics), listener=_Pauser(self), **o.consumer_options())
             try:
-                self._service = CommitService(self._settle, self._planned_by_me, after=self._after_commit)
+                self._service = CommitService(self._settle, self._planned_by_me)
             except BaseException:
                 consumer.close(autocommit=False)
                 raise
@@ -118,7 +125,36 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _leave_on_sigterm()
             consumer.poll(0)  # the join goes out now, while Spark prepares its first offset call
             log.info("group %s: stream reader %s joining (%s)", o.group, self.id, o.rebalancer.value)
+            self._start_rebalancing(consumer)
         return self._consumer
+
+    def _start_rebalancing(self, consumer: Any) -> None:
+        """Schemes two and three: a thread that runs the group's work as soon as the group asks for it
+        (see `_rebalancing`). Scheme one's member has no need: it rebalances from ZooKeeper's watches."""
+        due = getattr(consumer.membership, "wait_rebalance_due", None)
+        if due is None:
+            return
+        name = f"groupshift-rebalance-{self.options.group}"
+        threading.Thread(target=self._rebalancing, args=(consumer, due), name=name, daemon=True).start()
+
+    def _rebalancing(self, consumer: Any, due: Any) -> None:
+        """Run a rebalance the member hears of (a heartbeat's answer) at once, between Spark's calls
+        or during a batch: rejoin, give up revoked partitions, take new ones. Otherwise the group —
+        a joiner included — would wait for the batch in flight to end, since Spark calls the member
+        only between batches. The batch in flight stays fenced by its generation: its commit is
+        refused if the group moved on before it ended, and its records go to the partitions' owner.
+        Ends when the reader stops, or at an error, which Spark's next call raises."""
+        while self._consumer is consumer:
+            if not due(REBALANCE_WAKE_S) or not self._turns.wait_for_none(REBALANCE_WAKE_S):
+                continue
+            with self._group:
+                if self._consumer is not consumer:
+                    return
+                try:
+                    consumer.poll(POLL_SLICE_MS)
+                except Exception as exc:  # noqa: BLE001 - Spark's thread raises it at its next call
+                    self._deferred = exc
+                    return
 
     def _planned_by_me(self, offset: StreamOffset) -> bool:
         return offset.member == self.id
@@ -162,14 +198,14 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Trigger.AvailableNow: read what the partitions hold now, then end. The member first
         waits for the group to settle its assignment (joining, or a rebalance under way), at most
         two session timeouts; a partition given to it later is read up to its end at that time."""
-        with self._group:
+        with self._turns.spark(), self._group:
             consumer = self._member()
             self._wait_for_assignment(consumer, 2 * self.options.session_timeout_ms / 1000)
             log_ = consumer.log
             self._targets = {tp: log_.latest(tp) for tp in consumer.assignment()}
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict | None:
-        with self._group:
+        with self._turns.spark(), self._group:
             return self._plan(start, limit)
 
     def _plan(self, start: dict | None, limit: Any, beat: bool = True) -> dict | None:
@@ -284,22 +320,6 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 slices.append(Slice(root, tp.topic, tp.partition, a, b))
         return slices
 
-    def _after_commit(self) -> None:
-        """A batch's commit is its end for the group (the member plans nothing until Spark asks for
-        the next one): a rebalance the member heard of meanwhile goes on now — the rejoin, or giving
-        up revoked partitions — while the writer publishes and Spark closes the batch, instead of at
-        the next `latestOffset`. Runs on the commit service's thread, once the writer has its answer."""
-        consumer = self._consumer
-        if consumer is None or not consumer.rebalance_in_progress:
-            return
-        with self._group:
-            if self._consumer is not consumer or self._deferred is not None:
-                return
-            try:
-                consumer.poll(0)
-            except Exception as exc:  # noqa: BLE001 - Spark's thread raises it at its next call
-                self._deferred = exc
-
     def commit(self, end: dict) -> None:
         self._settle_finished(decode(end))
 
@@ -317,13 +337,14 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._service is not None:
             self._service.close()
             self._service = None
-        # Not while the commit service's thread drives the member — unless that takes LEAVE_S / 2.
-        held = self._group.acquire(timeout=LEAVE_S / 2)
-        try:
-            consumer, self._consumer = self._consumer, None
-        finally:
-            if held:
-                self._group.release()
+        # Not while the rebalancing thread drives the member — unless that takes LEAVE_S / 2.
+        with self._turns.spark():
+            held = self._group.acquire(timeout=LEAVE_S / 2)
+            try:
+                consumer, self._consumer = self._consumer, None
+            finally:
+                if held:
+                    self._group.release()
         if consumer is not None:
             log.info("group %s: stream reader %s leaving", self.options.group, self.id)
             consumer.close(autocommit=False)
@@ -348,6 +369,32 @@ def _state(owned, generation: int, lag: int | None, settled: bool) -> dict:
         "lag": lag,
         "settled": settled,
     }
+
+
+class _Turns:
+    """Who drives the member next: Spark's calls before the rebalancing thread, which waits while one
+    is waiting for the member or holds it (a lock alone would let that thread, which takes it again
+    right after each poll slice, keep Spark's calls out for a whole rebalance)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._spark = 0  # Spark's calls waiting for the member or holding it
+
+    @contextmanager
+    def spark(self) -> Iterator[None]:
+        with self._cv:
+            self._spark += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._spark -= 1
+                self._cv.notify_all()
+
+    def wait_for_none(self, timeout: float) -> bool:
+        """Block until no call of Spark's wants the member, at most `timeout` seconds."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self._spark == 0, timeout)
 
 
 class _Pauser:
