@@ -18,10 +18,11 @@ worker) to the executors, which only call `read`. So this reader:
   next batch (Spark's own `commit(end)` comes one batch late and never for the last one);
 * keeps a join short: its first `latestOffset` waits for its first partitions (no empty first
   batch); it heartbeats once before it plans a batch (a rebalance that started meanwhile is joined
-  now, not after the batch); and under schemes two and three a thread of its own runs the group's
-  work as soon as the group asks — mid-batch too, as scheme one's member does from ZooKeeper's
-  watches: the batch in flight is then committed only if the group is still at the generation it
-  was planned under when it ends, else refused and read again by the partitions' owner;
+  now, not after the batch); and under schemes two and three, once the exactly-once writer ends
+  its batches, a thread of its own runs the group's work as soon as the group asks — mid-batch
+  too, as scheme one's member does from ZooKeeper's watches: the batch in flight is then committed
+  only if the group is still at the generation it was planned under when it ends, else refused
+  and read again by the partitions' owner (with another sink, between batches, after the commit);
 * leaves the group in `stop()`. Spark ends the process with SIGTERM on `query.stop()` without
   calling `stop()`, so the reader turns SIGTERM into an exit that runs it.
 """
@@ -97,6 +98,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._turns = _Turns()  # ... Spark's first: the rebalancing thread steps aside while it waits
         self._deferred: BaseException | None = None
         self._settled_once = False  # the group has settled this member's assignment at least once
+        self._rebalancing_started = False  # the exactly-once writer asked for a commit: see _rebalancing
         self._state: dict = {}  # what reportLatestOffset tells Spark's progress
 
     def __getstate__(self) -> dict:
@@ -116,7 +118,7 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             o = self.options
             consumer = Consumer(o.group, list(o.topics), listener=_Pauser(self), **o.consumer_options())
             try:
-                self._service = CommitService(self._settle, self._planned_by_me)
+                self._service = CommitService(self._settle_for_writer, self._planned_by_me)
             except BaseException:
                 consumer.close(autocommit=False)
                 raise
@@ -125,8 +127,18 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _leave_on_sigterm()
             consumer.poll(0)  # the join goes out now, while Spark prepares its first offset call
             log.info("group %s: stream reader %s joining (%s)", o.group, self.id, o.rebalancer.value)
-            self._start_rebalancing(consumer)
         return self._consumer
+
+    def _settle_for_writer(self, offset: StreamOffset) -> Settled:
+        """`_settle`, asked by the exactly-once writer (the commit service). The first ask shows that
+        the writer ends this query's batches, so a batch in flight can be given up: the rebalancing
+        thread starts (`_rebalancing`)."""
+        with self._lock:
+            consumer, start = self._consumer, not self._rebalancing_started
+            self._rebalancing_started = True
+        if start and consumer is not None:
+            self._start_rebalancing(consumer)
+        return self._settle(offset)
 
     def _start_rebalancing(self, consumer: Any) -> None:
         """Schemes two and three: a thread that runs the group's work as soon as the group asks for it
@@ -143,7 +155,10 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         a joiner included — would wait for the batch in flight to end, since Spark calls the member
         only between batches. The batch in flight stays fenced by its generation: its commit is
         refused if the group moved on before it ended, and its records go to the partitions' owner.
-        Ends when the reader stops, or at an error, which Spark's next call raises."""
+        Only once the exactly-once writer ends the query's batches (`_settle_for_writer`): with
+        another sink a refused batch would be delivered twice, so the member keeps giving partitions
+        up between batches, after the batch's commit (`_plan`). Ends when the reader stops, or at an
+        error, which Spark's next call raises."""
         while self._consumer is consumer:
             if not due(REBALANCE_WAKE_S) or not self._turns.wait_for_none(REBALANCE_WAKE_S):
                 continue
