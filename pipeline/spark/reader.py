@@ -131,14 +131,15 @@ class GroupStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _settle_for_writer(self, offset: StreamOffset) -> Settled:
         """`_settle`, asked by the exactly-once writer (the commit service). The first ask shows that
-        the writer ends this query's batches, so a batch in flight can be given up: the rebalancing
-        thread starts (`_rebalancing`)."""
+        the writer ends this query's batches, so a batch in flight can be given up: once this one is
+        settled, the rebalancing thread starts (`_rebalancing`)."""
+        settled = self._settle(offset)
         with self._lock:
             consumer, start = self._consumer, not self._rebalancing_started
             self._rebalancing_started = True
         if start and consumer is not None:
             self._start_rebalancing(consumer)
-        return self._settle(offset)
+        return settled
 
     def _start_rebalancing(self, consumer: Any) -> None:
         """Schemes two and three: a thread that runs the group's work as soon as the group asks for it
