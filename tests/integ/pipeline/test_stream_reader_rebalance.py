@@ -5,9 +5,11 @@
   of a micro-batch: the joiner does not wait for the batch in flight, which stays fenced by its
   generation (refused, its records read again by their owner);
 * with another sink, only between batches, after the batch's commit: the joiner starts where that
-  batch ended, so no record is delivered twice.
+  batch ended, so no record is delivered twice;
+* and when the group's coordinator node is killed mid-batch while a member joins, the members
+  follow the group to the other node and nothing is read twice or skipped.
 
-Real ZooKeeper and a real coordinator node. No Spark: the test calls the readers as Spark's reader
+Real ZooKeeper and real coordinator nodes. No Spark: the test calls the readers as Spark's reader
 process does (`initialOffset`, `latestOffset`) and asks for a batch's commit as the exactly-once
 writer does (`request_commit`).
 """
@@ -42,25 +44,31 @@ def readers(request, zk, zk_connect, tmp_path):
     log.create("t", 4)
     produce(log)
     with CoordinatorNodes(zk_connect, count=1) as nodes:
-        options = parse(
-            {
-                "zk": zk_connect,
-                "group": "g",
-                "subscribe": "t",
-                "logRoot": str(log.root),
-                "bootstrap": nodes.bootstrap,
-                "rebalancer": "server" if request.param == "incremental" else "coordinator",
-                "incremental": str(request.param == "incremental").lower(),
-                "sessionTimeoutMs": "6000",
-                "heartbeatIntervalMs": "100",
-            }
-        )
+        options = reader_options(zk_connect, log, nodes, request.param)
         first, joiner = GroupStreamReader(options), GroupStreamReader(options)
         try:
             yield log, first, joiner
         finally:
             joiner.stop()
             first.stop()
+
+
+def reader_options(zk_connect: str, log: Log, nodes: CoordinatorNodes, rebalancer: str):
+    """The source's options for group "g" on topic "t" under `rebalancer` ("coordinator", or
+    "incremental": scheme two's incremental form)."""
+    return parse(
+        {
+            "zk": zk_connect,
+            "group": "g",
+            "subscribe": "t",
+            "logRoot": str(log.root),
+            "bootstrap": nodes.bootstrap,
+            "rebalancer": "server" if rebalancer == "incremental" else "coordinator",
+            "incremental": str(rebalancer == "incremental").lower(),
+            "sessionTimeoutMs": "6000",
+            "heartbeatIntervalMs": "100",
+        }
+    )
 
 
 def produce(log: Log) -> None:
@@ -128,3 +136,63 @@ def test_with_another_sink_a_member_gives_partitions_up_after_its_batch_and_its_
     # Nothing of the batch is read twice: both start where it ended, which the group committed.
     for offset in (got[0], again):
         assert all(r == (RECORDS, 2 * RECORDS) for r in offset.ranges.values()), offset.ranges
+
+
+@pytest.mark.parametrize("rebalancer", ["coordinator", "incremental"])
+def test_a_joiner_while_the_groups_coordinator_node_is_killed_mid_batch_reads_nothing_twice(
+    zk, zk_connect, tmp_path, rebalancer
+):
+    """Two readers have batches in flight; the group's coordinator node is killed (SIGKILL) and a
+    third reader joins meanwhile. The members follow the group to the other node and rebalance from
+    their own threads; each batch in flight is committed or refused, and every reader's next batch
+    starts each partition where the group's offsets say: none read twice, none skipped."""
+    from coordinator.wire import codec as P
+
+    create_topic(zk, "t", partitions=4)
+    log = Log(tmp_path / "log")
+    log.create("t", 4)
+    produce(log)
+    # A killed node's shards are claimed once its ZooKeeper session expires (1 s here).
+    with CoordinatorNodes(zk_connect, count=2, zk_session_timeout_ms=1000) as nodes:
+        options = reader_options(zk_connect, log, nodes, rebalancer)
+        readers = [GroupStreamReader(options) for _ in range(3)]
+        try:
+            a, b, c = readers
+            committed = {}  # partition -> the group's offset, as the batches the writer ended left it
+            for reader in (a, b):  # `b` joins after `a`'s first batch; each has one batch ended
+                produce(log)
+                done = plan_new(reader, StreamOffset())
+                assert request_commit(done).outcome is Outcome.COMMITTED
+                committed.update(done.ends())
+            produce(log)
+            in_flight = {r: plan_new(r, StreamOffset()) for r in (a, b)}
+            assert set(in_flight[a].ranges) | set(in_flight[b].ranges) == EVERYTHING
+
+            with nodes.nodes[1].client() as wc:
+                coordinator = wc.request(P.FIND_COORDINATOR, {"key": "g", "key_type": 0})["node_id"]
+            nodes.kill(coordinator)
+            produce(log)
+            # `c` joins through the surviving node; it gets partitions once `a` and `b`, mid-batch,
+            # have followed the group there and rebalanced from their threads.
+            third = plan_new(c, StreamOffset())
+            for o in in_flight.values():
+                outcome = request_commit(o).outcome
+                assert outcome in (Outcome.COMMITTED, Outcome.FENCED), outcome
+                if outcome is Outcome.COMMITTED:
+                    committed.update(o.ends())
+            nxt = [third] + [plan_new(r, o) for r, o in in_flight.items()]
+            planned = sorted(tp for o in nxt for tp in o.ranges)
+            assert planned == sorted(EVERYTHING), [o.ranges for o in nxt]
+            assert {tp: o.ranges[tp][0] for o in nxt for tp in o.ranges} == committed
+        finally:
+            for r in readers:
+                r.stop()
+
+
+def plan_new(reader: GroupStreamReader, start: StreamOffset, timeout: float = 30.0) -> StreamOffset:
+    """The reader's next batch after `start` (`StreamOffset()`: its first): plans again while it
+    answers `start` (a rebalance under way, or no partitions yet)."""
+    deadline = time.monotonic() + timeout
+    while (got := plan(reader, start if start.ranges else None)) == start or not got.ranges:
+        assert time.monotonic() < deadline, "no new batch planned"
+    return got
