@@ -80,7 +80,9 @@ def znode_name(name: str) -> str:
     return quote(name, safe=_SAFE)
 
 
+@functools.lru_cache(maxsize=65_536)
 def name_from_znode(znode: str) -> str:
+    """`znode_name` reversed (cached, as it is: once per partition read)."""
     return "" if znode == "%" else unquote(znode)
 
 
@@ -216,8 +218,17 @@ def encode_offset(record: OffsetRecord, generation: int) -> bytes:
 
 
 def decode_offset(topic: str, partition: int, data: bytes) -> OffsetRecord:
-    z = _offset_decoder.decode(data)
+    z = decode_offset_znode(data)
     return OffsetRecord(topic, partition, z.offset, z.metadata or "", z.commit_ts, z.expire_ts)
+
+
+def decode_offset_znode(data: bytes) -> OffsetZnode:
+    """The offset znode as stored (raises `msgspec.DecodeError` or `msgspec.ValidationError`)."""
+    return _offset_decoder.decode(data)
+
+
+def encode_offset_znode(znode: OffsetZnode) -> bytes:
+    return _json.encode(znode)
 
 
 def encode_leader(record: LeaderRecord) -> bytes:

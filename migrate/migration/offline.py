@@ -339,7 +339,7 @@ def _advance(
         R.check_bound(len(snap), f"group {g!r} under {st.rec.source}")
         st.write(R.advance(st.rec, R.FROZEN, _now(), snapshot=R.as_rows(snap)))
     m = frozen or st.rec
-    want = R.as_offsets(m.snapshot)
+    want = src.values() if frozen is not None else R.as_offsets(m.snapshot)  # frozen: the snapshot of src
     if src is None or dst is None:  # resumed: a consumer may have committed since the snapshot
         src, dst = read_sides(zk, g, parse(m.source), parse(m.dest))
         _check_snapshot(m, src.values())

@@ -51,6 +51,8 @@ def moved(
 
 def rewritten(before: zkio.Leaves, now: zkio.Leaves) -> bool:
     """Any offset znode of `before` written, removed or added since (another mzxid, another set)."""
+    if now is before:  # not read again (a watch proved nothing changed)
+        return False
     if before.leaves.keys() != now.leaves.keys():
         return True
     return any(stat.mzxid != now.leaves[key][1].mzxid for key, (_, stat) in before.leaves.items())

@@ -2,7 +2,7 @@
 
 ZooKeeper 3.6's persistent recursive watch (`addWatch`, mode 1) reports every znode created,
 changed or deleted below a path for as long as the client's connection lasts. kazoo has no call
-for it, so the request is built here on kazoo's serialisation (as `zkio.MultiRead` is), and
+for it, so the request is built here on kazoo's serialisation (as `zkmulti.MultiRead` is), and
 its events, which kazoo would drop (it knows no watcher for their paths), are seen by a hook on
 the client's connection.
 

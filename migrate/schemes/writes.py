@@ -19,12 +19,12 @@ from typing import NamedTuple
 
 from kazoo.client import KazooClient
 
-from coordinator.group.records import OffsetRecord
 from coordinator.layout import (
     GROUPS,
     ROOT,
+    OffsetZnode,
     decode_group,
-    encode_offset,
+    encode_offset_znode,
     epoch_path,
     group_path,
     offset_path,
@@ -217,14 +217,18 @@ def _coordinator_ops(
     if offsets_dir(gpath) not in read.dirs:
         ops.append(("mkdir", offsets_dir(gpath)))
     made = set(read.dirs)
+    leaves, tdir, tz, topic = read.leaves, "", "", None
     for tp in sorted(offsets):
-        tdir = f"{offsets_dir(gpath)}/{znode_name(tp.topic)}"
-        if tdir not in made:
-            ops.append(("mkdir", tdir))
-            made.add(tdir)
-        data = encode_offset(OffsetRecord(tp.topic, tp.partition, offsets[tp], "", now), -1)
-        path = offset_path(group, *tp)
-        got = read.leaves.get((znode_name(tp.topic), str(tp.partition)))
+        if tp.topic != topic:  # partitions come topic by topic
+            topic = tp.topic
+            tz = znode_name(topic)
+            tdir = f"{offsets_dir(gpath)}/{tz}"
+            if tdir not in made:
+                ops.append(("mkdir", tdir))
+                made.add(tdir)
+        # As the node stores a commit (`coordinator.layout.encode_offset`): no metadata, no generation.
+        data = encode_offset_znode(OffsetZnode(offsets[tp], "", -1, now, None))
+        path, got = f"{tdir}/{tp.partition}", leaves.get((tz, str(tp.partition)))
         ops.append(("create", path, data) if got is None else ("set", path, data, got[1].version))
     return ops
 

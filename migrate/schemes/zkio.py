@@ -24,20 +24,14 @@ from collections import Counter, namedtuple
 from collections.abc import Generator, Iterable, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import EXCEPTIONS, KazooException, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.serialization import (
-    GetChildren,
-    GetData,
-    int_struct,
-    multiheader_struct,
-    stat_struct,
-)
 from kazoo.protocol.states import KazooState, ZnodeStat
 
 from core.errors import ZooKeeperUnavailable
 from core.zk import ENV_GIVE_UP_MS, connect, env_seconds
 from migrate.schemes import subtree
+from migrate.schemes.zkmulti import MultiRead
 
 # Pipelined requests in flight at once (bounds client memory; ZooKeeper answers them in order).
 PIPELINE = 2_000
@@ -265,65 +259,15 @@ def leaves_reader(
     dirs = {base} if tops is not None else set()
     dirs.update(f"{base}/{a}" for a in tops or () if listed[a] is not None)
     leaves = [(a, b) for a in tops or () for b in listed[a] or ()]
-    unread = [leaf for leaf in leaves if leaf not in values and (only is None or leaf in only)]
+    if values or only is not None:
+        unread = [leaf for leaf in leaves if leaf not in values and (only is None or leaf in only)]
+    else:
+        unread = leaves  # a first read: every leaf
     if unread:
         values.update(zip(unread, (yield [("get", f"{base}/{a}/{b}") for a, b in unread]), strict=True))
-    return Leaves(frozenset(dirs), {leaf: values[leaf] for leaf in leaves if values.get(leaf) is not None})
+    return Leaves(frozenset(dirs), {leaf: v for leaf in leaves if (v := values.get(leaf)) is not None})
 
 
-class MultiRead(namedtuple("MultiRead", "operations")):
-    """ZooKeeper 3.6+'s multiRead (op 22): many getData/getChildren in one request, answered per op."""
-
-    type = 22
-
-    def serialize(self) -> bytes:
-        # Each op is a MultiHeader then the request (path as a length-prefixed string, watch flag
-        # false): built from packed pieces, three times faster than per-op namedtuple serialising.
-        parts = []
-        for op in self.operations:
-            path = op.path.encode("utf-8")
-            parts += (multiheader_struct.pack(op.type, False, -1), int_struct.pack(len(path)), path, b"\x00")
-        parts.append(multiheader_struct.pack(-1, True, -1))
-        return b"".join(parts)
-
-    @classmethod
-    def deserialize(cls, data, offset):
-        # One struct call per field, no namedtuple per header: a 1,000-read answer is parsed in
-        # about half the time kazoo's own readers take.
-        results: list = []
-        append, header, number, stat = results.append, multiheader_struct.unpack_from, _int, _stat
-        get, children = GetData.type, GetChildren.type
-        while True:
-            kind, done, _ = header(data, offset)
-            offset += _HEADER
-            if done:
-                return results
-            if kind == get:
-                (n,) = number(data, offset)
-                offset += 4
-                value = data[offset : offset + n] if n > 0 else b""
-                offset += max(n, 0)
-                append((value, ZnodeStat._make(stat(data, offset))))
-                offset += _STAT
-            elif kind == children:
-                (count,) = number(data, offset)
-                offset += 4
-                names = []
-                for _ in range(count):
-                    (n,) = number(data, offset)
-                    names.append(data[offset + 4 : offset + 4 + n].decode("utf-8"))
-                    offset += 4 + n
-                append(names)
-            elif kind == -1:
-                (code,) = number(data, offset)
-                offset += 4
-                append(EXCEPTIONS[code]())
-            else:
-                raise ValueError(f"unexpected multiRead result type {kind}")
-
-
-_int, _stat = int_struct.unpack_from, stat_struct.unpack_from
-_HEADER, _STAT = multiheader_struct.size, stat_struct.size
 MULTI_READ_OPS = 1_000  # ops per multiRead (answers of ~200 bytes each stay far below 1 MB)
 
 
@@ -332,26 +276,17 @@ def _multi_read(zk: KazooClient, reads: Sequence[Read]) -> list:
     pending = []
     for chunk in chunked(reads, MULTI_READ_OPS):
         ar = zk.handler.async_result()
-        ops = [(GetData if kind == "get" else GetChildren)(_chrooted(chroot, p), None) for kind, p in chunk]
-        zk._call(MultiRead(ops), ar)
+        zk._call(MultiRead(chroot, chunk), ar)
         pending.append(ar)
         requests["multiRead"] += 1
     out: list = []
     for ar in pending:
-        answers = ar.get(timeout=REQUEST_TIMEOUT_S)
+        answers, error = ar.get(timeout=REQUEST_TIMEOUT_S)
         zk._groupshift_multi_read_proven = True  # a 3.6+ server (`subtree` trusts its watches then)
-        for result in answers:
-            if isinstance(result, NoNodeError):
-                out.append(None)
-            elif isinstance(result, Exception):
-                raise result
-            else:
-                out.append(result)
+        if error is not None:
+            raise error
+        out += answers
     return out
-
-
-def _chrooted(chroot: str, path: str) -> str:
-    return chroot + path if path != "/" or not chroot else chroot
 
 
 def subtree_paths(zk: KazooClient, root: str) -> list[str]:
