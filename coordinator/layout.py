@@ -147,7 +147,7 @@ def bridge_marker_dir(group: str) -> str:
 # Payloads
 
 
-class OffsetZnode(msgspec.Struct, frozen=True):
+class OffsetZnode(msgspec.Struct, frozen=True, gc=False):
     """`/groupshift/groups/<g>/offsets/<t>/<p>`: the next offset to read, as Kafka commits it."""
 
     offset: int

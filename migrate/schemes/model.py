@@ -23,7 +23,7 @@ STATES = (EMPTY, STABLE, "PreparingRebalance", "CompletingRebalance", REBALANCIN
 STATES += ("Ready", "PrepareForRebalance", "Steady", "Assigning", "Reconciling")
 
 
-class Committed(msgspec.Struct, frozen=True):
+class Committed(msgspec.Struct, frozen=True, gc=False):
     """A committed offset (the next offset to read), when it was written and a total order of writes."""
 
     offset: int

@@ -101,9 +101,14 @@ def offsets_of(read: zkio.Leaves) -> dict[TopicPartition, Committed]:
     out: dict[TopicPartition, Committed] = {}
     tp = tuple.__new__  # a TopicPartition without the namedtuple's Python-level __new__ (half its cost)
     for (topic, p), (data, stat) in read.leaves.items():
-        if p.isdigit() and data.strip().lstrip(b"-").isdigit():
+        if (data.isdigit() or _signed_digits(data.strip())) and p.isdigit():  # plain digits first
             out[tp(TopicPartition, (topic, int(p)))] = Committed(int(data), stat.mtime, stat.mzxid)
     return out
+
+
+def _signed_digits(data: bytes) -> bool:
+    """An offset as 0.8 writes it, maybe negative (int() takes it; "--5", "+5" or "1_0" are skipped)."""
+    return (data[1:] if data[:1] == b"-" else data).isdigit()
 
 
 def read_group(zk: KazooClient, group: str) -> GroupView | None:

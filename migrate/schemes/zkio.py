@@ -259,10 +259,11 @@ def leaves_reader(
     dirs = {base} if tops is not None else set()
     dirs.update(f"{base}/{a}" for a in tops or () if listed[a] is not None)
     leaves = [(a, b) for a in tops or () for b in listed[a] or ()]
-    if values or only is not None:
-        unread = [leaf for leaf in leaves if leaf not in values and (only is None or leaf in only)]
-    else:
-        unread = leaves  # a first read: every leaf
+    if not values and only is None:  # a first read: every leaf, in one round
+        got = (yield [("get", f"{base}/{a}/{b}") for a, b in leaves]) if leaves else []
+        read = {leaf: v for leaf, v in zip(leaves, got, strict=True) if v is not None}
+        return Leaves(frozenset(dirs), read)
+    unread = [leaf for leaf in leaves if leaf not in values and (only is None or leaf in only)]
     if unread:
         values.update(zip(unread, (yield [("get", f"{base}/{a}/{b}") for a, b in unread]), strict=True))
     return Leaves(frozenset(dirs), {leaf: v for leaf in leaves if (v := values.get(leaf)) is not None})

@@ -14,6 +14,7 @@ ordering, its errors.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from kazoo.client import KazooClient
@@ -32,10 +33,9 @@ _unpack_int, _header = int_struct.unpack_from, multiheader_struct.unpack_from
 _HEADER, _STAT = multiheader_struct.size, stat_struct.size
 _END = multiheader_struct.pack(-1, True, -1)
 _OP_HEADER = {op: multiheader_struct.pack(op, False, -1) for op in (CREATE, DELETE, SET_DATA, CHECK)}
-_READ_HEADER = {
-    "get": multiheader_struct.pack(GET_DATA, False, -1),
-    "children": multiheader_struct.pack(GET_CHILDREN, False, -1),
-}
+_READ_OP = {"get": GET_DATA, "children": GET_CHILDREN}
+_head_int = struct.Struct(">i?ii")  # a multi header and the int after it
+_HEAD_INT = _head_int.size
 
 
 def chrooted(chroot: str, path: str) -> str:
@@ -148,10 +148,10 @@ class MultiRead:
 
     def __init__(self, chroot: str, reads: Sequence[tuple[str, str]]) -> None:
         parts: list[bytes] = []
-        add, head = parts.append, _READ_HEADER
+        add, pack, ops = parts.append, _head_int.pack, _READ_OP
         for kind, path in reads:
             b = (chroot + path if chroot and path != "/" else chroot or path).encode("utf-8")
-            add(head[kind] + _int(len(b)) + b + b"\x00")  # the path, no watch
+            add(pack(ops[kind], False, -1, len(b)) + b + b"\x00")  # the op's header, its path, no watch
         add(_END)
         self.payload = b"".join(parts)
 
@@ -163,36 +163,35 @@ class MultiRead:
         """(per read: (data, ZnodeStat), [child names], or None for a znode that does not exist;
         the first other error, a kazoo exception, or None)."""
         results: list = []
-        append, stat, error = results.append, ZnodeStat._make, None
-        while True:
-            kind, done, _ = _header(data, offset)
-            offset += _HEADER
+        append, new, error = results.append, tuple.__new__, None  # a ZnodeStat without `_make`'s frame
+        head, last = _head_int.unpack_from, len(data) - _head_int.size
+        while offset <= last:
+            # Every answer is a header and an int: a value's length, a listing's count, an error's code.
+            kind, done, _, n = head(data, offset)
             if done:
-                return results, error
+                break
+            offset += _HEAD_INT
             if kind == GET_DATA:
-                (n,) = _unpack_int(data, offset)
-                offset += 4
                 if n > 0:
                     value = data[offset : offset + n]
                     offset += n
                 else:
                     value = b""
-                append((value, stat(_stat(data, offset))))
+                append((value, new(ZnodeStat, _stat(data, offset))))
                 offset += _STAT
             elif kind == GET_CHILDREN:
-                (count,) = _unpack_int(data, offset)
-                offset += 4
                 names = []
-                for _ in range(count):
-                    (n,) = _unpack_int(data, offset)
-                    names.append(data[offset + 4 : offset + 4 + n].decode("utf-8"))
-                    offset += 4 + n
+                for _ in range(n):
+                    (size,) = _unpack_int(data, offset)
+                    names.append(data[offset + 4 : offset + 4 + size].decode("utf-8"))
+                    offset += 4 + size
                 append(names)
             elif kind == -1:
-                (code,) = _unpack_int(data, offset)
-                offset += 4
                 append(None)
-                if code != NoNodeError.code and error is None:
-                    error = EXCEPTIONS[code]()
+                if n != NoNodeError.code and error is None:
+                    error = EXCEPTIONS[n]()
             else:
                 raise ValueError(f"unexpected multiRead result type {kind}")
+        if not _header(data, offset)[1]:
+            raise ValueError("a multiRead answer without its end")
+        return results, error
