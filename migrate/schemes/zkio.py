@@ -3,7 +3,7 @@
 Read-only commands connect with `open_zk(connect)`: the chroot is never created, and a chroot
 that does not exist is an error naming it. Reads of many znodes use ZooKeeper 3.6+'s
 multiRead (1,000 getData or getChildren per request, mixed; kazoo has no call for it, so the
-request is built here on kazoo's serialisation), and on older servers kazoo's async calls, all
+request is packed by `zkmulti.MultiRead`), and on older servers kazoo's async calls, all
 sent before the first answer is awaited: describing 10,000 partitions costs ten requests.
 
 Reads that depend on earlier ones (list the topics, then their partitions, then read the
