@@ -26,8 +26,6 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.connection import ConnectionHandler
 
-from core.zk_poll import poll_select
-
 #: kazoo's connection retry: its default backoff grows to an hour between attempts. 0.1 s, growing
 #: to 0.25 s (kazoo adds up to 40 % of jitter): a returning server is tried again within a third of
 #: a second, and a herd of clients still spreads over a few hundred milliseconds.
@@ -59,13 +57,9 @@ def _reconnecting(client: KazooClient) -> bool:
 
 class _BoundedHandler(SequentialThreadingHandler):
     """kazoo's threading handler whose connects to reconnect a session wait `RECONNECT_TCP_S`
-    (`RECONNECT_ANSWER_S` with TLS, whose handshake is part of the connect), and whose waits on
-    its sockets cost a `poll` object instead of an epoll selector each (`core.zk_poll`)."""
+    (`RECONNECT_ANSWER_S` with TLS, whose handshake is part of the connect)."""
 
     client: KazooClient | None = None
-
-    def select(self, *args, **kwargs):
-        return poll_select(*args, **kwargs)
 
     def create_connection(self, *args, **kwargs):
         if self.client is not None and kwargs.get("timeout") is not None:
