@@ -150,7 +150,7 @@ class MultiRead:
         parts: list[bytes] = []
         add, pack, ops = parts.append, _head_int.pack, _READ_OP
         for kind, path in reads:
-            b = (chroot + path if chroot and path != "/" else chroot or path).encode("utf-8")
+            b = chrooted(chroot, path).encode("utf-8")
             add(pack(ops[kind], False, -1, len(b)) + b + b"\x00")  # the op's header, its path, no watch
         add(_END)
         self.payload = b"".join(parts)
