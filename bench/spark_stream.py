@@ -30,7 +30,9 @@ the first of each source its Python workers), in one run:
   (`StreamJob.progress().first_commit`: its reader process started, the group rebalanced, it
   planned a batch on its new assignment, wrote and committed it). `--join-rounds` rounds (a new
   topic and group each time), the schemes in turn in each; the median of each scheme counts.
-  Targets: < 2 s each, and neither coordinator scheme slower than scheme one.
+  Targets: < 2 s each, and neither coordinator scheme slower than scheme one. The coordinator
+  schemes' members watch their group (WatchGroup, the source's default); `--compare-watch` also
+  joins without it (`watchGroup=false`), in turn with the others, for the difference it makes.
 * **local[2] vs cluster**: both throughput streams once more (new group, new checkpoints, same
   topic) on a 2-worker standalone cluster (`testing.spark_cluster.SparkCluster`, 1 core and 1 GB
   each). One SparkSession per process: this process stops its session and runs the cluster part
@@ -40,7 +42,7 @@ the first of each source its Python workers), in one run:
   faster on 2 cores). `--no-cluster` leaves it out.
 
     .venv/bin/python -m bench.spark_stream [--records 2000000] [--batch 500000] [--rounds 2]
-        [--join-rounds 7] [--no-cluster]
+        [--join-rounds 7] [--no-cluster] [--no-throughput] [--compare-watch]
 """
 
 from __future__ import annotations
@@ -107,7 +109,15 @@ class Env:
         return self.tmp / "out" / run, self.tmp / "ck" / run
 
     def stream(
-        self, spark, group: str, topic: str, rebalancer: Rebalancer, *, batch: int, trigger=None
+        self,
+        spark,
+        group: str,
+        topic: str,
+        rebalancer: Rebalancer,
+        *,
+        batch: int,
+        trigger=None,
+        watch: bool = True,
     ) -> StreamJob:
         out, checkpoint = self.run_dirs(group)
         return StreamJob.start(
@@ -123,7 +133,7 @@ class Env:
             log_root=self.log.root,
             max_offsets_per_trigger=batch,
             trigger=trigger,
-            options=MEMBER,
+            options={**MEMBER, "watchGroup": str(watch).lower()},
         )
 
 
@@ -213,8 +223,9 @@ def throughput(spark, env: Env, records: int, batch: int, rounds: int, tag: str)
     return {"plain": plain, "groupshift": managed, "first_commit_s": first}
 
 
-def join_cost(spark, env: Env, rebalancer: Rebalancer, round_: int = 0) -> float:
-    topic = f"live-{rebalancer.value}-{round_}"
+def join_cost(spark, env: Env, rebalancer: Rebalancer, round_: int = 0, watch: bool = True) -> float:
+    tag = rebalancer.value if watch else f"{rebalancer.value}-nowatch"
+    topic = f"live-{tag}-{round_}"
     env.topic(topic)
     stop = threading.Event()
 
@@ -226,10 +237,10 @@ def join_cost(spark, env: Env, rebalancer: Rebalancer, round_: int = 0) -> float
 
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
-    group = f"bench-{rebalancer.value}-{round_}"
+    group = f"bench-{tag}-{round_}"
     jobs = []
     try:
-        first = env.stream(spark, group, topic, rebalancer, batch=JOIN_BATCH)
+        first = env.stream(spark, group, topic, rebalancer, batch=JOIN_BATCH, watch=watch)
         jobs.append(first)
         deadline = time.monotonic() + 120
         while first.progress().batches < 3:
@@ -237,7 +248,7 @@ def join_cost(spark, env: Env, rebalancer: Rebalancer, round_: int = 0) -> float
                 raise RuntimeError(f"{group}: the first stream did not commit 3 batches: {first.error}")
             time.sleep(0.05)
         t0 = time.monotonic()
-        joiner = env.stream(spark, group, topic, rebalancer, batch=JOIN_BATCH)
+        joiner = env.stream(spark, group, topic, rebalancer, batch=JOIN_BATCH, watch=watch)
         jobs.append(joiner)
         while (committed := joiner.progress().first_commit) is None:
             if joiner.error is not None or time.monotonic() > t0 + 120:
@@ -312,6 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="throughput runs of each side, best counts")
     ap.add_argument("--join-rounds", type=int, default=7, help="joins under each scheme, the median counts")
     ap.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument(
+        "--throughput",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--no-throughput: the joins only (no throughput target judged)",
+    )
+    ap.add_argument(
+        "--compare-watch",
+        action="store_true",
+        help="also join under the coordinator schemes without WatchGroup (watchGroup=false), in turn",
+    )
     ap.add_argument("--cluster-part", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--zk", "--bootstrap", "--log-root", "--tmp"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
@@ -333,31 +355,36 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 spark = spark_session("bench-spark-stream", jvm_log=tmp / "jvm.log")
                 warm_up(spark, env, "local")
-                records = fill(env, "bulk", args.records)
-                local = throughput(spark, env, records, args.batch, args.rounds, "local")
-                joins: dict[Rebalancer, list[float]] = {r: [] for r in Rebalancer}
+                if args.throughput:
+                    records = fill(env, "bulk", args.records)
+                    local = throughput(spark, env, records, args.batch, args.rounds, "local")
+                variants = [(r, True) for r in Rebalancer]
+                if args.compare_watch:
+                    variants += [(r, False) for r in Rebalancer if r is not Rebalancer.ZK]
+                joins: dict[tuple[Rebalancer, bool], list[float]] = {v: [] for v in variants}
                 for n in range(args.join_rounds):
-                    for r in Rebalancer:
-                        joins[r].append(join_cost(spark, env, r, n))
+                    for r, watch in variants:
+                        joins[r, watch].append(join_cost(spark, env, r, n, watch))
                 spark.stop()
-                if args.cluster:
+                if args.cluster and args.throughput:
                     cluster = run_cluster(env, records, args.batch)
             finally:
                 env.close()
     finally:
         server.remove()
         shutil.rmtree(tmp, ignore_errors=True)
-    ratio = local["groupshift"] / local["plain"]
-    print(
-        f"records:                           {records:,} in {PARTITIONS} partitions, batches of "
-        f"{args.batch:,}, best of {args.rounds}"
-    )
-    print(f"plain readStream parquet + write:  {local['plain']:,.0f} records/s")
-    print(
-        f"groupshift stream, exactly once:   {local['groupshift']:,.0f} records/s "
-        f"(first batch committed {local['first_commit_s']:.1f} s after start())"
-    )
-    if not args.cluster:
+    if args.throughput:
+        ratio = local["groupshift"] / local["plain"]
+        print(
+            f"records:                           {records:,} in {PARTITIONS} partitions, batches of "
+            f"{args.batch:,}, best of {args.rounds}"
+        )
+        print(f"plain readStream parquet + write:  {local['plain']:,.0f} records/s")
+        print(
+            f"groupshift stream, exactly once:   {local['groupshift']:,.0f} records/s "
+            f"(first batch committed {local['first_commit_s']:.1f} s after start())"
+        )
+    if not args.cluster or not args.throughput:
         pass
     elif "plain" in cluster:
         for side in ("plain", "groupshift"):
@@ -367,22 +394,24 @@ def main(argv: list[str] | None = None) -> int:
             )
     else:
         print(f"cluster: {next(iter(cluster))} ({next(iter(cluster.values()))})")
-    medians = {r: statistics.median(s) for r, s in joins.items()}
-    for r, s in joins.items():
+    medians = {v: statistics.median(s) for v, s in joins.items()}
+    for (r, watch), s in joins.items():
         shown = f"{r.value} incremental" if r is Rebalancer.SERVER else r.value
+        shown += "" if watch else ", no watch"
         print(
             f"join, {shown + ':':28} {medians[r]:.2f} s from the joiner's start() to its first committed "
             f"batch (median of {', '.join(f'{x:.2f}' for x in s)})"
         )
     print(f"wall time:                         {time.monotonic() - started:.0f} s")
-    ok_rate = ratio >= THROUGHPUT_TARGET
-    worst = max(medians.values())
+    ok_rate = not args.throughput or ratio >= THROUGHPUT_TARGET
+    worst = max(m for (_, watch), m in medians.items() if watch)
     ok_join = worst < JOIN_TARGET_S
-    scheme_one = medians[Rebalancer.ZK]
-    coordinated = max(medians[Rebalancer.SERVER], medians[Rebalancer.COORDINATOR])
+    scheme_one = medians[Rebalancer.ZK, True]
+    coordinated = max(medians[Rebalancer.SERVER, True], medians[Rebalancer.COORDINATOR, True])
     ok_parity = coordinated <= scheme_one
-    verdict = "met" if ok_rate else "MISSED"
-    print(f"groupshift / plain: {ratio:.0%} (target >= {THROUGHPUT_TARGET:.0%}): {verdict}")
+    if args.throughput:
+        verdict = "met" if ok_rate else "MISSED"
+        print(f"groupshift / plain: {ratio:.0%} (target >= {THROUGHPUT_TARGET:.0%}): {verdict}")
     print(f"slowest join: {worst:.2f} s (target < {JOIN_TARGET_S:g} s): {'met' if ok_join else 'MISSED'}")
     print(
         f"slower coordinator scheme / scheme one: {coordinated / scheme_one:.0%} (target <= 100%): "

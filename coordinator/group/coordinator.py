@@ -61,7 +61,14 @@ from coordinator.group.messages import (
     Write,
 )
 from coordinator.group.offset_manager import OffsetCommitWrite, OffsetManager
-from coordinator.group.state import DEAD, EMPTY, VALID_PREVIOUS_STATES, GroupState, IllegalStateTransition
+from coordinator.group.state import (
+    DEAD,
+    EMPTY,
+    STABLE,
+    VALID_PREVIOUS_STATES,
+    GroupState,
+    IllegalStateTransition,
+)
 from coordinator.wire import errors as E
 from coordinator.wire.schema import (
     DELETE_GROUPS,
@@ -267,6 +274,17 @@ class GroupCoordinator:
     def group_state(self, group_id: str) -> GroupState | None:
         group = self._groups.get(group_id)
         return None if group is None else group.state
+
+    def heartbeat_due(self, group_id: str, member_id: str, generation_id: int) -> int:
+        """Whether a member that holds `generation_id` would learn something from a heartbeat now
+        (WatchGroup): REBALANCE_IN_PROGRESS when the group is rebalancing or past that generation,
+        UNKNOWN_MEMBER_ID when it is no member, NONE when a heartbeat would only say "carry on"."""
+        group = self._groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return E.UNKNOWN_MEMBER_ID
+        if group.state is not STABLE or group.generation_id != generation_id:
+            return E.REBALANCE_IN_PROGRESS
+        return E.NONE
 
     def stats(self) -> dict[str, tuple[GroupState, int]]:
         """`{group_id: (state, member count)}` of every group held, for metrics."""

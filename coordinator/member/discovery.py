@@ -86,6 +86,7 @@ class CoordinatorDiscovery:
         self._discovery_lock = threading.Lock()  # one FindCoordinator round at a time
         self._join_conn: Connection | None = None
         self._ctl_conn: Connection | None = None
+        self._watch_conn: Connection | None = None  # the watch thread's (threads.MemberThreads)
 
     @property
     def known_nodes(self) -> list[str]:
@@ -225,7 +226,9 @@ class CoordinatorDiscovery:
             for conn in (self._ctl_conn, self._join_conn):
                 if conn is not None:
                     conn.close()
-            self._ctl_conn = self._join_conn = None
+            if self._watch_conn is not None:
+                self._watch_conn.abort()  # its thread reconnects to the next coordinator
+            self._ctl_conn = self._join_conn = self._watch_conn = None
             self._in_flight = None  # its connection is gone: the next join sends JoinGroup again
             self._coordinator = None
             if self._unknown_since is None:

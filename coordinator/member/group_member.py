@@ -141,6 +141,7 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
         coordinator_timeout_ms: int = 30_000,
         metadata_max_age_ms: int = 30_000,
         security: ClientSecurity | None = None,
+        watch_group: bool = False,
     ):
         if not isinstance(coordinator_timeout_ms, int) or coordinator_timeout_ms <= 0:
             raise GroupshiftError(
@@ -161,6 +162,10 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
         self.poll_driven = poll_driven
         self.coordinator_timeout = coordinator_timeout_ms / 1000
         self.security = security  # TLS and SASL to the nodes (docs/security.md); None: plaintext
+        # WatchGroup on a third connection: hear of a rebalance when it starts, not at the next
+        # heartbeat (threads.MemberThreads._watch_loop; docs/consumer.md)
+        self.watch_group = bool(watch_group)
+        self._beat_now = False  # the watch asks the heartbeat thread for a beat now
         self._init_discovery(zk, bootstrap, metadata_max_age_ms)
 
         self._cv = threading.Condition(threading.RLock())
@@ -190,6 +195,7 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
             "zk_requests": 0,
             "coordinator_lookups": 0,
             "node_refreshes": 0,
+            "watch_wakeups": 0,
         }
 
     # -- hooks: what each scheme's member fills in ---------------------------------------------
@@ -394,6 +400,8 @@ class GroupMember(MemberThreads, CoordinatorDiscovery):
             self._closed = True
             self._cv.notify_all()
             gen, state, join_conn = self._generation, self.state, self._join_conn
+            if self._watch_conn is not None:
+                self._watch_conn.abort()  # a parked WatchGroup: its thread ends at once
         dynamic = self.group_instance_id is None
         left = False
         if state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):

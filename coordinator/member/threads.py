@@ -1,5 +1,5 @@
-"""A group member's two threads: the heartbeat thread (and the poll timer it enforces) and, with
-`poll_driven=False`, the group thread.
+"""A group member's threads: the heartbeat thread (and the poll timer it enforces), with
+`poll_driven=False` the group thread, and with `watch_group=True` the watch thread.
 
 The heartbeat thread keeps the session alive between polls: every `heartbeat_period()` it sends
 one heartbeat (`heartbeat(conn, gen)`, a hook: Heartbeat, ServerHeartbeat or
@@ -7,8 +7,9 @@ ConsumerGroupHeartbeat) while `heartbeats_now()`, follows the group to a new coo
 the coordinator up after a session without an answer, and leaves the group when `poll()` was not
 called for `max_poll_interval_ms` (Kafka's poll timeout; the caller's next poll() reports the
 partitions lost and rejoins). The group thread calls the member's `poll()` work in a loop, so a
-member nobody polls rebalances by itself. Part of `group_member.GroupMember`, whose state they
-share.
+member nobody polls rebalances by itself. The watch thread keeps a WatchGroup parked at the
+coordinator and has the heartbeat thread beat at once when it is answered `changed`. Part of
+`group_member.GroupMember`, whose state they share.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ from typing import Any
 
 from coordinator.member.connection import Connection, ConnectionLost
 from coordinator.member.state import Generation, MemberState
+from coordinator.wire import codec as wire
+from coordinator.wire.schema import WatchGroupRequest
 from core.errors import GroupshiftError
 
 log = logging.getLogger(__name__)
+
+MAX_WATCH_MS = 30_000  # the longest a WatchGroup asks the node to hold it (the node's own bound)
 
 
 class MemberThreads:
@@ -58,6 +63,10 @@ class MemberThreads:
             self._threads = [
                 threading.Thread(target=self._heartbeat_loop, name=f"heartbeat-{self.group_id}", daemon=True)
             ]
+            if self.watch_group:
+                self._threads.append(
+                    threading.Thread(target=self._watch_loop, name=f"watch-{self.group_id}", daemon=True)
+                )
             if not self.poll_driven:
                 self._threads.append(
                     threading.Thread(target=self._group_loop, name=f"group-{self.group_id}", daemon=True)
@@ -71,10 +80,16 @@ class MemberThreads:
             with self._cv:
                 # The period may change while waiting (incremental: the coordinator asks for sooner);
                 # an answer that changes it wakes this wait up, so it counts from the last beat.
-                while not self._closed and time.monotonic() < last + self.heartbeat_period():
+                # A WatchGroup answer (`_watch_loop`) asks for the beat now.
+                while (
+                    not self._closed
+                    and not self._beat_now
+                    and time.monotonic() < last + self.heartbeat_period()
+                ):
                     self._cv.wait(last + self.heartbeat_period() - time.monotonic())
                 if self._closed:
                     return
+                self._beat_now = False
                 last = time.monotonic()
                 if self._poll_expired_locked():
                     # Kafka's heartbeat thread enforces max.poll.interval.ms: leave, so the others
@@ -96,6 +111,77 @@ class MemberThreads:
                 continue
             if self.heartbeat(conn, gen):
                 self._refresh_nodes_if_due(conn)
+
+    def _watch_loop(self) -> None:
+        """`watch_group=True` only: WatchGroup (docs/protocol.md) on a connection of its own, to the
+        group's coordinator, while the member is stable. A `changed` answer makes the heartbeat
+        thread beat at once, so the member hears of a rebalance when it starts rather than up to a
+        heartbeat interval later; the heartbeat's answer is acted on as always. After an answer
+        that is not a quiet timeout, the next watch waits for a heartbeat answered since (or a
+        new generation): at most one watch per heartbeat, whatever the node answers."""
+        conn: Connection | None = None
+        heard: tuple | None = None  # (last heartbeat answered, generation) at the last such answer
+        try:
+            while True:
+                with self._cv:
+                    while not self._closed and not self._watching_locked(heard):
+                        self._cv.wait(self.heartbeat_period())
+                    if self._closed:
+                        return
+                    gen, coordinator = self._generation, self._coordinator
+                    wait_ms = min(self.session_timeout_ms, MAX_WATCH_MS)
+                if conn is None or conn.closed or conn.address != coordinator:
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    try:
+                        conn = Connection(*coordinator, self.client_id, security=self.security)
+                    except (ConnectionLost, GroupshiftError) as exc:
+                        log.debug("group %s: no watch connection to %s: %s", self.group_id, coordinator, exc)
+                        self._sleep(self.retry_backoff)
+                        continue
+                    with self._cv:
+                        if self._closed:
+                            return
+                        if self._coordinator != coordinator:  # moved while connecting
+                            conn.close()
+                            conn = None
+                            continue
+                        self._watch_conn = conn
+                body = WatchGroupRequest(
+                    group_id=self.group_id,
+                    member_id=gen.member_id,
+                    generation_id=gen.generation_id,
+                    max_wait_ms=wait_ms,
+                )
+                try:
+                    resp = conn.request(wire.WATCH_GROUP, body, wait_ms / 1000 + self.request_timeout)
+                except ConnectionLost as exc:
+                    log.debug("group %s: watch lost: %s", self.group_id, exc)
+                    conn.close()
+                    conn = None
+                    self._sleep(self.retry_backoff)
+                    continue
+                if resp.changed or resp.error_code:
+                    with self._cv:
+                        heard = (self._last_heartbeat_ok, self._generation)
+                        if resp.changed:
+                            self.stats["watch_wakeups"] += 1
+                            self._beat_now = True
+                            self._cv.notify_all()
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _watching_locked(self, heard: tuple | None) -> bool:
+        """Whether the watch thread should have a WatchGroup out now (lock held)."""
+        return (
+            self.state is MemberState.STABLE
+            and not self._rejoin_needed
+            and self._coordinator is not None
+            and bool(self._generation.member_id)
+            and (self._last_heartbeat_ok, self._generation) != heard
+        )
 
     def heartbeat_now(self) -> None:
         """One heartbeat on the caller's thread, now, if the member is stable (the heartbeat thread

@@ -75,6 +75,7 @@ GROUP_RULES: dict[int, Operation] = {
     S.CONSUMER_GROUP_HEARTBEAT: READ,
     S.SERVER_JOIN_GROUP: READ,
     S.SERVER_HEARTBEAT: READ,
+    S.WATCH_GROUP: READ,
 }
 #: APIs anyone may call: a client must learn the versions and the nodes, and authenticate, before
 #: it is anyone an ACL could name.

@@ -4,7 +4,8 @@
 request of a connection — the native listener's frames (`dispatch`) and the Kafka listener's
 decoded requests (`handle`, `kafka=True`; coordinator/node/kafka_listener.py). A connection that
 has not authenticated yet goes to the node's `authenticator` instead. ApiVersions, FindCoordinator,
-DescribeCluster (and SASL's requests outside a handshake) are answered by the node itself; while
+DescribeCluster (and SASL's requests outside a handshake) are answered by the node itself, and
+WatchGroup by its `watches` (coordinator/node/watches.py); while
 ZooKeeper is away every group request gets COORDINATOR_NOT_AVAILABLE without reaching the core;
 the others go to the core, whose outputs `CoreOutputs` (coordinator/node/outputs.py) applies.
 """
@@ -18,7 +19,7 @@ from typing import Any
 from coordinator.node.authenticator import answer_outside
 from coordinator.node.connection import Connection, Pending, error_of
 from coordinator.wire import codec as P
-from coordinator.wire.errors import COORDINATOR_NOT_AVAILABLE
+from coordinator.wire.errors import COORDINATOR_NOT_AVAILABLE, REBALANCE_IN_PROGRESS
 from coordinator.wire.schema import (
     NODE_APIS,
     DeleteGroupsResponse,
@@ -31,6 +32,8 @@ from coordinator.wire.schema import (
     FindCoordinatorResponse,
     ListGroupsResponse,
     Message,
+    WatchGroupRequest,
+    WatchGroupResponse,
 )
 
 log = logging.getLogger("coordinator.node.server")
@@ -117,6 +120,8 @@ class RequestDispatch:
             # ZooKeeper is away: answer without the core, so that nothing in it moves (no timer
             # fires, no parked request completes) until the node knows it still leads its shards.
             return _unavailable_body(api, body)
+        if api == P.WATCH_GROUP:
+            return self._watch(pending, body)
         conn.busy = pending
         try:
             outputs = self.core.handle(
@@ -136,6 +141,20 @@ class RequestDispatch:
         # A heartbeat only moves deadlines later; while a timer is armed it will re-arm itself.
         if api != P.HEARTBEAT or self._timer is None:
             self._schedule_timer()
+        return None
+
+    def _watch(self, pending: Pending, body: WatchGroupRequest) -> Message | None:
+        """WatchGroup (coordinator/node/watches.py): answered now, or parked until the group has
+        news for the member."""
+        gid = body.group_id
+        code = self.leadership.group_error(gid) or self.core.heartbeat_due(
+            gid, body.member_id, body.generation_id
+        )
+        if code == REBALANCE_IN_PROGRESS:
+            return WatchGroupResponse(error_code=0, changed=True)
+        if code or body.max_wait_ms <= 0:
+            return WatchGroupResponse(error_code=code)
+        self.watches.park(pending, gid, body.max_wait_ms)
         return None
 
     def _answer_here(self, api: int, body: Any, kafka: bool) -> Message:

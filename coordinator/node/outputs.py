@@ -6,7 +6,9 @@ its request's connection, a `StateChanged` is counted in the metrics, `WatchTopi
 puts a data watch on each topic's registration (and one children watch lists every topic, for the
 incremental form's regex subscriptions), a `Discarded` parked request closes its
 connection, and every `Write` is persisted through the store with the shard's epoch — its
-outcome (done, fenced, too large, timed out, failed) goes back to the core (`persisted`). A write
+outcome (done, fenced, too large, timed out, failed) goes back to the core (`persisted`). A group
+entering PreparingRebalance, or an incremental group's record written, wakes the group's parked
+WatchGroup requests (`watches`). A write
 whose outcome the node cannot know (the connection to ZooKeeper was lost with it unanswered: it may
 have landed) makes the node reload the shard from ZooKeeper, so that nothing it answers afterwards
 — a committed offset, a generation — lags what ZooKeeper holds.
@@ -33,6 +35,7 @@ from coordinator.node.connection import Pending
 from coordinator.node.dispatch import _now_ms
 from coordinator.node.zk_async import Fenced, StoreError, StoreUnavailable, WriteTooLarge
 from coordinator.server_side.assigned import WatchTopics
+from coordinator.server_side.incremental_groups import INCREMENTAL_PROTOCOL_TYPE as INCREMENTAL
 from coordinator.wire.errors import (
     KAFKA_STORAGE_ERROR,
     MESSAGE_TOO_LARGE,
@@ -74,6 +77,8 @@ class CoreOutputs:
                     )
                     token.conn.close()
             else:
+                if kind is WriteGroupMetadata and self.watches and out.record.protocol_type == INCREMENTAL:
+                    self.watches.wake(out.group_id)  # its assignments moved: every member may learn
                 task = self._spawn(self._persist(out))
                 if kind is DeleteGroup:
                     deletes = deletes or {}
@@ -164,6 +169,8 @@ class CoreOutputs:
             counts[new] = counts.get(new, 0) + 1
         if new is PREPARING_REBALANCE:
             self.metrics.inc("rebalances")
+            if self.watches:
+                self.watches.wake(out.group_id)
         elif new is STABLE:
             self.metrics.inc("rebalances_completed")
         if log.isEnabledFor(logging.DEBUG):

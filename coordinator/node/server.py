@@ -63,6 +63,7 @@ from coordinator.node.shards import ShardLeadership, ShardStatus
 from coordinator.node.state import LOST, NEW, SERVING, STOPPED, SUSPENDED, NodeState
 from coordinator.node.store import CoordinatorStore
 from coordinator.node.tls import listener_contexts, tls_factory
+from coordinator.node.watches import GroupWatches
 from coordinator.node.zk_async import _retrying
 from coordinator.server_side.assigned import ServerAssignedCoordinator
 from coordinator.server_side.group_conversion import MigrationPolicy
@@ -101,6 +102,7 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
         self._topic_watches: set[str] = set()
         self._listed_topics: frozenset[str] | None = None  # /brokers/topics' children, last seen
         self.connections: set[Connection] = set()
+        self.watches = GroupWatches()  # parked WatchGroup requests (coordinator/node/watches.py)
         self.leadership = ShardLeadership(self)
         self.authenticator = Authenticator(self)  # SASL on the listeners that ask for it
         # The node's state (coordinator/node/state.py), and two of its facts read on every request,

@@ -317,6 +317,7 @@ class ShardLeadership:
         for g in self.node.core.group_ids():
             if self.shard_for(g) == shard:
                 self.node._apply(self.node.core.unload_group(g, now))
+        self.node.watches.wake_where(lambda g: self.shard_for(g) == shard, NOT_COORDINATOR)
         self.node.store.forget_shard(shard)
         log.info(
             "no longer leading shard %d (%s)",

@@ -222,6 +222,9 @@ class ServerAssignedCoordinator:
     def group_state(self, group_id: str):
         return self.core.group_state(group_id)
 
+    def heartbeat_due(self, group_id: str, member_id: str, generation_id: int) -> int:
+        return self.core.heartbeat_due(group_id, member_id, generation_id)
+
     def stats(self):
         return self.core.stats()
 

@@ -241,6 +241,17 @@ class IncrementalCoordinator(IncrementalAdmin, ClassicMembers):
     def group_state(self, group_id: str):
         return self.inner.group_state(group_id)
 
+    def heartbeat_due(self, group_id: str, member_id: str, generation_id: int) -> int:
+        """WatchGroup's question (the classic core's rule for its groups): would the member's next
+        heartbeat move it? For an incremental group, `Group.has_news`."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return self.inner.heartbeat_due(group_id, member_id, generation_id)
+        member = group.members.get(member_id)
+        if member is None or member.classic is not None:
+            return E.UNKNOWN_MEMBER_ID
+        return E.REBALANCE_IN_PROGRESS if group.has_news(member, generation_id) else E.NONE
+
     def stats(self):
         return self.inner.stats()
 

@@ -150,6 +150,22 @@ class Group:
                 return RECONCILING
         return STABLE
 
+    def has_news(self, member: Member, known_epoch: int) -> bool:
+        """Whether `member`, which knows `known_epoch`, would be moved by its next heartbeat: the
+        reconciliation's rules (`IncrementalCoordinator._reconcile`), read only. It has not heard
+        its epoch; or a target for the group epoch asks it to revoke, or bumps its epoch; or
+        partitions of its target are free to take. A member waiting for partitions others still
+        hold, or releasing what it was told to, has none: what frees them is written, and the node
+        wakes the group's watches on every write (coordinator/node/watches.py)."""
+        if member.epoch != known_epoch:
+            return True
+        if self.assignment_epoch < self.epoch or member.revoking:
+            return False
+        if member.epoch != self.assignment_epoch:
+            return True
+        mid = member.member_id
+        return any(self.owner(tp, mid) is None for tp in self.target.get(mid, frozenset()) - member.assigned)
+
     def retarget(self, partitions: dict[str, int], bump: bool) -> None:
         """Compute the target assignment for the group epoch from the topics' sizes `partitions`
         (needs every subscribed topic's size)."""

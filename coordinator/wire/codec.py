@@ -56,6 +56,7 @@ from coordinator.wire.schema import (
     SERVER_HEARTBEAT,
     SERVER_JOIN_GROUP,
     SYNC_GROUP,
+    WATCH_GROUP,
     ApiVersionsKey,
     ApiVersionsResponse,
     ConsumerGroupDescribeResponse,
@@ -75,6 +76,7 @@ from coordinator.wire.schema import (
     ServerHeartbeatResponse,
     ServerJoinGroupResponse,
     SyncGroupResponse,
+    WatchGroupResponse,
 )
 
 __all__ = [
@@ -99,6 +101,7 @@ __all__ = [
     "SERVER_HEARTBEAT",
     "SERVER_JOIN_GROUP",
     "SYNC_GROUP",
+    "WATCH_GROUP",
 ]
 
 VERSION = 0
@@ -416,6 +419,8 @@ def precheck_error_body(api: int, body: Any, code: int, message: str | None = No
         )
     if api == SERVER_HEARTBEAT:  # COORDINATOR_LOAD_IN_PROGRESS is the draft's CoordinatorStartupNotComplete
         return ServerHeartbeatResponse(error_code=code)
+    if api == WATCH_GROUP:
+        return WatchGroupResponse(error_code=code)
     raise ValueError(f"no per-group pre-check for api {api}")
 
 

@@ -67,6 +67,9 @@ CONSUMER_GROUP_DESCRIBE = 69  # KIP-848's describe: epochs, current and target a
 # assigns (docs/protocol.md "Server-assigned groups").
 SERVER_JOIN_GROUP = 1000
 SERVER_HEARTBEAT = 1001
+# A member asks to be told when its group changes, instead of learning it at its next heartbeat
+# (docs/protocol.md "WatchGroup"): schemes two and three, the native wire only.
+WATCH_GROUP = 1002
 
 
 # ============================================================================ requests
@@ -172,6 +175,19 @@ class ServerHeartbeatRequest(Message):
     group_id: GroupId
     generation_id: Int32
     consumer_id: str
+
+
+class WatchGroupRequest(Message):
+    """Park until the group has news for `member_id`, at most `max_wait_ms`: a rebalance started
+    (classic groups) or the group's assignments changed (the incremental form).
+
+    `generation_id` is what the member holds (its generation, or its member epoch): when the group
+    has moved past it already, the answer comes at once."""
+
+    group_id: GroupId
+    member_id: str
+    generation_id: Int32
+    max_wait_ms: Int32
 
 
 class LeaveGroupMember(Message):
@@ -384,6 +400,13 @@ class ServerHeartbeatResponse(Message):
     error_code: int
 
 
+class WatchGroupResponse(Message):
+    """`changed`: heartbeat now, the answer has news; not changed: `max_wait_ms` passed quietly."""
+
+    error_code: int
+    changed: bool = False
+
+
 class LeaveGroupMemberResponse(Message):
     member_id: str
     group_instance_id: str | None
@@ -539,6 +562,7 @@ APIS: dict[int, Api] = {
         ),
         Api(SERVER_JOIN_GROUP, "ServerJoinGroup", 0, 0, ServerJoinGroupRequest, ServerJoinGroupResponse),
         Api(SERVER_HEARTBEAT, "ServerHeartbeat", 0, 0, ServerHeartbeatRequest, ServerHeartbeatResponse),
+        Api(WATCH_GROUP, "WatchGroup", 0, 0, WatchGroupRequest, WatchGroupResponse),
         Api(SASL_HANDSHAKE, "SaslHandshake", 0, 0, SaslHandshakeRequest, SaslHandshakeResponse),
         Api(SASL_AUTHENTICATE, "SaslAuthenticate", 0, 0, SaslAuthenticateRequest, SaslAuthenticateResponse),
     )
@@ -566,6 +590,7 @@ Request = (
     | OffsetDeleteRequest
     | ServerJoinGroupRequest
     | ServerHeartbeatRequest
+    | WatchGroupRequest
     | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest
     | SaslHandshakeRequest
@@ -589,6 +614,7 @@ Response = (
     | OffsetDeleteResponse
     | ServerJoinGroupResponse
     | ServerHeartbeatResponse
+    | WatchGroupResponse
     | ConsumerGroupHeartbeatResponse
     | ConsumerGroupDescribeResponse
     | SaslHandshakeResponse

@@ -50,6 +50,7 @@ class SourceOptions:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     rebalance_backoff_ms: int | None = None  # scheme one's rebalance.backoff.ms
+    watch_group: bool = True  # schemes two and three: WatchGroup, hear of a rebalance at once
     command_config: str | None = None  # a Kafka client properties file: TLS and SASL to the nodes
 
     def consumer_options(self) -> dict:
@@ -62,6 +63,8 @@ class SourceOptions:
             if self.rebalance_backoff_ms is not None:
                 membership["rebalance_backoff_ms"] = self.rebalance_backoff_ms
                 membership["rebalance_max_retries"] = 50
+        else:
+            membership["watch_group"] = self.watch_group
         return {
             "rebalancer": self.rebalancer,
             "incremental": self.incremental,
@@ -91,6 +94,7 @@ KNOWN = {
     "sessiontimeoutms",
     "heartbeatintervalms",
     "rebalancebackoffms",
+    "watchgroup",
     "commandconfig",
 }
 SPELLING = {
@@ -101,6 +105,7 @@ SPELLING = {
     "sessiontimeoutms": "sessionTimeoutMs",
     "heartbeatintervalms": "heartbeatIntervalMs",
     "rebalancebackoffms": "rebalanceBackoffMs",
+    "watchgroup": "watchGroup",
     "commandconfig": "commandConfig",
 }
 
@@ -161,6 +166,7 @@ def parse(options: Mapping[str, str]) -> SourceOptions:
         rebalance_backoff_ms=None
         if "rebalancebackoffms" not in opts
         else _int(opts["rebalancebackoffms"], "rebalanceBackoffMs", 1, MAX_TIMEOUT_MS),
+        watch_group=_flag(opts, "watchgroup", True),
     )
 
 

@@ -88,7 +88,7 @@ def test_api_versions_lists_every_api_at_version_0(node):
         r = c.request(P.API_VERSIONS, {})
     assert r["error_code"] == 0
     keys = {k["api_key"]: (k["min_version"], k["max_version"]) for k in r["api_keys"]}
-    apis = (8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 36, 42, 47, 60, 68, 69, 1000, 1001)
+    apis = (8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 36, 42, 47, 60, 68, 69, 1000, 1001, 1002)
     assert keys == {api: (0, 0) for api in apis}
 
 

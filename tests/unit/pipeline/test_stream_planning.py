@@ -69,6 +69,7 @@ def test_the_writer_reads_the_batch_offset_from_sparks_offset_log(tmp_path):
         ({"startingOffsets": "middle"}, "startingOffsets must be earliest, latest or JSON"),
         ({"maxOffsetsPerTrigger": "-5"}, "maxOffsetsPerTrigger must be a whole number"),
         ({"subscribe": "t,t"}, "distinct topics"),
+        ({"watchGroup": "yes"}, "watchGroup must be true or false"),
     ],
 )
 def test_bad_options_are_refused_with_one_line(options, message):
@@ -85,3 +86,9 @@ def test_options_are_read_case_insensitively_and_set_the_member():
         "rebalance_backoff_ms": 200,
         "rebalance_max_retries": 50,
     }
+    # Schemes two and three watch their group (WatchGroup) unless told not to.
+    assert parse({**BASE, "rebalancer": "coordinator"}).consumer_options()["membership_options"] == {
+        "watch_group": True
+    }
+    server = parse({**BASE, "rebalancer": "server", "watchGroup": "false"})
+    assert server.consumer_options()["membership_options"] == {"watch_group": False}
