@@ -19,9 +19,10 @@ import threading
 import time
 from typing import Any
 
-from coordinator.member.connection import Connection, ConnectionLost
+from coordinator.member.connection import Connection, ConnectionLost, error_name
 from coordinator.member.state import Generation, MemberState
 from coordinator.wire import codec as wire
+from coordinator.wire import errors as E
 from coordinator.wire.schema import WatchGroupRequest
 from core.errors import GroupshiftError
 
@@ -111,16 +112,22 @@ class MemberThreads:
                 continue
             if self.heartbeat(conn, gen):
                 self._refresh_nodes_if_due(conn)
+            if self.watch_group:
+                with self._cv:
+                    self._cv.notify_all()  # a heartbeat answered: the watch thread may watch again
 
     def _watch_loop(self) -> None:
         """`watch_group=True` only: WatchGroup (docs/protocol.md) on a connection of its own, to the
         group's coordinator, while the member is stable. A `changed` answer makes the heartbeat
         thread beat at once, so the member hears of a rebalance when it starts rather than up to a
-        heartbeat interval later; the heartbeat's answer is acted on as always. After an answer
-        that is not a quiet timeout, the next watch waits for a heartbeat answered since (or a
-        new generation): at most one watch per heartbeat, whatever the node answers."""
+        heartbeat interval later; the heartbeat's answer is acted on as always, and the next watch
+        waits for it (or a new generation): at most one `changed` per heartbeat. An error answer or
+        a connection that fails is tried again after a pause that doubles up to the heartbeat
+        interval; a watch that broke, or NOT_COORDINATOR, makes the member look its coordinator
+        up at once."""
         conn: Connection | None = None
-        heard: tuple | None = None  # (last heartbeat answered, generation) at the last such answer
+        heard: tuple | None = None  # (last heartbeat answered, generation) at the last `changed`
+        backoff = self.retry_backoff
         try:
             while True:
                 with self._cv:
@@ -130,48 +137,62 @@ class MemberThreads:
                         return
                     gen, coordinator = self._generation, self._coordinator
                     wait_ms = min(self.session_timeout_ms, MAX_WATCH_MS)
-                if conn is None or conn.closed or conn.address != coordinator:
+                failed: str | None = None
+                try:
+                    if conn is None or conn.closed or conn.address != coordinator:
+                        if conn is not None:
+                            conn.close()
+                        conn = None
+                        conn = self._watch_connection(coordinator)
+                    if conn is not None:
+                        body = WatchGroupRequest(
+                            group_id=self.group_id,
+                            member_id=gen.member_id,
+                            generation_id=gen.generation_id,
+                            max_wait_ms=wait_ms,
+                        )
+                        resp = conn.request(wire.WATCH_GROUP, body, wait_ms / 1000 + self.request_timeout)
+                        if resp.changed:
+                            with self._cv:
+                                heard = (self._last_heartbeat_ok, self._generation)
+                                self.stats["watch_wakeups"] += 1
+                                self._beat_now = True
+                                self._cv.notify_all()
+                        elif resp.error_code:
+                            failed = f"WatchGroup answered {error_name(resp.error_code)}"
+                            if E.coordinator_moved(resp.error_code):
+                                self.mark_coordinator_unknown(failed)
+                except ConnectionLost as exc:
                     if conn is not None:
                         conn.close()
-                    conn = None
-                    try:
-                        conn = Connection(*coordinator, self.client_id, security=self.security)
-                    except (ConnectionLost, GroupshiftError) as exc:
-                        log.debug("group %s: no watch connection to %s: %s", self.group_id, coordinator, exc)
-                        self._sleep(self.retry_backoff)
-                        continue
-                    with self._cv:
-                        if self._closed:
-                            return
-                        if self._coordinator != coordinator:  # moved while connecting
-                            conn.close()
-                            conn = None
-                            continue
-                        self._watch_conn = conn
-                body = WatchGroupRequest(
-                    group_id=self.group_id,
-                    member_id=gen.member_id,
-                    generation_id=gen.generation_id,
-                    max_wait_ms=wait_ms,
-                )
-                try:
-                    resp = conn.request(wire.WATCH_GROUP, body, wait_ms / 1000 + self.request_timeout)
-                except ConnectionLost as exc:
-                    log.debug("group %s: watch lost: %s", self.group_id, exc)
-                    conn.close()
-                    conn = None
-                    self._sleep(self.retry_backoff)
-                    continue
-                if resp.changed or resp.error_code:
-                    with self._cv:
-                        heard = (self._last_heartbeat_ok, self._generation)
-                        if resp.changed:
-                            self.stats["watch_wakeups"] += 1
-                            self._beat_now = True
-                            self._cv.notify_all()
+                        conn = None
+                        if not self._closed:
+                            # The coordinator went away under a parked watch: look it up now rather
+                            # than at the next heartbeat, which may be an interval away.
+                            self.mark_coordinator_unknown(f"the watch connection broke: {exc}")
+                    failed = str(exc)
+                except GroupshiftError as exc:  # the connection's TLS or SASL was refused
+                    failed = str(exc)
+                if failed is None:
+                    backoff = self.retry_backoff
+                else:
+                    log.debug("group %s: watch failed: %s", self.group_id, failed)
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, max(self.heartbeat_period(), self.retry_backoff))
         finally:
             if conn is not None:
                 conn.close()
+
+    def _watch_connection(self, coordinator: tuple[str, int]) -> Connection | None:
+        """A new connection to `coordinator` for the watch; None if the coordinator moved meanwhile.
+        Raises ConnectionLost (or the security's GroupshiftError)."""
+        conn = Connection(*coordinator, self.client_id, security=self.security)
+        with self._cv:
+            if self._closed or self._coordinator != coordinator:
+                conn.close()
+                return None
+            self._watch_conn = conn
+        return conn
 
     def _watching_locked(self, heard: tuple | None) -> bool:
         """Whether the watch thread should have a WatchGroup out now (lock held)."""
@@ -197,6 +218,9 @@ class MemberThreads:
             gen, conn = self._generation, self._ctl_conn
         if conn is not None:
             self.heartbeat(conn, gen)
+            if self.watch_group:
+                with self._cv:
+                    self._cv.notify_all()
 
     def _poll_expired_locked(self) -> bool:
         return (

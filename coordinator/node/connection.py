@@ -41,6 +41,7 @@ class ConnectionOwner(Protocol):
     metrics: Metrics
     connections: set[Connection]
     accepting: bool
+    watches: Any  # GroupWatches: parked WatchGroup requests (coordinator/node/watches.py)
 
     def dispatch(self, conn: Connection, payload: bytes, t0: float) -> None: ...
 
@@ -131,6 +132,8 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self.node.connections.discard(self)
         self.queue.clear()
+        if self.busy is not None and self.busy.api == P.WATCH_GROUP:
+            self.node.watches.forget(self.busy)  # a parked WatchGroup nobody will read
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()

@@ -137,6 +137,7 @@ class KafkaListener:
         self.config = node.config
         self.metrics = node.metrics
         self.connections = node.connections
+        self.watches = node.watches  # (WatchGroup is native-only: no Kafka connection parks one)
         self.topic_ids = TopicIdResolver(node)
         self.data = DataPlane(node, self.topic_ids)
 

@@ -409,5 +409,6 @@ class CoordinatorNode(RequestDispatch, CoreOutputs):
             "members": [({}, members)],
             "shards_led": [({"status": st.value}, self.leadership.count(st)) for st in ShardStatus],
             "connections": [({}, len(self.connections))],
+            "watches_parked": [({}, len(self.watches))],
             "zk_connected": [({}, 1 if self.serving else 0)],
         }

@@ -36,6 +36,7 @@ class GroupWatches:
 
     def __init__(self) -> None:
         self._by_group: dict[str, dict[Pending, asyncio.TimerHandle]] = {}
+        self._group_of: dict[Pending, str] = {}
 
     def __bool__(self) -> bool:
         return bool(self._by_group)
@@ -49,6 +50,7 @@ class GroupWatches:
         wait = min(max_wait_ms, MAX_WAIT_MS) / 1000
         handle = asyncio.get_running_loop().call_later(wait, self._expire, group_id, pending)
         self._by_group.setdefault(group_id, {})[pending] = handle
+        self._group_of[pending] = group_id
 
     def wake(self, group_id: str, error_code: int = 0) -> None:
         """Answer every watch of `group_id`: `changed`, or `error_code` when it is not 0."""
@@ -58,6 +60,7 @@ class GroupWatches:
         answer = WatchGroupResponse(error_code=error_code, changed=not error_code)
         for pending, handle in watches.items():
             handle.cancel()
+            del self._group_of[pending]
             pending.conn.answer(pending, answer)
 
     def wake_where(self, pick: Callable[[str], bool], error_code: int) -> None:
@@ -65,10 +68,18 @@ class GroupWatches:
         for group_id in [g for g in self._by_group if pick(g)]:
             self.wake(group_id, error_code)
 
-    def _expire(self, group_id: str, pending: Pending) -> None:
-        watches = self._by_group.get(group_id)
-        if watches is None or watches.pop(pending, None) is None:
+    def forget(self, pending: Pending) -> None:
+        """Drop `pending` unanswered (its connection closed)."""
+        group_id = self._group_of.pop(pending, None)
+        if group_id is None:
             return
+        watches = self._by_group[group_id]
+        watches.pop(pending).cancel()
         if not watches:
             del self._by_group[group_id]
+
+    def _expire(self, group_id: str, pending: Pending) -> None:
+        if self._group_of.get(pending) != group_id:
+            return
+        self.forget(pending)
         pending.conn.answer(pending, WatchGroupResponse(error_code=0))
