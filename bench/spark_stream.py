@@ -399,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         shown = f"{r.value} incremental" if r is Rebalancer.SERVER else r.value
         shown += "" if watch else ", no watch"
         print(
-            f"join, {shown + ':':28} {medians[r]:.2f} s from the joiner's start() to its first committed "
-            f"batch (median of {', '.join(f'{x:.2f}' for x in s)})"
+            f"join, {shown + ':':28} {medians[r, watch]:.2f} s from the joiner's start() to its first "
+            f"committed batch (median of {', '.join(f'{x:.2f}' for x in s)})"
         )
     print(f"wall time:                         {time.monotonic() - started:.0f} s")
     ok_rate = not args.throughput or ratio >= THROUGHPUT_TARGET
