@@ -1,7 +1,7 @@
 """Benchmark: one join into a stable group of N members under all three schemes, on one ZooKeeper.
 
-Run on demand: `python -m bench.rebalance [--sizes 10,50,100] [--json out.json]`. One ZooKeeper
-container is started (testing/zookeeper.py) unless `--zk` is given; scheme three uses one
+Run on demand: `python -m bench.rebalance [--sizes 10,50,100] [--watch-group] [--json out.json]`.
+One ZooKeeper container is started (testing/zookeeper.py) unless `--zk` is given; scheme three uses one
 coordinator node process (`groupshift coordinator serve`). For every N, in one run:
 
 * scheme one: N `ZkGroupMember`s (each its own ZooKeeper session, Kafka 0.8 defaults except the
@@ -20,6 +20,8 @@ coordinator node process (`groupshift coordinator serve`). For every N, in one r
 * per rebalance: ZooKeeper requests and watch notifications, server-side (`mntr` deltas:
   `zk_packets_received`, the sum of the `zk_sum_node_*_watch_count` summaries) and client-side
   (scheme one: the members' event logs; scheme three: the members' own ZooKeeper reads).
+* `--watch-group`: the coordinator schemes' members keep a WatchGroup parked at the node
+  (docs/consumer.md), so they hear of the join when it happens instead of at their next heartbeat.
 * rolling restart of 20 scheme-three members, dynamic vs static (`group_instance_id`): each is
   closed and started again in turn; counted are the group's rebalances (generation increments).
 
@@ -153,6 +155,7 @@ def coordinator_member(
         max_poll_interval_ms=600_000,
         rebalance_timeout_ms=60_000,
         retry_backoff_ms=20,
+        watch_group=args.watch_group,
         **kw,
     )
 
@@ -332,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=0.5, help="seconds between formation and the join")
     ap.add_argument("--timeout", type=float, default=180.0)
     ap.add_argument("--skip-scheme-one", action="store_true")
+    ap.add_argument(
+        "--watch-group",
+        action="store_true",
+        help="schemes two and three: members keep a WatchGroup parked (hear of a join at once)",
+    )
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)

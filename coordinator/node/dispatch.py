@@ -154,7 +154,7 @@ class RequestDispatch:
             return WatchGroupResponse(error_code=0, changed=True)
         if code or body.max_wait_ms <= 0:
             return WatchGroupResponse(error_code=code)
-        self.watches.park(pending, gid, body.max_wait_ms)
+        self.watches.park(pending, body)
         return None
 
     def _answer_here(self, api: int, body: Any, kafka: bool) -> Message:

@@ -7,8 +7,8 @@ puts a data watch on each topic's registration (and one children watch lists eve
 incremental form's regex subscriptions), a `Discarded` parked request closes its
 connection, and every `Write` is persisted through the store with the shard's epoch — its
 outcome (done, fenced, too large, timed out, failed) goes back to the core (`persisted`). A group
-entering PreparingRebalance, or an incremental group's record written, wakes the group's parked
-WatchGroup requests (`watches`). A write
+entering PreparingRebalance wakes the group's parked WatchGroup requests (`watches`); an
+incremental group's record written wakes those whose member now has news (`heartbeat_due`). A write
 whose outcome the node cannot know (the connection to ZooKeeper was lost with it unanswered: it may
 have landed) makes the node reload the shard from ZooKeeper, so that nothing it answers afterwards
 — a committed offset, a generation — lags what ZooKeeper holds.
@@ -78,7 +78,8 @@ class CoreOutputs:
                     token.conn.close()
             else:
                 if kind is WriteGroupMetadata and self.watches and out.record.protocol_type == INCREMENTAL:
-                    self.watches.wake(out.group_id)  # its assignments moved: every member may learn
+                    # its assignments moved: the members with partitions to give up or take hear it
+                    self.watches.wake_due(out.group_id, self.core.heartbeat_due)
                 task = self._spawn(self._persist(out))
                 if kind is DeleteGroup:
                     deletes = deletes or {}

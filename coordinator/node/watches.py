@@ -7,10 +7,12 @@ A member that sends WatchGroup (docs/protocol.md) on a connection of its own is 
 * at once when a heartbeat would already tell it something (`core.heartbeat_due`: the group is
   rebalancing or past the member's generation), with the error when the node does not serve the
   group or the member is unknown, and quietly when it asked for no wait;
-* `changed` as soon as its group has news: a classic group (scheme three, or the draft's scheme
-  two) enters PreparingRebalance, or an incremental group's record is written (its epoch, its
-  target or a member's partitions moved, so any member's next heartbeat may bring it something).
-  Every parked watch of the group is answered; each member then heartbeats once;
+* `changed` as soon as its group has news for it: a classic group (scheme three, or the draft's
+  scheme two) enters PreparingRebalance (every parked watch of the group is answered: every member
+  has to rejoin); an incremental group's record is written (its epoch, its target or a member's
+  partitions moved), and the core's `heartbeat_due` says this member now has partitions to give
+  up or to take (only those members are answered: waking the whole group on every write would
+  make each member heartbeat once per write, a herd of our own);
 * not changed after `max_wait_ms` (at most `MAX_WAIT_MS`), and NOT_COORDINATOR when the node gives
   the group's shard up.
 
@@ -26,7 +28,8 @@ import asyncio
 from collections.abc import Callable
 
 from coordinator.node.connection import Pending
-from coordinator.wire.schema import WatchGroupResponse
+from coordinator.wire.errors import REBALANCE_IN_PROGRESS
+from coordinator.wire.schema import WatchGroupRequest, WatchGroupResponse
 
 MAX_WAIT_MS = 30_000  # the longest a watch is parked; a member asks again after each answer
 
@@ -37,6 +40,7 @@ class GroupWatches:
     def __init__(self) -> None:
         self._by_group: dict[str, dict[Pending, asyncio.TimerHandle]] = {}
         self._group_of: dict[Pending, str] = {}
+        self._member_of: dict[Pending, tuple[str, int]] = {}  # (member id, generation) it watches as
 
     def __bool__(self) -> bool:
         return bool(self._by_group)
@@ -44,24 +48,33 @@ class GroupWatches:
     def __len__(self) -> int:
         return sum(len(w) for w in self._by_group.values())
 
-    def park(self, pending: Pending, group_id: str, max_wait_ms: int) -> None:
-        """Hold `pending` (its connection is busy with it) until `wake` or `max_wait_ms`."""
+    def park(self, pending: Pending, body: WatchGroupRequest) -> None:
+        """Hold `pending` (its connection is busy with it) until it is woken or `max_wait_ms` passed."""
         pending.conn.busy = pending
-        wait = min(max_wait_ms, MAX_WAIT_MS) / 1000
+        group_id = body.group_id
+        wait = min(body.max_wait_ms, MAX_WAIT_MS) / 1000
         handle = asyncio.get_running_loop().call_later(wait, self._expire, group_id, pending)
         self._by_group.setdefault(group_id, {})[pending] = handle
         self._group_of[pending] = group_id
+        self._member_of[pending] = (body.member_id, body.generation_id)
 
     def wake(self, group_id: str, error_code: int = 0) -> None:
         """Answer every watch of `group_id`: `changed`, or `error_code` when it is not 0."""
-        watches = self._by_group.pop(group_id, None)
-        if not watches:
-            return
-        answer = WatchGroupResponse(error_code=error_code, changed=not error_code)
-        for pending, handle in watches.items():
-            handle.cancel()
-            del self._group_of[pending]
-            pending.conn.answer(pending, answer)
+        for pending in list(self._by_group.get(group_id, ())):
+            self._answer(pending, error_code)
+
+    def wake_due(self, group_id: str, due: Callable[[str, str, int], int]) -> None:
+        """Answer the watches of `group_id` whose member has news: `due(group, member id,
+        generation)` (the core's `heartbeat_due`) is REBALANCE_IN_PROGRESS (`changed`) or an
+        error; the others stay parked."""
+        for pending in list(self._by_group.get(group_id, ())):
+            code = due(group_id, *self._member_of[pending])
+            if code:
+                self._answer(pending, 0 if code == REBALANCE_IN_PROGRESS else code)
+
+    def _answer(self, pending: Pending, error_code: int) -> None:
+        self.forget(pending)
+        pending.conn.answer(pending, WatchGroupResponse(error_code=error_code, changed=not error_code))
 
     def wake_where(self, pick: Callable[[str], bool], error_code: int) -> None:
         """`wake` every group `pick` names with `error_code` (a shard given up)."""
@@ -73,6 +86,7 @@ class GroupWatches:
         group_id = self._group_of.pop(pending, None)
         if group_id is None:
             return
+        del self._member_of[pending]
         watches = self._by_group[group_id]
         watches.pop(pending).cancel()
         if not watches:
@@ -82,4 +96,4 @@ class GroupWatches:
         if self._group_of.get(pending) != group_id:
             return
         self.forget(pending)
-        pending.conn.answer(pending, WatchGroupResponse(error_code=0))
+        pending.conn.answer(pending, WatchGroupResponse(error_code=0))  # quiet: watch again

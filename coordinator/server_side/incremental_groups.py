@@ -151,20 +151,22 @@ class Group:
         return STABLE
 
     def has_news(self, member: Member, known_epoch: int) -> bool:
-        """Whether `member`, which knows `known_epoch`, would be moved by its next heartbeat: the
-        reconciliation's rules (`IncrementalCoordinator._reconcile`), read only. It has not heard
-        its epoch; or a target for the group epoch asks it to revoke, or bumps its epoch; or
-        partitions of its target are free to take. A member waiting for partitions others still
-        hold, or releasing what it was told to, has none: what frees them is written, and the node
-        wakes the group's watches on every write (coordinator/node/watches.py)."""
+        """Whether `member`, which knows `known_epoch`, has something to do that its next heartbeat
+        would tell it: the reconciliation's rules (`IncrementalCoordinator._reconcile`), read only.
+        It has not heard its epoch; or the target asks it to give partitions up; or partitions of
+        its target are free to take. A new epoch that moves none of its partitions is no news (the
+        next heartbeat brings it, and commits are fenced by the epoch the member was last told);
+        nor is waiting for partitions others still hold, or releasing what it was told to. What
+        frees partitions is written, and the node asks again then (coordinator/node/watches.py)."""
         if member.epoch != known_epoch:
             return True
         if self.assignment_epoch < self.epoch or member.revoking:
             return False
-        if member.epoch != self.assignment_epoch:
-            return True
         mid = member.member_id
-        return any(self.owner(tp, mid) is None for tp in self.target.get(mid, frozenset()) - member.assigned)
+        target = self.target.get(mid, frozenset())
+        if member.epoch != self.assignment_epoch and member.assigned - target:
+            return True
+        return any(self.owner(tp, mid) is None for tp in target - member.assigned)
 
     def retarget(self, partitions: dict[str, int], bump: bool) -> None:
         """Compute the target assignment for the group epoch from the topics' sizes `partitions`

@@ -50,4 +50,18 @@ def test_incremental_due_for_a_new_epoch_a_revocation_or_free_partitions_only():
     b = c.ack(b, token="b")
     assert len(partitions(b)) == 2
     assert due("g", b.member_id, b.member_epoch) == QUIET
+    a = c.ack(a, token="a")  # A is at the group's epoch again
+    assert due("g", a.member_id, a.member_epoch) == QUIET
     assert due("g", "stranger", 1) == E.UNKNOWN_MEMBER_ID
+
+
+def test_incremental_a_new_epoch_that_moves_none_of_a_members_partitions_is_no_news():
+    c = Core()
+    c.sizes(t=4, u=2)
+    a = c.heartbeat(topics=("t",), token="a")
+    a = c.ack(a, token="a")
+    assert len(partitions(a)) == 4
+    u = c.heartbeat(topics=("u",), token="u")  # a new group epoch; A keeps all of "t"
+    assert c.group().epoch > a.member_epoch
+    assert c.core.heartbeat_due("g", a.member_id, a.member_epoch) == QUIET
+    assert len(partitions(u)) == 2  # the newcomer took its free partitions in its join's answer
