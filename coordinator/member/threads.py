@@ -32,7 +32,7 @@ MAX_WATCH_MS = 30_000  # the longest a WatchGroup asks the node to hold it (the 
 
 
 class MemberThreads:
-    """The heartbeat thread and the group thread of a `GroupMember` (see the module docstring)."""
+    """The heartbeat, group and watch threads of a `GroupMember` (see the module docstring)."""
 
     _cv: Any
 

@@ -17,8 +17,9 @@ A member that sends WatchGroup (docs/protocol.md) on a connection of its own is 
   the group's shard up.
 
 A parked watch holds its connection (a connection's answers stay in order), so a member sends
-nothing else there; the parked watches are bounded by the node's connections. Nothing here
-touches the core: the watch only makes a member send its heartbeat sooner, and the heartbeat is
+nothing else there; the parked watches are bounded by the node's connections, and one whose
+connection closed is forgotten at once. Nothing here changes the core (it is only asked
+`heartbeat_due`): the watch only makes a member send its heartbeat sooner, and the heartbeat is
 served as any other.
 """
 
