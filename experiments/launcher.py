@@ -308,7 +308,10 @@ class Member:
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:  # not a pid that may have been reused since
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass  # it exited and was reaped after the launcher last reported it running
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
