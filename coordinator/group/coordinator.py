@@ -64,7 +64,7 @@ from coordinator.group.offset_manager import OffsetCommitWrite, OffsetManager
 from coordinator.group.state import (
     DEAD,
     EMPTY,
-    STABLE,
+    PREPARING_REBALANCE,
     VALID_PREVIOUS_STATES,
     GroupState,
     IllegalStateTransition,
@@ -277,12 +277,16 @@ class GroupCoordinator:
 
     def heartbeat_due(self, group_id: str, member_id: str, generation_id: int) -> int:
         """Whether a member that holds `generation_id` would learn something from a heartbeat now
-        (WatchGroup): REBALANCE_IN_PROGRESS when the group is rebalancing or past that generation,
-        UNKNOWN_MEMBER_ID when it is no member, NONE when a heartbeat would only say "carry on"."""
+        (WatchGroup), by the Heartbeat's own rules: REBALANCE_IN_PROGRESS when its heartbeat would
+        be answered REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION (rejoin), the error when it would
+        be answered another, NONE when it would only say "carry on". No side effect: unlike a
+        heartbeat, it moves no session deadline."""
         group = self._groups.get(group_id)
         if group is None or member_id not in group.members:
             return E.UNKNOWN_MEMBER_ID
-        if group.state is not STABLE or group.generation_id != generation_id:
+        if group.state is DEAD:
+            return E.COORDINATOR_NOT_AVAILABLE
+        if group.state is PREPARING_REBALANCE or group.generation_id != generation_id:
             return E.REBALANCE_IN_PROGRESS
         return E.NONE
 
