@@ -112,9 +112,7 @@ class MemberThreads:
                 continue
             if self.heartbeat(conn, gen):
                 self._refresh_nodes_if_due(conn)
-            if self.watch_group:
-                with self._cv:
-                    self._cv.notify_all()  # a heartbeat answered: the watch thread may watch again
+            self._heartbeat_done()
 
     def _watch_loop(self) -> None:
         """`watch_group=True` only: WatchGroup (docs/protocol.md) on a connection of its own, to the
@@ -218,9 +216,13 @@ class MemberThreads:
             gen, conn = self._generation, self._ctl_conn
         if conn is not None:
             self.heartbeat(conn, gen)
-            if self.watch_group:
-                with self._cv:
-                    self._cv.notify_all()
+            self._heartbeat_done()
+
+    def _heartbeat_done(self) -> None:
+        """A heartbeat was answered (or failed): the watch thread, waiting for one, may watch again."""
+        if self.watch_group:
+            with self._cv:
+                self._cv.notify_all()
 
     def _poll_expired_locked(self) -> bool:
         return (

@@ -40,8 +40,7 @@ class GroupWatches:
 
     def __init__(self) -> None:
         self._by_group: dict[str, dict[Pending, asyncio.TimerHandle]] = {}
-        self._group_of: dict[Pending, str] = {}
-        self._member_of: dict[Pending, tuple[str, int]] = {}  # (member id, generation) it watches as
+        self._request_of: dict[Pending, WatchGroupRequest] = {}  # the group, member and generation
 
     def __bool__(self) -> bool:
         return bool(self._by_group)
@@ -56,8 +55,7 @@ class GroupWatches:
         wait = min(body.max_wait_ms, MAX_WAIT_MS) / 1000
         handle = asyncio.get_running_loop().call_later(wait, self._expire, group_id, pending)
         self._by_group.setdefault(group_id, {})[pending] = handle
-        self._group_of[pending] = group_id
-        self._member_of[pending] = (body.member_id, body.generation_id)
+        self._request_of[pending] = body
 
     def wake(self, group_id: str, error_code: int = 0) -> None:
         """Answer every watch of `group_id`: `changed`, or `error_code` when it is not 0."""
@@ -69,7 +67,8 @@ class GroupWatches:
         generation)` (the core's `heartbeat_due`) is REBALANCE_IN_PROGRESS (`changed`) or an
         error; the others stay parked."""
         for pending in list(self._by_group.get(group_id, ())):
-            code = due(group_id, *self._member_of[pending])
+            body = self._request_of[pending]
+            code = due(group_id, body.member_id, body.generation_id)
             if code:
                 self._answer(pending, 0 if code == REBALANCE_IN_PROGRESS else code)
 
@@ -84,17 +83,17 @@ class GroupWatches:
 
     def forget(self, pending: Pending) -> None:
         """Drop `pending` unanswered (its connection closed)."""
-        group_id = self._group_of.pop(pending, None)
-        if group_id is None:
+        body = self._request_of.pop(pending, None)
+        if body is None:
             return
-        del self._member_of[pending]
+        group_id = body.group_id
         watches = self._by_group[group_id]
         watches.pop(pending).cancel()
         if not watches:
             del self._by_group[group_id]
 
     def _expire(self, group_id: str, pending: Pending) -> None:
-        if self._group_of.get(pending) != group_id:
+        if pending not in self._request_of:  # answered or forgotten already
             return
         self.forget(pending)
         pending.conn.answer(pending, WatchGroupResponse(error_code=0))  # quiet: watch again
