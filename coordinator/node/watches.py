@@ -53,7 +53,7 @@ class GroupWatches:
         pending.conn.busy = pending
         group_id = body.group_id
         wait = min(body.max_wait_ms, MAX_WAIT_MS) / 1000
-        handle = asyncio.get_running_loop().call_later(wait, self._expire, group_id, pending)
+        handle = asyncio.get_running_loop().call_later(wait, self._expire, pending)
         self._by_group.setdefault(group_id, {})[pending] = handle
         self._request_of[pending] = body
 
@@ -92,7 +92,7 @@ class GroupWatches:
         if not watches:
             del self._by_group[group_id]
 
-    def _expire(self, group_id: str, pending: Pending) -> None:
+    def _expire(self, pending: Pending) -> None:
         if pending not in self._request_of:  # answered or forgotten already
             return
         self.forget(pending)
