@@ -144,6 +144,7 @@ class ZkGroupMember(WatchesMixin, RebalanceMixin):
         self._shutting_down = False
         self._closing = threading.Event()
         self._session_id: int | None = None
+        self._read_marker: object | None = None  # set from a new session's re-arming to its marker
         self._suspended_at: float | None = None
         self._lease_timer: threading.Timer | None = None
         self._last_children: dict[str, list[str]] = {}

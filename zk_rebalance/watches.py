@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 
-from kazoo.protocol.states import EventType, KazooState
+from kazoo.protocol.states import Callback, EventType, KazooState
 
 from core.zk import ZooKeeperNoAuth
 from zk_rebalance.layout import (
@@ -36,9 +36,12 @@ class WatchesMixin:
 
     # -- connection state ----------------------------------------------------------------------
     def _on_state(self, state: str) -> None:  # kazoo's connection thread: never block here
-        self._zk_events.put(("state", state, time.monotonic()))
+        # The session is read now: by the time the event thread gets to this state the connection
+        # may be gone again (no id), and a revived old session must not pass for a new one.
+        session = self.zk.client_id[0] if state == KazooState.CONNECTED and self.zk.client_id else None
+        self._zk_events.put(("state", state, time.monotonic(), session))
 
-    def _handle_state(self, state: str, at: float) -> None:
+    def _handle_state(self, state: str, at: float, session: int | None) -> None:
         self.events.emit("state", state=str(state))
         if state == KazooState.SUSPENDED:
             self._suspended_at = at
@@ -53,7 +56,6 @@ class WatchesMixin:
             self._suspended_at = None
             if self._lease_timer:
                 self._lease_timer.cancel()
-            session = self.zk.client_id[0] if self.zk and self.zk.client_id else None
             if session != self._session_id:
                 self._session_id = session
                 self._handle_new_session()
@@ -86,7 +88,9 @@ class WatchesMixin:
         re-delivered every watch of the new session: a second release-read-claim round over what
         the first had just read. Here every watch is armed again first (kazoo dropped them with
         the session), so the one rebalance covers what they would report, and a trigger left
-        pending from the old session; a change after they are armed fires them as usual."""
+        pending from the old session; a change after they are armed fires them as usual. A watch
+        event delivered before they were armed (by the old session, or by a watch armed across the
+        boundary) reports nothing the re-arming did not read: it is re-armed without a rebalance."""
         self.events.emit("session_expired", session=self._session_id)
         log.info(  # the typo is 0.8's
             "ZK expired; release old broker parition ownership; re-register consumer %s", self.consumer_id
@@ -96,6 +100,7 @@ class WatchesMixin:
         try:
             self._register()
             self._rearm_all()
+            self._read_up_to_here()
             with self._cond:
                 self._triggered = False  # what it was set for is read by the rebalance below
             self._synced_rebalance("new_session")
@@ -114,6 +119,12 @@ class WatchesMixin:
                 self._data_paths.update(topic_path(t) for t in self._wildcard_topics)
         for path in sorted(self._data_paths):
             self._arm_data(path)
+
+    def _read_up_to_here(self) -> None:
+        """Mark the event stream: every watch event kazoo has delivered so far (its callback queue is
+        one FIFO) comes before the marker, and reported a change that `_rearm_all` has read."""
+        self._read_marker = marker = object()
+        self.zk.handler.dispatch_callback(Callback("watch", self._zk_events.put, (("read", marker),)))
 
     def _rearm_after_reconnect(self) -> None:
         """Same session: the server would re-deliver watches whose nodes changed meanwhile (SetWatches)."""
@@ -164,6 +175,8 @@ class WatchesMixin:
         self._zkc.exists(path, watch=self._watch_cb)
         children = self._zkc.children_maybe(path, watch=self._watch_cb)
         before = self._last_children.get(path, [])
+        if self._read_marker is not None and sorted(children) == sorted(before):
+            return  # delivered before the new session's re-arming, which read this already
         self._on_children(path, children, before)
 
     def _on_children(self, path: str, children: list[str], before: list[str]) -> None:
@@ -184,7 +197,10 @@ class WatchesMixin:
 
     def _data_event(self, path: str) -> None:
         """zkclient: `exists` re-arms, then `readData`; a deleted topic only logs a warning."""
+        before = self._last_mzxid.get(path)
         stat = self._arm_data(path)
+        if self._read_marker is not None and (stat.mzxid if stat else -1) == before:
+            return  # delivered before the new session's re-arming, which read this already
         if stat is None:
             self.events.emit("watch", kind="topic", path=path, deleted=True)
             log.warning("topic %s was deleted", path)
@@ -223,7 +239,10 @@ class WatchesMixin:
             self._busy = True
             try:
                 if item[0] == "state":
-                    self._handle_state(item[1], item[2])
+                    self._handle_state(*item[1:])
+                elif item[0] == "read":
+                    if item[1] is self._read_marker:
+                        self._read_marker = None
                 elif item[0] == "child":
                     self._child_event(item[1])
                 elif item[0] == "data":

@@ -102,7 +102,8 @@ def test_paused_server_past_session_timeout_re_registers_and_rejoins(zk_server, 
         triggers = [e["trigger"] for e in after if e["ev"] == "rebalance_begin"]
         assert triggers[0] == "new_session" and triggers.count("new_session") == 1, triggers
         watches = [e for e in after if e["ev"] == "watch"]
-        assert all(e["kind"] == "ids" and (e["joined"] or e["left"]) for e in watches), watches
+        timeline = "\n".join(str({k: v for k, v in e.items() if k not in ("wall", "member")}) for e in after)
+        assert all(e["kind"] == "ids" and (e["joined"] or e["left"]) for e in watches), timeline
         assert len(triggers) <= 1 + len(watches), (triggers, watches)
 
 
