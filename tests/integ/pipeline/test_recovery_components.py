@@ -44,6 +44,7 @@ pytestmark = pytest.mark.faults  # a ZooKeeper container of its own, stopped, cu
 SESSION_MS = 4000  # ZooKeeper sessions of every component (`long`, `expiry`)
 SHORT_SESSION_MS = 10_000  # `short`: the stop/start (about 3 s) stays well inside it
 PARTITIONS = 4
+COORDINATED = ("server", "incremental", "coordinator")  # the groups with one generation for all members
 UNAVAILABLE = {
     P.ErrorCode.COORDINATOR_NOT_AVAILABLE,
     P.ErrorCode.NOT_COORDINATOR,
@@ -249,9 +250,19 @@ class Scenario:
         return {}
 
     def generations(self) -> list[int]:
-        return [
-            w.consumer.generation for r in ("server", "incremental", "coordinator") for w in self.workers[r]
-        ]
+        return [w.consumer.generation for r in COORDINATED for w in self.workers[r]]
+
+    def settled(self) -> bool:
+        """Each coordinator group's members on one generation, owning every partition once between them
+        (an incremental group still reconciling a join is not settled)."""
+        for r in COORDINATED:
+            ws = self.workers[r]
+            owned = [w.consumer.assignment() for w in ws]
+            if len({w.consumer.generation for w in ws}) != 1 or not all(owned):
+                return False
+            if sum(map(len, owned)) != len(self.tps) or set().union(*owned) != set(self.tps):
+                return False
+        return True
 
     def node_log(self) -> str:
         return "\n".join(self.nodes.nodes[1].output)
@@ -314,7 +325,7 @@ def test_every_component_comes_back_by_itself(own_zk_running, tmp_path, kind):
     sc = Scenario(own_zk_running, tmp_path, session_ms)
     try:
         sc.start()
-        time.sleep(0.5)
+        wait_for(sc.settled, 30, "every coordinator group settled on one generation")
         generations = sc.generations()
         committed_before = {r: sc.committed(r) for r in sc.workers}
         back = sc.outage(kind)
