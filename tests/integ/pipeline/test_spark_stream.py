@@ -189,9 +189,10 @@ def published_ranges_overlap(out: Path, topic: str) -> list:
 def test_queries_in_processes_join_die_restart_and_write_every_record_exactly_once(
     zk, zk_connect, tmp_path, rebalancer, per_partition
 ):
-    """Two `groupshift consume` queries in one group, a third joins, one is killed (SIGKILL, its
-    whole process group) and restarted from its checkpoint, while a producer writes: every record
-    once in the output, no range published by two members."""
+    """Two `groupshift consume` queries in one group; a third joins while one is killed (SIGKILL,
+    its whole process group) and restarted from its checkpoint, the join and the death in one
+    rebalance or two, while a producer writes: every record once in the output, no range published
+    by two members."""
     import signal
     import threading
 
@@ -225,13 +226,16 @@ def test_queries_in_processes_join_die_restart_and_write_every_record_exactly_on
         wait_for(
             lambda: a.assigned() == 2 and b.assigned() == 2, "two queries to split four partitions", procs
         )
-        procs.append(Consume(args, tmp_path / "ck-c"))
+        procs.append(Consume(args, tmp_path / "ck-c"))  # a third joins while one dies
         c = procs[-1]
-        wait_for(lambda: (c.assigned() or 0) >= 1, "the third query to get partitions", procs)
         b.kill()
         procs.append(Consume(args, tmp_path / "ck-b"))  # restarted from its checkpoint
         b2 = procs[-1]
-        wait_for(lambda: (b2.assigned() or 0) >= 1, "the restarted query to get partitions back", procs)
+        wait_for(
+            lambda: (c.assigned() or 0) >= 1 and (b2.assigned() or 0) >= 1,
+            "the third query and the restarted one to get partitions",
+            procs,
+        )
         stop.set()
         producer.join()
         ends = {p: log.latest(TopicPartition("t", p)) for p in range(4)}
