@@ -443,6 +443,7 @@ def test_consume_on_a_standalone_cluster_writes_every_record_exactly_once(zk, zk
     once, and the cluster leaves no process behind."""
     from testing.spark_cluster import SparkCluster
     from tests.inspect_helpers import run
+    from tests.processes import survivors
 
     log = make_topic(zk, tmp_path / "log", "t", 2, 5_000)
     out = tmp_path / "out"
@@ -457,17 +458,7 @@ def test_consume_on_a_standalone_cluster_writes_every_record_exactly_once(zk, zk
     assert "consumed 10,000 records" in r.stdout, r.stdout
     seen = read_output(out, "t")
     assert set(seen.values()) == {1} and set(seen) == {(p, o) for p in range(2) for o in range(5_000)}
-    assert pids and not [pid for pid in pids if _running(pid)]
-
-
-def _running(pid: int) -> bool:
-    """Whether `pid` is a live process: gone, or dead and not reaped yet (a zombie whose parent,
-    the cluster's keeper, ended before it could reap it), is not running."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    assert pids and survivors(cluster.dir, seen=set(pids)) == []
 
 
 @pytest.mark.parametrize("dies", ["before committing", "before publishing"])

@@ -25,6 +25,7 @@ import pytest
 
 from core.errors import GroupshiftError
 from testing.spark_cluster import SparkCluster, stop_processes
+from tests.processes import cmdline, survivors
 
 REPO = Path(__file__).resolve().parents[3]
 EXECUTOR = "CoarseGrainedExecutorBackend"
@@ -33,37 +34,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs a Java runtime"),
     pytest.mark.spark,
 ]
-
-
-def survivors(cluster_dir: Path, seen: set[int] = frozenset()) -> list[str]:
-    """Live processes of the cluster in `cluster_dir`: `pid command line` of each."""
-    mark = str(cluster_dir).encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        base = f"/proc/{entry.name}"
-        try:
-            with open(f"{base}/stat") as f:
-                if f.read().rpartition(")")[2].split()[0] == "Z":
-                    continue  # dead, not reaped yet
-            with open(f"{base}/cmdline", "rb") as f:
-                command = f.read()
-            with open(f"{base}/environ", "rb") as f:
-                environ = f.read()
-            cwd = os.readlink(f"{base}/cwd").encode()
-        except OSError:
-            continue
-        if int(entry.name) in seen or any(mark in s for s in (command, environ, cwd)):
-            found.append(f"{entry.name} {cmdline(int(entry.name))[:160]}")
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def until(check, timeout: float, what: str):
