@@ -27,48 +27,35 @@ class _Index:
     ~10^4 commits, and a scan of the whole list per commit made its analysis run for hours. Built
     by `summary` once for all its figures (the functions below build their own when not given one).
 
-    Per partition, its `process` events in order, with `next_other[i]`: the index of the next
-    event by another member than event i's. Per member, its `assigned` events in order. `landed`
-    and `in_doubt` are computed once per list and kept."""
+    Per partition, its *fresh reads* in the order of the assignments they follow: a member's first
+    `process` of a partition after it was assigned it, which starts where the group's committed
+    offset stood when the member took the partition. A later read by the same member continues
+    from its own position and says nothing about what was committed. `landed` and `in_doubt` are
+    computed once per list and kept."""
 
     def __init__(self, events: list[dict]):
-        process: dict[str, list[dict]] = defaultdict(list)
-        assigned: dict[str, list[dict]] = defaultdict(list)
+        fresh: dict[str, list[tuple[float, dict]]] = defaultdict(list)
+        taken: dict[tuple[str, str], float] = {}  # (member, tp): assigned at, until its first read
         for e in events:
-            if e["ev"] == "process":
-                process[e["tp"]].append(e)
-            elif e["ev"] == "assigned":
-                assigned[e["member"]].append(e)
-        self.process = {tp: ([x["t"] for x in xs], xs, _next_other(xs)) for tp, xs in process.items()}
-        self.assigned = {m: ([x["t"] for x in xs], xs) for m, xs in assigned.items()}
+            if e["ev"] == "assigned":
+                for tp in e["partitions"]:
+                    taken[(e["member"], tp)] = e["t"]
+            elif e["ev"] == "process" and (at := taken.pop((e["member"], e["tp"]), None)) is not None:
+                fresh[e["tp"]].append((at, e))
+        for reads in fresh.values():
+            reads.sort(key=lambda r: r[0])
+        self.fresh = {tp: ([at for at, _ in rs], [x for _, x in rs]) for tp, rs in fresh.items()}
         self._landed: list[dict] | None = None
         self._in_doubt: list[dict] | None = None
 
-    def next_process(self, tp: str, after: float, member: str, or_after: float = math.inf) -> dict | None:
-        """The first `process` event of `tp` later than `after` by another member than `member`,
-        or by anyone later than `or_after`."""
-        times, xs, other = self.process.get(tp, ((), (), ()))
-        i = bisect.bisect_right(times, after)
-        if i == len(xs):
-            return None
-        if xs[i]["member"] != member:
-            return xs[i]
-        j = min(other[i], bisect.bisect_right(times, or_after, lo=i))
-        return xs[j] if j < len(xs) else None
-
-    def next_assigned(self, member: str, after: float, tp: str) -> float:
-        """When `member` was next assigned `tp` after `after` (inf: never)."""
-        times, xs = self.assigned.get(member, ((), ()))
-        return next(
-            (x["t"] for x in xs[bisect.bisect_right(times, after) :] if tp in x["partitions"]), math.inf
-        )
-
-
-def _next_other(xs: list[dict]) -> list[int]:
-    out = [len(xs)] * len(xs)
-    for i in range(len(xs) - 2, -1, -1):
-        out[i] = i + 1 if xs[i + 1]["member"] != xs[i]["member"] else out[i + 1]
-    return out
+    def next_fresh_read(self, tp: str, after: float, other_than: str | None = None) -> dict | None:
+        """The first fresh read of `tp` by a member assigned it later than `after` (by another
+        member than `other_than`, if given): where the group's committed offset stood after then."""
+        times, xs = self.fresh.get(tp, ((), ()))
+        for x in xs[bisect.bisect_right(times, after) :]:
+            if x["member"] != other_than:
+                return x
+        return None
 
 
 def holdings(events: list[dict], until: float | None = None) -> dict[str, list[Interval]]:
@@ -185,8 +172,10 @@ def in_doubt(events: list[dict], index: _Index | None = None) -> list[dict]:
     show were committed after all: a member killed before logging the result (`commit_begin` not
     followed by a `commit`), and a failed commit (the client may report a refusal although an
     earlier attempt of the same commit landed). A batch `[tp, a, b]` was committed when the group's
-    next read of `tp` from the committed offset began at `b + 1`: another member's next read, or the
-    member's own after `tp` was assigned to it again (an assignment starts at the committed offset)."""
+    next read of `tp` from the committed offset began at `b + 1`: the first read of the first member
+    assigned `tp` after the commit began (another member, or the committer assigned it again), since
+    an assignment starts at the committed offset. A member that already held `tp` and reads on from
+    its own position proves nothing: it may have committed that very range itself."""
     index = index or _Index(events)
     if index._in_doubt is not None:
         return index._in_doubt
@@ -204,8 +193,7 @@ def in_doubt(events: list[dict], index: _Index | None = None) -> list[dict]:
     for begin in doubtful:
         member, committed = begin["member"], []
         for tp, first, last in begin["batches"]:
-            again = index.next_assigned(member, begin["t"], tp)
-            nxt = index.next_process(tp, begin["t"], member, or_after=again)
+            nxt = index.next_fresh_read(tp, begin["t"])
             if nxt is not None and nxt["first"] == last + 1:
                 committed.append([tp, first, last])
         out.append(
@@ -263,8 +251,9 @@ def offset_regressions(events: list[dict], index: _Index | None = None) -> list[
 def landed(events: list[dict], index: _Index | None = None) -> list[dict]:
     """The successful commits, each at the time it took effect. A commit is logged when its answer
     arrives; a member paused while its commit was in flight logs it only after resuming, perhaps
-    after the takeover. When another member's next read of every committed partition began exactly
-    at the committed offset, the commit had landed before that member fetched its position: it is
+    after the takeover. When, for every committed partition, the first read of the next member
+    assigned it after the commit was sent began exactly at the committed offset, the commit had
+    landed before that member fetched its position: it is
     placed at its `commit_begin` (sent while the member owned the partitions). Otherwise (no later
     reader, or one that read from an older offset) it stays at its acknowledgement."""
     index = index or _Index(events)
@@ -277,7 +266,7 @@ def landed(events: list[dict], index: _Index | None = None) -> list[dict]:
             begun[e["member"]] = e["t"]
         elif e["ev"] == "commit" and e.get("ok"):
             sent = begun.pop(e["member"], e["t"])
-            nexts = [index.next_process(tp, sent, e["member"]) for tp in e["offsets"]]
+            nexts = [index.next_fresh_read(tp, sent, other_than=e["member"]) for tp in e["offsets"]]
             early = all(
                 x is not None and x["first"] == e["offsets"][x["tp"]] and x["t"] < e["t"] for x in nexts
             )

@@ -73,3 +73,42 @@ def test_a_killed_members_commit_is_settled_from_where_the_next_owner_started():
     assert analysis.in_doubt(events)[0]["committed"] == []
     summary = analysis.summary(events, ends={"t-0": 20}, since=3)
     assert summary["lost"] == 0 and summary["duplicate_committed"] == 0
+
+
+def test_a_refused_commit_is_not_settled_by_a_reader_that_continues_from_its_own_position():
+    """A fenced member's refused commits of a range the new owner had already read and committed
+    itself: the new owner's next read starts where the refused commit would have left the offset,
+    but it continues from its own position, so it proves nothing (a reproduced follower-partition
+    run counted 200 outputs twice this way)."""
+    events = [
+        ev(0, "assigned", "a", partitions=["t-0"]),
+        ev(1, "process", "a", tp="t-0", first=0, last=9, gen=1),
+        ev(1.1, "commit_begin", "a", gen=1, batches=[["t-0", 0, 9]]),
+        ev(1.2, "commit", "a", ok=True, gen=1, offsets={"t-0": 10}, batches=[["t-0", 0, 9]]),
+        ev(5, "assigned", "b", partitions=["t-0"]),  # a was fenced meanwhile and does not know yet
+        ev(5.1, "process", "b", tp="t-0", first=10, last=19, gen=2),
+        ev(5.2, "process", "a", tp="t-0", first=10, last=19, gen=1),
+        ev(5.3, "commit_begin", "a", gen=1, batches=[["t-0", 10, 19]]),
+        ev(5.4, "commit_begin", "b", gen=2, batches=[["t-0", 10, 19]]),
+        ev(5.5, "commit", "a", ok=False, gen=1, error="UNKNOWN_MEMBER_ID", batches=[["t-0", 10, 19]]),
+        ev(5.6, "commit", "b", ok=True, gen=2, offsets={"t-0": 20}, batches=[["t-0", 10, 19]]),
+        ev(5.7, "process", "b", tp="t-0", first=20, last=29, gen=2),
+        ev(5.8, "lost", "a", partitions=["t-0"]),
+        ev(5.9, "commit_begin", "b", gen=2, batches=[["t-0", 20, 29]]),
+        ev(6.0, "commit", "b", ok=True, gen=2, offsets={"t-0": 30}, batches=[["t-0", 20, 29]]),
+    ]
+    (doubt,) = analysis.in_doubt(events)
+    assert doubt["member"] == "a" and doubt["committed"] == []
+    summary = analysis.summary(events, ends={"t-0": 30}, since=5)
+    assert summary["duplicate_committed"] == 0 and summary["lost"] == 0
+    # had a's refused commit been an earlier attempt that landed before b took the partition,
+    # b's first read would start after it
+    landed_first = [
+        *events[:4],
+        ev(3.9, "process", "a", tp="t-0", first=10, last=19, gen=1),
+        ev(4.0, "commit_begin", "a", gen=1, batches=[["t-0", 10, 19]]),
+        ev(4.1, "commit", "a", ok=False, gen=1, error="timed out", batches=[["t-0", 10, 19]]),
+        ev(5, "assigned", "b", partitions=["t-0"]),
+        ev(5.1, "process", "b", tp="t-0", first=20, last=29, gen=2),
+    ]
+    assert analysis.in_doubt(landed_first)[0]["committed"] == [["t-0", 10, 19]]
