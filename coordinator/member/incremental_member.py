@@ -7,10 +7,11 @@ in `group_member.GroupMember`'s hooks `join_group`, `heartbeat_period`, `heartbe
 
 * joining is a heartbeat with member epoch 0 and the subscription; the answer carries the member
   id, its epoch and the partitions it may fetch now;
-* the heartbeat thread sends its epoch and the partitions it owns every `heartbeat_interval_ms`
-  (sooner when the coordinator's answer suggests a shorter interval: it does while the member
-  waits for partitions that are being released);
-  an answer whose assignment differs from what it owns flags work for the next `poll()`;
+* the heartbeat thread sends its epoch every `heartbeat_interval_ms` (sooner when the coordinator's
+  answer suggests a shorter interval: it does while the member waits for partitions that are being
+  released), with the partitions it owns only while they are what the latest answer assigned
+  (`owned_report`); an answer whose assignment differs from what it owns flags work for the next
+  `poll()`;
 * `poll()` reconciles on the caller's thread: `on_partitions_revoked(owned - assignment)` (the
   consumer commits them), then `on_partitions_assigned(assignment - owned)`, then a heartbeat at
   once that tells the coordinator what it now owns — which releases revoked partitions to their
@@ -51,6 +52,21 @@ FATAL = (
 LEAVE_EPOCH = -1
 
 
+def owned_report(
+    owned: set[TopicPartition], target: set[TopicPartition] | None, reconciling: bool
+) -> set[TopicPartition] | None:
+    """The owned partitions a heartbeat reports, or None ("unchanged"): only what the member holds
+    once it has acted on the latest answer, as Kafka's consumer sends them only after a completed
+    reconciliation. A coordinator reads a report without a partition it had given the member as
+    "never took it" and may give it to another member at once; a report sent between an answer
+    that gave a partition and the caller's thread taking it (or while that thread moves toward an
+    older answer) would let the member take it afterwards all the same: two owners, both
+    committing at the member's current epoch."""
+    if reconciling or (target is not None and target != owned):
+        return None
+    return owned
+
+
 def _no_topic_sizes(topic: str) -> int | None:
     raise AssertionError("the coordinator assigns; an incremental member never reads topic sizes")
 
@@ -68,13 +84,15 @@ class IncrementalMember(CoordinatorMember):
         self._target: set[TopicPartition] | None = None  # the assignment of the latest answer
         self._suggested: float | None = None  # the coordinator's heartbeat interval, seconds
         self._hb_lock = threading.Lock()  # one heartbeat at a time: answers apply in order
+        self._reconciling = False  # the caller's thread is moving `_owned` toward a target
 
     # -- the heartbeat ---------------------------------------------------------------------------
 
-    def _beat(self, conn, gen: Generation, joining: bool = False, leaving: bool = False):
-        """Send one ConsumerGroupHeartbeat and apply its answer; returns the answer (None: no answer)."""
+    def _beat(self, conn, gen: Generation, joining: bool = False, leaving: bool = False, report=False):
+        """Send one ConsumerGroupHeartbeat and apply its answer; returns the answer (None: no answer).
+        `report`: the caller's thread just reconciled, its owned partitions are reported as they are."""
         with self._cv:
-            owned = set(self._owned)
+            owned = owned_report(set(self._owned), self._target, self._reconciling and not report)
         body = ConsumerGroupHeartbeatRequest(
             group_id=self.group_id,
             member_id=gen.member_id,
@@ -83,7 +101,7 @@ class IncrementalMember(CoordinatorMember):
             rebalance_timeout_ms=self.rebalance_timeout_ms,
             subscribed_topic_names=list(self.topics) if joining else None,
             server_assignor=self.server_assignor if joining else None,
-            topic_partitions=by_topic(owned),
+            topic_partitions=None if owned is None else by_topic(owned),
         )
         self.stats["joins" if joining else "heartbeats"] += 1
         with self._hb_lock:
@@ -176,8 +194,14 @@ class IncrementalMember(CoordinatorMember):
                 if joining:  # joined with nothing to own: the listener hears so, as after a rebalance
                     self._call_listener("on_partitions_assigned", set())
                 return
-            self._reconcile(owned, target)
-            if self._beat(conn, self._generation) is None:  # tell the coordinator what we own now
+            with self._cv:
+                self._reconciling = True
+            try:
+                self._reconcile(owned, target)
+            finally:
+                with self._cv:
+                    self._reconciling = False
+            if self._beat(conn, self._generation, report=True) is None:  # what we own now
                 return
 
     def _reconcile(self, owned: set[TopicPartition], target: set[TopicPartition]) -> None:
