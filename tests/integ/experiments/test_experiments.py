@@ -42,6 +42,41 @@ def quick_run(tmp_path_factory):
     return out, json.loads((out / "results.json").read_text()), proc
 
 
+def timeline(out: Path, scenario: str, name: str, limit: int = 80) -> str:
+    """What a failing figure is made of, for the assertion message: the ownership changes and
+    commits of the partitions two members committed (or whose outputs were committed twice),
+    around the first such commit, from the run's processing logs."""
+    from experiments import analysis
+    from zk_rebalance.events import read_events
+
+    events = read_events((out / "logs" / scenario / name).glob("*.jsonl"))
+    if not events:
+        return "(no processing logs)"
+    index = analysis._Index(events)
+    twice = {tp for (tp, _), n in analysis.committed_outputs(events, index).items() if n > 1}
+    owners = analysis.committing_owners(events, analysis.holdings(events), index)
+    two = [c for c in owners if len(c["owners"]) > 1]
+    tps = twice | {c["partition"] for c in two}
+    first = min([c["t"] for c in two] or [e["t"] for e in events])
+    t0 = events[0]["t"]
+
+    def touches(e: dict) -> bool:
+        if e["ev"] in ("assigned", "revoked", "lost"):
+            return bool(tps & set(e["partitions"]))
+        if e["ev"] in ("commit", "commit_begin"):
+            return any(b[0] in tps for b in e["batches"])
+        return e["ev"] == "process" and e["tp"] in tps or e["member"] == "driver"
+
+    lines = [
+        f"{e['t'] - t0:8.3f} {e['member']:>6} {e['ev']} "
+        + json.dumps({k: v for k, v in e.items() if k not in ("t", "wall", "member", "ev")})[:200]
+        for e in events
+        if e["t"] >= first - 2.0 and touches(e)
+    ]
+    head = f"partitions {sorted(tps)}; commits by two owners: {two[:3]}"
+    return "\n".join([head, *lines[:limit]])
+
+
 def scheme(results: dict, scenario: str, name: str) -> dict:
     figures = results["scenarios"][scenario]["schemes"][name]
     assert "error" not in figures, f"{scenario}/{name}: {figures['error']}"
@@ -84,7 +119,7 @@ def test_zombies_commit_under_scheme_one_and_are_fenced_under_the_coordinators(q
     so it is reported, not asserted.) A SIGSTOPped member commits over the new owner only when its
     poll wins the race against the session-expiry notice on waking, so that scenario is only checked
     for the fence."""
-    _, results, _ = quick_run
+    out, results, _ = quick_run
     one = scheme(results, "cut-off", "one")
     assert one["zombie"]["takeover"] and one["double_ownership_s"] > 0
     assert one["zk_offset_regressions"] >= 1, one
@@ -95,11 +130,15 @@ def test_zombies_commit_under_scheme_one_and_are_fenced_under_the_coordinators(q
             assert f["zombie"]["takeover"], (scenario, name)
             assert f["zombie"]["commits_accepted"] == 0, (scenario, name)
             assert f["zombie"]["commits_refused"] >= 1 or f["zombie"]["records"] == 0, (scenario, name)
-            assert f["duplicate_committed"] == 0 and f["double_owner_commits"] == 0, (scenario, name)
+            assert f["duplicate_committed"] == 0 and f["double_owner_commits"] == 0, (
+                scenario,
+                name,
+                timeline(out, scenario, name),
+            )
 
 
 def test_a_partitioned_follower_gives_scheme_one_a_stale_decision_unless_it_syncs(quick_run):
-    _, results, _ = quick_run
+    out, results, _ = quick_run
     faithful = scheme(results, "follower-partition", "one")
     assert faithful["s1"]["conflicts"] > 0 or faithful["s2"]["double_claimed"]
     assert faithful["stale_decisions"] >= 1
@@ -108,11 +147,12 @@ def test_a_partitioned_follower_gives_scheme_one_a_stale_decision_unless_it_sync
     assert synced["stale_decisions"] == 0
     for name in COORDINATOR:
         f = scheme(results, "follower-partition", name)
-        assert f["generation_conflicts"] == 0 and f["double_owner_commits"] == 0, name
+        assert f["generation_conflicts"] == 0, name
+        assert f["double_owner_commits"] == 0, timeline(out, "follower-partition", name)
 
 
 def test_the_coordinator_schemes_lose_nothing_in_any_fault_scenario(quick_run):
-    _, results, _ = quick_run
+    out, results, _ = quick_run
     for scenario in results["scenarios"]:
         if scenario == "scale-up":
             continue
@@ -121,8 +161,9 @@ def test_the_coordinator_schemes_lose_nothing_in_any_fault_scenario(quick_run):
             if "skipped" in f:
                 continue
             assert f["drained"], (scenario, name)
-            assert f["lost"] == 0 and f["duplicate_committed"] == 0, (scenario, name, f["lost"])
-            assert f["max_owners_at_commit"] <= 1, (scenario, name)
+            assert f["lost"] == 0, (scenario, name, f["lost"])
+            assert f["duplicate_committed"] == 0, (scenario, name, timeline(out, scenario, name))
+            assert f["max_owners_at_commit"] <= 1, (scenario, name, timeline(out, scenario, name))
 
 
 def test_thirty_seconds_of_chaos_lose_nothing_under_schemes_two_and_three(tmp_path):
