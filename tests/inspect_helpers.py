@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from core.types import TopicPartition as TP
 from pipeline.consumer import Consumer
+from tests import cli_fork
 from topics.log import Log
 from topics.registry import create_topic
 
@@ -18,16 +18,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str, zk: str | None = None, data: Path | None = None, home: Path | None = None, timeout=120):
-    cmd = [sys.executable, "-m", "cli", *args]
+    """`python -m cli ARGS [--zk ZK] [--data DATA]` as a process of its own (forked from this test
+    process's CLI server: tests/cli_fork.py), its output as text."""
+    argv = list(args)
     if zk is not None:
-        cmd += ["--zk", zk]
+        argv += ["--zk", zk]
     if data is not None:
-        cmd += ["--data", str(data)]
+        argv += ["--data", str(data)]
     env = dict(os.environ)
     env.pop("GROUPSHIFT_ZK", None)
     if home is not None:
         env["GROUPSHIFT_HOME"] = str(home)
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    done = cli_fork.shared().run(argv, env, timeout=timeout, cwd=REPO)
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+    )
 
 
 def ok(*args, **kw) -> str:

@@ -1,6 +1,8 @@
 """Bad input, for every CLI command: one line on stderr, a non-zero exit, and nothing changed.
 
-Each case runs `python -m cli ...` as a real process against the session ZooKeeper container.
+Each case runs `python -m cli ...` as a process of its own against the session ZooKeeper container,
+forked from a server that imported the CLI once (`cli_forks`, tests/cli_fork.py): the same command,
+argv, environment and stdin as a fresh interpreter, without its half second of imports per case.
 The module prepares one namespace with something to damage: a chroot `main` holding topic
 `victim` (3 partitions, several segments each, in a data directory of its own), a chroot `other`
 where a topic of the same name is registered by another tool, an empty chroot `third`, and a
@@ -322,6 +324,13 @@ def _snapshot(world) -> tuple[dict, dict]:
     return zk_tree(world["namespace"]), dir_tree(world["tmp"])
 
 
+def _before(world) -> tuple[dict, dict]:
+    """The state a case starts from: the last case's checked "after" when it was the last thing to
+    run on this worker (nothing else writes the module's namespace or directory), else a new read."""
+    last = world.pop("after", None)
+    return last if last is not None else _snapshot(world)
+
+
 def _check(world, before, code: int, stderr: str, stdout: str) -> None:
     lines = stderr.splitlines()
     assert code != 0, f"exit 0; stdout={stdout!r} stderr={stderr!r}"
@@ -329,16 +338,17 @@ def _check(world, before, code: int, stderr: str, stdout: str) -> None:
     assert "Traceback" not in stderr
     assert stdout == "", f"printed {stdout!r}"
     after = _snapshot(world)
+    world["after"] = after
     if after != before:
         zk_changes, dir_changes = (changes(b, a) for b, a in zip(before, after, strict=True))
         pytest.fail(f"bad input changed something: zk {zk_changes} data {dir_changes}")
 
 
 @pytest.mark.parametrize("args, stdin", TOPICS_ZK + TOPICS_DATA + OTHERS)
-def test_bad_input_is_one_line_and_changes_nothing(world, args, stdin):
+def test_bad_input_is_one_line_and_changes_nothing(world, cli_forks, args, stdin):
     argv = [a.format(**world["values"]) for a in args]
-    before = _snapshot(world)
-    done = _cli(argv, world["env"], stdin)
+    before = _before(world)
+    done = cli_forks.run(argv, world["env"], stdin)
     _check(world, before, done.returncode, done.stderr.decode(errors="replace"), done.stdout.decode())
 
 
@@ -358,14 +368,16 @@ def test_nul_in_names_is_refused(world, args):
     from cli.main import main
 
     argv = [a.format(**world["values"]) for a in args]
-    before = _snapshot(world)
+    before = _before(world)
     result = CliRunner().invoke(main, argv, env=world["env"])
     _check(world, before, result.exit_code, result.stderr, result.stdout)
 
 
-def test_verbose_after_any_command(world):
+def test_verbose_after_any_command(world, cli_forks):
     """`-v`/`-vv` are accepted after the subcommand, on every command."""
     from cli.main import main
+
+    world.pop("after", None)  # commands that are not checked for changes: the next case reads anew
 
     def commands(group: click.Group, path: tuple[str, ...] = ()):
         ctx = click.Context(group)
@@ -380,15 +392,15 @@ def test_verbose_after_any_command(world):
     missing = [" ".join(p) for p, cmd in every if not any(o.name == "verbose" for o in cmd.params)]
     assert not missing
     for flags in (["-v"], ["-vv"], ["-v", "-v"]):
-        done = _cli(["topics", "list", *flags], world["env"])
+        done = cli_forks.run(["topics", "list", *flags], world["env"])
         assert done.returncode == 0 and done.stdout.decode().split() == ["victim"], done.stderr.decode()
-    assert _cli(["-v", "topics", "describe", "victim", "-v"], world["env"]).returncode == 0
+    assert cli_forks.run(["-v", "topics", "describe", "victim", "-v"], world["env"]).returncode == 0
 
 
-def test_produce_names_the_line_without_key_separator(world):
-    before = _snapshot(world)
+def test_produce_names_the_line_without_key_separator(world, cli_forks):
+    before = _before(world)
     argv = ["topics", "produce", "victim", "--file", "-", "--key-separator", ":"]
-    done = _cli(argv, world["env"], b"k1:v1\nno-separator-here\nk2:v2\n")
+    done = cli_forks.run(argv, world["env"], b"k1:v1\nno-separator-here\nk2:v2\n")
     stderr = done.stderr.decode(errors="replace")
     _check(world, before, done.returncode, stderr, done.stdout.decode())
     assert done.returncode == 2 and "line 2 of " in stderr and "no key separator ':'" in stderr, stderr
@@ -418,7 +430,7 @@ LOG_READERS = [
 
 @pytest.mark.parametrize("args", LOG_READERS)
 @pytest.mark.parametrize("root", ["GROUPSHIFT_DATA", "GROUPSHIFT_HOME/data"])
-def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, root, args):
+def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, cli_forks, root, args):
     """`$GROUPSHIFT_DATA` (or `$GROUPSHIFT_HOME/data`) naming a file is refused as `--data <a file>` is."""
     env = dict(world["env"])
     if root == "GROUPSHIFT_DATA":
@@ -427,8 +439,8 @@ def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, root, 
         del env["GROUPSHIFT_DATA"]
         env["GROUPSHIFT_HOME"] = str(world["tmp"] / "home-data-is-a-file")
     argv = [a.format(**world["values"]) for a in args]
-    before = _snapshot(world)
-    done = _cli(argv, env, b"a record\n")
+    before = _before(world)
+    done = cli_forks.run(argv, env, b"a record\n")
     stderr = done.stderr.decode(errors="replace")
     _check(world, before, done.returncode, stderr, done.stdout.decode())
     assert done.returncode == 1 and f"(from ${root}) is not a directory" in stderr, stderr
@@ -436,11 +448,11 @@ def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, root, 
 
 @pytest.mark.parametrize("name", ["GROUPSHIFT_ZK_SESSION_TIMEOUT_MS", "GROUPSHIFT_ZK_GIVE_UP_MS"])
 @pytest.mark.parametrize("value", ["soon", "0", "-5", "1.5", "99999999999"])
-def test_a_malformed_timeout_in_the_environment_is_refused(world, name, value):
+def test_a_malformed_timeout_in_the_environment_is_refused(world, cli_forks, name, value):
     """The ZooKeeper timeouts a command reads from the environment are checked like its options."""
     env = dict(world["env"], **{name: value})
-    before = _snapshot(world)
-    done = _cli(["topics", "describe", "victim"] if "SESSION" in name else ["groups", "list"], env)
+    before = _before(world)
+    done = cli_forks.run(["topics", "describe", "victim"] if "SESSION" in name else ["groups", "list"], env)
     stderr = done.stderr.decode(errors="replace")
     _check(world, before, done.returncode, stderr, done.stdout.decode())
     assert f"${name}={value!r} is not a whole number of milliseconds" in stderr, stderr
