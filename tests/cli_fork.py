@@ -109,12 +109,15 @@ class CliForks:
         self,
         args: list[str],
         env: dict[str, str],
-        stdin: bytes | None = None,
+        stdin: bytes | str | None = None,
         timeout: float = 60,
         cwd: str | os.PathLike | None = None,
+        text: bool = False,
     ) -> subprocess.CompletedProcess:
         """`subprocess.run([python, "-m", "cli", *args], env=env, cwd=cwd, input=stdin,
-        capture_output=True, timeout=timeout)`, in a forked child."""
+        capture_output=True, timeout=timeout, text=text)`, in a forked child."""
+        if isinstance(stdin, str):
+            stdin = stdin.encode()
         request = {
             "args": list(args),
             "env": dict(env),
@@ -131,6 +134,8 @@ class CliForks:
         out, err = base64.b64decode(reply["stdout"]), base64.b64decode(reply["stderr"])
         if reply["timed_out"]:
             raise subprocess.TimeoutExpired(argv, timeout, out, err)
+        if text:
+            out, err = out.decode(errors="replace"), err.decode(errors="replace")
         return subprocess.CompletedProcess(argv, reply["returncode"], out, err)
 
     def close(self) -> None:

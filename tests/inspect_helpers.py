@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -29,10 +28,7 @@ def run(*args: str, zk: str | None = None, data: Path | None = None, home: Path 
     env.pop("GROUPSHIFT_ZK", None)
     if home is not None:
         env["GROUPSHIFT_HOME"] = str(home)
-    done = cli_fork.shared().run(argv, env, timeout=timeout, cwd=REPO)
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
-    )
+    return cli_fork.shared().run(argv, env, timeout=timeout, cwd=REPO, text=True)
 
 
 def ok(*args, **kw) -> str:

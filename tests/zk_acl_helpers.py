@@ -10,7 +10,6 @@ files, the CLI as a process with a given environment, and a namespace's znodes a
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from kazoo.exceptions import NoAuthError
 from coordinator.node.process import NodeProcess
 from core.zk_auth import ZK_SECURITY_ENV
 from testing.zookeeper import SUPER_AUTH
+from tests import cli_fork
 from tests.inspect_helpers import REPO, consume, coordinator_consumer, legacy_consumer
 from topics.log import Log
 
@@ -34,15 +34,8 @@ def secret(path: Path, text: str) -> Path:
 
 
 def cli(env: dict, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    """`groupshift ARGS` as a process with exactly the environment `env`."""
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """`groupshift ARGS` as a process with exactly the environment `env` (forked: tests/cli_fork.py)."""
+    return cli_fork.shared().run(list(args), env, timeout=timeout, cwd=REPO, text=True)
 
 
 def ok(env: dict, *args: str) -> str:

@@ -10,26 +10,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli_fork
 from tests.snapshots import changes, zk_tree
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """`python -m cli ARGS` as a process of its own (forked: tests/cli_fork.py), output as text."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return cli_fork.shared().run(list(args), env, stdin, timeout=60, cwd=REPO, text=True)
 
 
 def acls(zk: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
