@@ -11,12 +11,15 @@ flushed, its exit status the command's.
     done.returncode, done.stderr                         # bytes, as subprocess.run gives them
     forks.close()
 
-What differs from a fresh `python -m cli`: the modules are imported already (each still imports on
-its own: tests/unit/repo/test_import_layers.py), so an import-time failure would not show here; no
-module reads its environment at import time. Meant for commands that exit by themselves (refusals,
-reads): a command that starts long-lived processes of its own (ZooKeeper, nodes, Spark) belongs in
-a real `python -m cli` process. The server reads its requests from a pipe of its own and stops
-when the pipe closes (the test process ended, however it ended).
+What differs from a fresh `python -m cli`: the CLI's modules, kazoo, numpy and pyarrow are imported
+already (each module still imports on its own: tests/unit/repo/test_import_layers.py), so an
+import-time failure would not show here; none of them reads its environment at import time, and
+PySpark is not among them (a `consume` imports it, and starts its driver, in the child). Meant for
+commands that exit by themselves — refusals, reads, a `consume --until-idle`; a command that serves
+until stopped (`zk start`, `coordinator serve`) belongs in a `python -m cli` process the test
+manages. A command that overstays its timeout is killed with its process group. The server reads
+its requests from a pipe of its own and stops when the pipe closes (the test process ended,
+however it ended).
 """
 
 from __future__ import annotations
