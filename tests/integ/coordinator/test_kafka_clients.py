@@ -33,6 +33,7 @@ from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
 from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
 
 from core.types import TopicPartition
+from tests import cli_fork
 from tests.kafka_helpers import (
     CONFLUENT_TEST_CONSUMER,
     KAFKA_PYTHON_POLL_MS,
@@ -78,14 +79,8 @@ def _read_values(log, tp: TopicPartition, start: int) -> list[bytes]:
 
 
 def _cli(node, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = cli_fork.shared().run(list(args), env, timeout=120, cwd=REPO, text=True)
     if check:
         assert out.returncode == 0, out.stderr
     return out

@@ -29,6 +29,7 @@ if __name__ == "__main__":  # the worker process: make the repository importable
 
 from core.errors import CommitFailed
 from core.types import TopicPartition as TP
+from tests import cli_fork
 from tests.inspect_helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -125,9 +126,7 @@ class Proc:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
+    return cli_fork.shared().run(list(args), dict(os.environ), timeout=120, cwd=REPO, text=True)
 
 
 class Producer(threading.Thread):

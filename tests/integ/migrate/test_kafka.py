@@ -26,6 +26,7 @@ from core.types import TopicPartition as TP
 from core.zk import connect
 from migrate.migration import offline
 from migrate.schemes import zk_store as legacy
+from tests import cli_fork
 from tests.inspect_helpers import REPO
 from tests.kill_sweep import every_named, spots
 from tests.snapshots import zk_tree
@@ -132,9 +133,9 @@ def broker(request, zk):
 
 
 def run(*args: str, zk: str | None = None, env: dict | None = None, timeout: float = 120):
-    cmd = [sys.executable, "-m", "cli", *args] + (["--zk", zk] if zk else [])
+    argv = [*args] + (["--zk", zk] if zk else [])
     full = {k: v for k, v in os.environ.items() if k != "GROUPSHIFT_ZK"} | (env or {})
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full)
+    return cli_fork.shared().run(argv, full, timeout=timeout, cwd=REPO, text=True)
 
 
 def scheme_one(zk, topic: str, offsets: dict[int, int]) -> str:

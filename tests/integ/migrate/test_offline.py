@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -24,6 +22,7 @@ from core.types import TopicPartition as TP
 from migrate.migration import offline
 from migrate.schemes import zk_store as legacy
 from pipeline.consumer import Consumer
+from tests import cli_fork
 from tests.inspect_helpers import REPO, coordinator_consumer, legacy_consumer, make_topic, ok, run, wait_for
 from tests.snapshots import zk_tree
 from topics.log import Log
@@ -142,8 +141,8 @@ def migrate(*args, zk_connect, exit_at=None):
         env["GROUPSHIFT_MIGRATE_EXIT_AT"] = str(exit_at)
         # the killed run's ephemeral lock outlives it by its session: 2 s here, not the default 10 s
         env["GROUPSHIFT_ZK_SESSION_TIMEOUT_MS"] = "2000"
-    cmd = [sys.executable, "-m", "cli", "migrate", *args, "--zk", zk_connect]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    argv = ["migrate", *args, "--zk", zk_connect]
+    return cli_fork.shared().run(argv, env, timeout=120, cwd=REPO, text=True)
 
 
 def dest_tree(zk_connect: str, group: str) -> dict:
