@@ -90,7 +90,8 @@ class IncrementalMember(CoordinatorMember):
 
     def _beat(self, conn, gen: Generation, joining: bool = False, leaving: bool = False, report=False):
         """Send one ConsumerGroupHeartbeat and apply its answer; returns the answer (None: no answer).
-        `report`: the caller's thread just reconciled, its owned partitions are reported as they are."""
+        `report`: sent by the caller's thread right after it reconciled (not while it reconciles);
+        the owned partitions go with it unless a newer answer arrived meanwhile."""
         with self._cv:
             owned = owned_report(set(self._owned), self._target, self._reconciling and not report)
         body = ConsumerGroupHeartbeatRequest(
