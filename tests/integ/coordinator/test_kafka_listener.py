@@ -58,6 +58,15 @@ def _consume(consumer, count: int, timeout: float = 30.0) -> list[bytes]:
     return got
 
 
+def _why(node, consumer) -> str:
+    """For a failed read: what the consumer was assigned, and the end of the node's log."""
+    try:
+        lines = node.log_path.read_text(errors="replace").splitlines() if node.log_path else []
+    except OSError as exc:
+        lines = [f"(node log unreadable: {exc})"]
+    return f"assignment {sorted(consumer.assignment())}; node log:\n" + "\n".join(lines[-40:])
+
+
 def test_registration_advertises_the_kafka_endpoint(node):
     client = connect(node.zk, session_timeout=6.0)
     try:
@@ -75,7 +84,7 @@ def test_consumer_reads_to_the_end_once_commits_and_resumes(node):
     c = KafkaConsumer(topic, group_id=group, bootstrap_servers=node.kafka_bootstrap, **CONSUMER)
     try:
         got = _consume(c, 100)
-        assert len(got) == 100 and set(got) == first  # every record, none twice
+        assert len(got) == 100 and set(got) == first, _why(node, c)  # every record, none twice
         assert _consume(c, 1, timeout=1.0) == []  # nothing past the end
         c.commit()
         committed = {p: c.committed(TopicPartition(topic, p)) for p in (0, 1)}
