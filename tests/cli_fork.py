@@ -6,7 +6,7 @@ arguments, environment, working directory and stdin; its stdout and stderr go to
 sends back. The child exits as an interpreter does: threads joined, exit functions run, streams
 flushed, its exit status the command's.
 
-    forks = CliForks()                                   # or the `cli_forks` fixture, or shared()
+    forks = CliForks()                                   # or shared(): this process's one
     done = forks.run(["topics", "create", "a/b"], env)   # a subprocess.CompletedProcess
     done.returncode, done.stderr                         # bytes, as subprocess.run gives them
     forks.close()

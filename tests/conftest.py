@@ -9,8 +9,6 @@ session, so the session fixtures below exist once per worker:
   same for a module's shared fixtures.
 * `zk`: a started kazoo client on that chroot (stopped after the test).
 * `ensemble`: the ensemble, with every fault (pause, stop, partition, client cut) undone after the test.
-* `cli_forks`: module-scoped `python -m cli` runs forked from one server that imported the CLI once
-  (tests/cli_fork.py), for tables of commands that exit by themselves.
 * Every worker has a `GROUPSHIFT_HOME` of its own, and no `GROUPSHIFT_ZK` / `GROUPSHIFT_DATA`
   (nor ZooKeeper credentials or TLS settings) leaks in from the shell that started the run.
 
@@ -163,17 +161,6 @@ def module_zk_connect(zk_server, request):
     connect_string = f"{zk_server.connect_string}/{chroot_for(request.module.__name__.rpartition('.')[2])}"
     yield connect_string
     remove_namespace(connect_string)
-
-
-@pytest.fixture(scope="module")
-def cli_forks():
-    from tests.cli_fork import CliForks
-
-    forks = CliForks()
-    try:
-        yield forks
-    finally:
-        forks.close()
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Bad input, for every CLI command: one line on stderr, a non-zero exit, and nothing changed.
 
 Each case runs `python -m cli ...` as a process of its own against the session ZooKeeper container,
-forked from a server that imported the CLI once (`cli_forks`, tests/cli_fork.py): the same command,
+forked from a server that imported the CLI once (tests/cli_fork.py): the same command,
 argv, environment and stdin as a fresh interpreter, without its half second of imports per case.
 The module prepares one namespace with something to damage: a chroot `main` holding topic
 `victim` (3 partitions, several segments each, in a data directory of its own), a chroot `other`
@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -28,6 +27,7 @@ from click.testing import CliRunner
 from kazoo.security import ACL, Id, Permissions
 
 from core.zk import connect
+from tests import cli_fork
 from tests.snapshots import changes, dir_tree, zk_tree
 from topics import registry
 
@@ -36,14 +36,8 @@ LONG = "x" * 300
 
 
 def _cli(args: list[str], env: dict[str, str], stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args],
-        cwd=REPO,
-        env=env,
-        input=stdin if stdin is not None else b"",
-        capture_output=True,
-        timeout=60,
-    )
+    """`python -m cli ARGS` as a process of its own, forked from this test process's CLI server."""
+    return cli_fork.shared().run(args, env, stdin, timeout=60, cwd=REPO)
 
 
 @pytest.fixture(scope="module")
@@ -345,10 +339,10 @@ def _check(world, before, code: int, stderr: str, stdout: str) -> None:
 
 
 @pytest.mark.parametrize("args, stdin", TOPICS_ZK + TOPICS_DATA + OTHERS)
-def test_bad_input_is_one_line_and_changes_nothing(world, cli_forks, args, stdin):
+def test_bad_input_is_one_line_and_changes_nothing(world, args, stdin):
     argv = [a.format(**world["values"]) for a in args]
     before = _before(world)
-    done = cli_forks.run(argv, world["env"], stdin)
+    done = _cli(argv, world["env"], stdin)
     _check(world, before, done.returncode, done.stderr.decode(errors="replace"), done.stdout.decode())
 
 
@@ -373,7 +367,7 @@ def test_nul_in_names_is_refused(world, args):
     _check(world, before, result.exit_code, result.stderr, result.stdout)
 
 
-def test_verbose_after_any_command(world, cli_forks):
+def test_verbose_after_any_command(world):
     """`-v`/`-vv` are accepted after the subcommand, on every command."""
     from cli.main import main
 
@@ -392,15 +386,15 @@ def test_verbose_after_any_command(world, cli_forks):
     missing = [" ".join(p) for p, cmd in every if not any(o.name == "verbose" for o in cmd.params)]
     assert not missing
     for flags in (["-v"], ["-vv"], ["-v", "-v"]):
-        done = cli_forks.run(["topics", "list", *flags], world["env"])
+        done = _cli(["topics", "list", *flags], world["env"])
         assert done.returncode == 0 and done.stdout.decode().split() == ["victim"], done.stderr.decode()
-    assert cli_forks.run(["-v", "topics", "describe", "victim", "-v"], world["env"]).returncode == 0
+    assert _cli(["-v", "topics", "describe", "victim", "-v"], world["env"]).returncode == 0
 
 
-def test_produce_names_the_line_without_key_separator(world, cli_forks):
+def test_produce_names_the_line_without_key_separator(world):
     before = _before(world)
     argv = ["topics", "produce", "victim", "--file", "-", "--key-separator", ":"]
-    done = cli_forks.run(argv, world["env"], b"k1:v1\nno-separator-here\nk2:v2\n")
+    done = _cli(argv, world["env"], b"k1:v1\nno-separator-here\nk2:v2\n")
     stderr = done.stderr.decode(errors="replace")
     _check(world, before, done.returncode, stderr, done.stdout.decode())
     assert done.returncode == 2 and "line 2 of " in stderr and "no key separator ':'" in stderr, stderr
@@ -430,7 +424,7 @@ LOG_READERS = [
 
 @pytest.mark.parametrize("args", LOG_READERS)
 @pytest.mark.parametrize("root", ["GROUPSHIFT_DATA", "GROUPSHIFT_HOME/data"])
-def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, cli_forks, root, args):
+def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, root, args):
     """`$GROUPSHIFT_DATA` (or `$GROUPSHIFT_HOME/data`) naming a file is refused as `--data <a file>` is."""
     env = dict(world["env"])
     if root == "GROUPSHIFT_DATA":
@@ -440,7 +434,7 @@ def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, cli_fo
         env["GROUPSHIFT_HOME"] = str(world["tmp"] / "home-data-is-a-file")
     argv = [a.format(**world["values"]) for a in args]
     before = _before(world)
-    done = cli_forks.run(argv, env, b"a record\n")
+    done = _cli(argv, env, b"a record\n")
     stderr = done.stderr.decode(errors="replace")
     _check(world, before, done.returncode, stderr, done.stdout.decode())
     assert done.returncode == 1 and f"(from ${root}) is not a directory" in stderr, stderr
@@ -448,11 +442,11 @@ def test_a_log_root_from_the_environment_that_is_a_file_is_refused(world, cli_fo
 
 @pytest.mark.parametrize("name", ["GROUPSHIFT_ZK_SESSION_TIMEOUT_MS", "GROUPSHIFT_ZK_GIVE_UP_MS"])
 @pytest.mark.parametrize("value", ["soon", "0", "-5", "1.5", "99999999999"])
-def test_a_malformed_timeout_in_the_environment_is_refused(world, cli_forks, name, value):
+def test_a_malformed_timeout_in_the_environment_is_refused(world, name, value):
     """The ZooKeeper timeouts a command reads from the environment are checked like its options."""
     env = dict(world["env"], **{name: value})
     before = _before(world)
-    done = cli_forks.run(["topics", "describe", "victim"] if "SESSION" in name else ["groups", "list"], env)
+    done = _cli(["topics", "describe", "victim"] if "SESSION" in name else ["groups", "list"], env)
     stderr = done.stderr.decode(errors="replace")
     _check(world, before, done.returncode, stderr, done.stdout.decode())
     assert f"${name}={value!r} is not a whole number of milliseconds" in stderr, stderr
