@@ -40,6 +40,7 @@ from typing import NoReturn
 
 from core import lifeline
 from core.errors import GroupshiftError
+from pipeline.backends import MEMBER_MODULES
 
 REPO = Path(__file__).resolve().parent.parent
 #: What a member imports: `experiments.worker` and what its consumer loads for each scheme, some of it
@@ -48,12 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 #: to the member.
 PRELOAD = (
     "experiments.worker",
-    "pipeline.consumer",
-    "pipeline.backends",
-    "zk_rebalance.member",
-    "coordinator.member.consumer_member",
-    "coordinator.member.incremental_member",
-    "migrate.migration.bridge",
+    *MEMBER_MODULES,
     "topics.log",
     "core.zk",
     "experiments.kafka_worker",

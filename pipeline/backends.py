@@ -30,6 +30,18 @@ from core.types import OffsetAndMetadata, TopicPartition
 
 log = logging.getLogger("pipeline.consumer")  # what the consumer logs, under its name as before
 
+#: What a consumer imports to build its member under any scheme, much of it lazily (below): named
+#: for the processes that import it ahead of forking members (`experiments.launcher`,
+#: `pipeline.spark.warm_runner`).
+MEMBER_MODULES = (
+    "pipeline.consumer",
+    "pipeline.backends",
+    "zk_rebalance.member",
+    "coordinator.member.consumer_member",
+    "coordinator.member.incremental_member",
+    "migrate.migration.bridge",
+)
+
 
 def rebalancer_of(rebalancer: str | Rebalancer) -> Rebalancer:
     """`rebalancer` (a spelling or the enum) as a `Rebalancer`, or the consumer's GroupshiftError."""

@@ -36,6 +36,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from core.forked_main import become_main
+
 REPO = Path(__file__).resolve().parents[1]
 # The CLI and the libraries its commands import: what a fresh interpreter spends its start on.
 PRELOAD = (
@@ -169,7 +171,6 @@ def shared() -> CliForks:
 
 def _child(request: dict, stdin: str, stdout: str, stderr: str, keep: tuple[int, ...]) -> None:
     """In the forked child: become `python -m cli ARGS` and exit with its status. Never returns."""
-    code = 1
     try:
         os.setpgid(0, 0)  # the server kills the command's whole group if it overstays
         for fd, path, flags in (
@@ -187,39 +188,12 @@ def _child(request: dict, stdin: str, stdout: str, stderr: str, keep: tuple[int,
         os.environ.update(request["env"])
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        import runpy
-        import threading
+    except BaseException:
+        import traceback
 
-        sys.argv = [str(REPO / "cli" / "__main__.py"), *request["args"]]
-        try:
-            runpy.run_module("cli", run_name="__main__", alter_sys=True)
-            code = 0
-        except SystemExit as exc:
-            if exc.code is None:
-                code = 0
-            elif isinstance(exc.code, int):
-                code = exc.code
-            else:
-                print(exc.code, file=sys.stderr)
-                code = 1
-        except KeyboardInterrupt:
-            code = 130
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-            code = 1
-        threading._shutdown()  # as the interpreter does on exit: non-daemon threads are joined
-        import atexit
-
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code & 0xFF if code >= 0 else 1)
+        traceback.print_exc()
+        os._exit(1)
+    become_main("cli", request["args"])
 
 
 def _serve(req_fd: int, rep_fd: int) -> None:

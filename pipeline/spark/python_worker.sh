@@ -16,4 +16,10 @@ while [ -n "$rest" ]; do
 done
 PYTHONPATH=$keep
 export PYTHONPATH
-exec "${GROUPSHIFT_SPARK_PYTHON:?not set: start Spark through pipeline.spark.spark_session}" "$@"
+python=${GROUPSHIFT_SPARK_PYTHON:?not set: start Spark through pipeline.spark.spark_session}
+# A stream reader's process is forked from the driver's warm-runner server when it runs
+# (pipeline/spark/warm_runner.py): warm_client.py stands for it, or becomes this interpreter.
+if [ "$1" = -m ] && [ "$2" = pyspark.sql.streaming.python_streaming_source_runner ] && [ -S "${GROUPSHIFT_WARM_RUNNER:-}" ]; then
+  exec "$python" -I -S "$(dirname "$0")/warm_client.py" "$@"
+fi
+exec "$python" "$@"

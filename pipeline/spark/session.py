@@ -103,6 +103,11 @@ def spark_session(
     os.environ.setdefault("PYSPARK_PYTHON", python_worker())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", driver_host)
+    if python_worker() == str(PYTHON_WORKER):  # the script that routes a reader's start to it
+        from pipeline.spark.warm_runner import start as start_warm_runner
+
+        pythonpath = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        start_warm_runner(os.pathsep.join(dict.fromkeys(pythonpath)))  # before the JVM: its env
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
