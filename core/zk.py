@@ -335,13 +335,14 @@ def connect(
     security = ZkSecurity.from_env(digest)
     address = parse_zk(resolve_zk(connect_string))
     _probe(address.hosts, security.tls)
-    if address.chroot and create_chroot:
-        _create_chroot(address, session_timeout, connect_timeout, security, read_only)
     client = _start(address.connect_string, session_timeout, connect_timeout, security, read_only)
     try:
         missing = _check_chroot(client)
-        if create_chroot and not address.chroot and security.needs_provider:
-            _check_acl_scheme(client, security.acl, "")
+        if missing and create_chroot:  # a session at the root only for this: most chroots exist
+            _create_chroot(address, session_timeout, connect_timeout, security, read_only)
+            missing = False
+        elif create_chroot and security.needs_provider:
+            _check_acl_scheme(client, security.acl, "")  # in the chroot: nothing is created there
     except BaseException:
         client.stop()
         client.close()
