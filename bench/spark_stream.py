@@ -28,8 +28,11 @@ the first of each source its Python workers), in one run:
   in batches of 20,000; once it committed 3 batches, a second stream of the same group starts:
   the time from its `start()` to its first committed micro-batch
   (`StreamJob.progress().first_commit`: its reader process started, the group rebalanced, it
-  planned a batch on its new assignment, wrote and committed it). `--join-rounds` rounds (a new
-  topic and group each time), the schemes in turn in each; the median of each scheme counts.
+  planned a batch on its new assignment, wrote and committed it). `--join-rounds` rounds (15; a
+  new topic and group each time), the schemes in turn in each; the median of each scheme counts.
+  (Fifteen, not seven: a join's spread from round to round, 0.2-0.6 s, is Spark's, the same under
+  every scheme, and with seven the medians moved by about 5 % from run to run — as much as the
+  schemes differ by.)
   Targets: < 2 s each, and neither coordinator scheme slower than scheme one. The coordinator
   schemes' members watch their group (WatchGroup, the source's default); `--compare-watch` also
   joins without it (`watchGroup=false`), in turn with the others, for the difference it makes.
@@ -42,7 +45,7 @@ the first of each source its Python workers), in one run:
   faster on 2 cores). `--no-cluster` leaves it out.
 
     .venv/bin/python -m bench.spark_stream [--records 2000000] [--batch 500000] [--rounds 2]
-        [--join-rounds 7] [--no-cluster] [--no-throughput] [--compare-watch]
+        [--join-rounds 15] [--no-cluster] [--no-throughput] [--compare-watch]
 """
 
 from __future__ import annotations
@@ -321,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--batch", type=int, default=500_000, help="records per micro-batch (both sides)")
     ap.add_argument("--rounds", type=int, default=2, help="throughput runs of each side, best counts")
-    ap.add_argument("--join-rounds", type=int, default=7, help="joins under each scheme, the median counts")
+    ap.add_argument("--join-rounds", type=int, default=15, help="joins under each scheme, the median counts")
     ap.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument(
         "--throughput",
