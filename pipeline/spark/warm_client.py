@@ -87,6 +87,8 @@ def main(args):
     except (OSError, TypeError, ValueError):
         reply = None
     if not reply or "pid" not in reply:
+        if reply and "declined" in reply:  # one line in Spark's log of the worker, then a cold start
+            print(f"groupshift: stream reader started cold: {reply['declined']}", file=sys.stderr, flush=True)
         for sig in FORWARDED:
             if signal.getsignal(sig) is forward:
                 signal.signal(sig, signal.SIG_DFL)

@@ -31,6 +31,7 @@ import importlib.machinery
 import os
 import select
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -103,7 +104,7 @@ def stop() -> None:
     global _server, _control
     with _lock:
         server, control, _server, _control = _server, _control, None, None
-    os.environ.pop(SOCKET_ENV, None)
+        path = os.environ.pop(SOCKET_ENV, None) if server is not None else None
     if control is not None:
         os.close(control)
     if server is not None:
@@ -112,6 +113,8 @@ def stop() -> None:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+    if path is not None:  # the server removes it; not if it was killed
+        shutil.rmtree(Path(path).parent, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------- the server
@@ -195,7 +198,7 @@ def _accept(listener: socket.socket, preloaded: dict[str, str], closing: list) -
     fds: list[int] = []
     try:
         request, fds = _request(conn)
-        why = "no request" if request is None else _declined(request, preloaded)
+        why = "not a request" if request is None else _declined(request, preloaded)
         if why is not None:
             send(conn, {"declined": why})
             conn.close()
@@ -228,7 +231,19 @@ def _request(conn: socket.socket) -> tuple[dict | None, list[int]]:
             fds += list(memoryview(data).cast("i")[: len(data) // 4])
     if not head or len(fds) != 3:
         return None, fds
-    return receive(conn, head), fds
+    try:
+        request = receive(conn, head)
+    except ValueError:  # not JSON
+        return None, fds
+    well_formed = (
+        isinstance(request, dict)
+        and isinstance(request.get("args"), list)
+        and isinstance(request.get("env"), dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items())
+        and isinstance(request.get("cwd"), str)
+        and isinstance(request.get("ignored", []), list)
+    )
+    return (request if well_formed else None), fds
 
 
 def serve(path: str, control: int, ready: int) -> None:

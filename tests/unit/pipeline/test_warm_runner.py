@@ -121,6 +121,9 @@ def test_a_runner_whose_path_finds_other_modules_starts_fresh_as_without_the_ser
         assert spark.runner_pid == spark.process.pid  # the client became the interpreter (exec)
         assert b"PYTHON_VERSION_MISMATCH" in spark.send_python_version("9.9")
         assert spark.process.wait(WAIT_S) == 255
+        said = spark.process.stderr.read().decode().splitlines()
+        why = "the runner's PYTHONPATH finds pipeline elsewhere"
+        assert said[0] == f"groupshift: stream reader started cold: {why}"
     finally:
         spark.close()
 
@@ -158,11 +161,21 @@ def test_the_runner_is_in_the_process_group_of_the_process_spark_started(server,
 
 
 def test_the_server_serves_on_after_a_connection_that_sends_nonsense(server, tmp_path):
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bad:
-        bad.connect(os.environ[warm_runner.SOCKET_ENV])
-        bad.sendall(b"\x00\x00\x00\x05hello")  # no descriptors, no JSON
-        bad.settimeout(WAIT_S)
-        assert b"declined" in bad.recv(4096)
+    def declined(data: bytes, fds: tuple[int, ...] = ()) -> bool:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bad:
+            bad.connect(os.environ[warm_runner.SOCKET_ENV])
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+            bad.sendmsg([data], ancillary if fds else [])
+            bad.settimeout(WAIT_S)
+            return b"declined" in bad.recv(4096)
+
+    assert declined(b"\x00\x00\x00\x05hello")  # no descriptors, no JSON
+    with open(os.devnull) as null:
+        fds = (null.fileno(),) * 3
+        assert declined(b"\x00\x00\x00\x05hello", fds)  # not JSON
+        assert declined(b"\x00\x00\x00\x02{}", fds)  # JSON, not a request
+        body = b'{"args": ["-m", "x"], "env": {"A": 1}, "cwd": "/"}'  # env values must be strings
+        assert declined(struct.pack(">I", len(body)) + body, fds)
     spark = Spark(tmp_path)
     try:
         assert parent_of(spark.runner_pid) == server.pid
