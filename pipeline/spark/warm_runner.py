@@ -58,6 +58,7 @@ PRELOAD = (
 )
 DRAIN_S = 10.0  # how long a stopping server waits for its runners before it ends them
 STOP_WAIT_S = 2 * DRAIN_S + 5  # how long the driver waits for the server at exit
+DIR_PREFIX = "groupshift-warm-"  # + the driver's pid: its socket's directory, under the temp dir
 READY_S = 5.0  # how long the driver waits for the server's socket
 REQUEST_S = 5.0  # how long a client may take to send its request once connected
 
@@ -78,7 +79,8 @@ def start(pythonpath: str, python: str = sys.executable) -> str | None:
     with _lock:
         if _server is not None and _server.poll() is None:
             return os.environ.get(SOCKET_ENV)
-        path = str(Path(tempfile.mkdtemp(prefix="groupshift-warm-")) / "runner.sock")
+        _sweep(Path(tempfile.gettempdir()))
+        path = str(Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")) / "runner.sock")
         control_r, control_w = os.pipe()
         ready_r, ready_w = os.pipe()
         _server = subprocess.Popen(
@@ -97,6 +99,21 @@ def start(pythonpath: str, python: str = sys.executable) -> str | None:
         os.environ[SOCKET_ENV] = path
         atexit.register(stop)
         return path
+
+
+def _sweep(tmp: Path) -> None:
+    """Remove the socket directories of drivers that are gone: one killed with its process group
+    (SIGKILL) took its server along before either could remove it."""
+    for stale in tmp.glob(f"{DIR_PREFIX}*-*"):
+        pid = stale.name[len(DIR_PREFIX) :].partition("-")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(stale, ignore_errors=True)
+        except OSError:
+            pass  # another user's driver, alive
 
 
 def stop() -> None:

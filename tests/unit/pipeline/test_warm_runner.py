@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -205,3 +208,21 @@ def test_stop_waits_for_a_running_runner_then_leaves_nothing(tmp_path):
     assert server.poll() is not None
     assert not Path(path).parent.exists()
     assert warm_runner.SOCKET_ENV not in os.environ
+
+
+def test_a_start_removes_what_killed_drivers_left_behind(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now: a driver killed with its server
+    tmp = Path(tempfile.gettempdir())
+    stale = tmp / f"{warm_runner.DIR_PREFIX}{gone.pid}-abc"
+    alive = tmp / f"{warm_runner.DIR_PREFIX}{os.getpid()}-abc"  # this process's: kept
+    for d in (stale, alive):
+        d.mkdir()
+        (d / "runner.sock").write_text("")
+    try:
+        warm_runner.start(PYTHONPATH)
+        assert not stale.exists() and alive.exists()
+    finally:
+        warm_runner.stop()
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(alive, ignore_errors=True)
