@@ -151,14 +151,20 @@ class _Runner:
     def __init__(self, pid: int, conn: socket.socket):
         self.pid, self.conn = pid, conn
         self.pidfd = os.pidfd_open(pid)
+        self.terminated = False  # sent SIGTERM after the drain: SIGKILL next
+
+
+def _runner_path(env: dict[str, str]) -> list[str]:
+    """The runner's sys.path: its PYTHONPATH first, then the server's own entries."""
+    entries = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    return [*entries, *(p for p in sys.path if p not in entries)]
 
 
 def _declined(request: dict, preloaded: dict[str, str]) -> str | None:
     """Why this start is not one to fork, or None."""
     if request.get("args") != ["-m", RUNNER]:
         return f"it serves only -m {RUNNER}"
-    entries = [e for e in request["env"].get("PYTHONPATH", "").split(os.pathsep) if e]
-    path = [*entries, *(p for p in sys.path if p not in entries)]
+    path = _runner_path(request["env"])
     for top, origin in preloaded.items():
         spec = importlib.machinery.PathFinder.find_spec(top, path)
         if spec is None or spec.origin != origin:
@@ -182,8 +188,7 @@ def _become_runner(request: dict, fds: list[int], conn: socket.socket, client: i
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        entries = [e for e in request["env"].get("PYTHONPATH", "").split(os.pathsep) if e]
-        sys.path[:] = [*entries, *(p for p in sys.path if p not in entries)]
+        sys.path[:] = _runner_path(request["env"])
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
             ignored = int(sig) in request.get("ignored", ())
             signal.signal(sig, signal.SIG_IGN if ignored else signal.SIG_DFL)
@@ -224,9 +229,13 @@ def _accept(listener: socket.socket, preloaded: dict[str, str], closing: list) -
         pid = os.fork()
         if pid == 0:
             _become_runner(request, fds, conn, client, [*closing, listener])
-        send(conn, {"pid": pid})
+        runner = _Runner(pid, conn)  # reaped whatever happens to its client
         conn.settimeout(None)
-        return _Runner(pid, conn)
+        try:
+            send(conn, {"pid": pid})
+        except OSError:
+            pass  # the client is gone: the runner sees it too and ends
+        return runner
     except (OSError, ValueError) as exc:
         print(f"warm runner: a start failed: {exc}", file=sys.stderr)
         conn.close()
@@ -325,14 +334,11 @@ def _reap(runner: _Runner, sel: selectors.BaseSelector) -> None:
     runner.conn.close()
 
 
-_ended: set[int] = set()
-
-
 def _end(runners: dict[int, _Runner]) -> None:
     """Runners that outlived the drain: SIGTERM first, SIGKILL the next time."""
     for runner in runners.values():
-        sig = signal.SIGKILL if runner.pid in _ended else signal.SIGTERM
-        _ended.add(runner.pid)
+        sig = signal.SIGKILL if runner.terminated else signal.SIGTERM
+        runner.terminated = True
         try:
             os.kill(runner.pid, sig)
         except ProcessLookupError:
